@@ -1,0 +1,1 @@
+"""Benchmarks CLI: regenerates the papers' tables (``python -m benchmarks --help``)."""

@@ -1,0 +1,101 @@
+"""``python -m benchmarks``: list, run a paper table, demo, perf."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import resolve_data_dir, write_results
+from benchmarks.registry import RunContext, load_all
+
+
+def _parse_set(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"--set expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Regenerate the papers' tables, run the demo, or measure performance.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="list the available tables")
+
+    p_run = sub.add_parser("run", help="run one or more paper tables")
+    p_run.add_argument("tables", nargs="+", help="table names (see `list`)")
+    p_run.add_argument("--profile", choices=("quick", "paper"), default="quick")
+    p_run.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to average over")
+    p_run.add_argument("--data-dir", default=None, help="data directory (default: $PRIVKERNELS_DATA)")
+    p_run.add_argument("--out", default="benchmarks/results", help="output directory")
+    p_run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a table option (repeatable)")
+
+    p_demo = sub.add_parser("demo", help="run all three methods on sklearn's digits (no download)")
+    p_demo.add_argument("--out", default="demo-output")
+    p_demo.add_argument("--epsilon", type=float, default=1.0)
+    p_demo.add_argument("--delta", type=float, default=1e-5)
+    p_demo.add_argument("--seed", type=int, default=0)
+
+    p_perf = sub.add_parser("perf", help="performance benchmarks (ratios vs in-process baselines)")
+    p_perf.add_argument("--quick", action="store_true")
+    p_perf.add_argument("--out", default="benchmarks/results")
+    p_perf.add_argument("--data-dir", default=None)
+
+    args = parser.parse_args(argv)
+
+    if args.command == "list":
+        tables = load_all()
+        if not tables:
+            print("no tables registered")
+        for name, t in sorted(tables.items()):
+            print(f"{name:32s} {t.description}")
+        return 0
+
+    if args.command == "run":
+        tables = load_all()
+        unknown = [t for t in args.tables if t not in tables]
+        if unknown:
+            print(f"unknown table(s): {', '.join(unknown)}; available: {', '.join(sorted(tables))}",
+                  file=sys.stderr)
+            return 2
+        ctx = RunContext(
+            profile=args.profile,
+            seeds=tuple(args.seeds),
+            data_dir=resolve_data_dir(args.data_dir),
+            out=Path(args.out),
+            options=_parse_set(args.set),
+        )
+        for name in args.tables:
+            t0 = time.perf_counter()
+            rows = tables[name].run(ctx)
+            meta = {"profile": ctx.profile, "seeds": list(ctx.seeds), "total_seconds": time.perf_counter() - t0,
+                    **ctx.options}
+            jpath, mpath = write_results(ctx.out, f"{name}-{ctx.profile}", rows, meta=meta)
+            print(mpath.read_text())
+            print(f"wrote {jpath} and {mpath}")
+        return 0
+
+    if args.command == "demo":
+        from benchmarks.demo import run_demo
+
+        return run_demo(out=Path(args.out), epsilon=args.epsilon, delta=args.delta, seed=args.seed)
+
+    if args.command == "perf":
+        from benchmarks.perf import run_perf
+
+        return run_perf(quick=args.quick, out=Path(args.out), data_dir=resolve_data_dir(args.data_dir))
+
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Output conventions shared by every benchmark: JSON rows, Markdown table, PNGs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "machine_info",
+    "write_results",
+    "markdown_table",
+    "save_image_grid",
+    "Timer",
+    "resolve_data_dir",
+]
+
+
+def machine_info() -> dict[str, Any]:
+    """Describe the machine the numbers were measured on."""
+    import jax
+
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "jax": jax.__version__,
+        "jax_backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+    }
+    try:
+        with open("/proc/meminfo") as fh:
+            info["mem_total_kb"] = int(fh.readline().split()[1])
+    except OSError:
+        pass
+    return info
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Render rows as a GitHub Markdown table (columns default to the union of keys)."""
+    if not rows:
+        return "(no rows)\n"
+    if columns is None:
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+    head = "| " + " | ".join(columns) + " |"
+    sep = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(_fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join([head, sep, *body]) + "\n"
+
+
+def write_results(
+    out: Path,
+    name: str,
+    rows: list[dict[str, Any]],
+    *,
+    meta: dict[str, Any] | None = None,
+    columns: Sequence[str] | None = None,
+) -> tuple[Path, Path]:
+    """Write ``name.json`` (rows + machine + meta) and ``name.md``; return both paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "table": name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "meta": meta or {},
+        "rows": rows,
+    }
+    jpath = out / f"{name}.json"
+    jpath.write_text(json.dumps(payload, indent=2, default=_json_default))
+    mpath = out / f"{name}.md"
+    m = payload["machine"]
+    header = (
+        f"# {name}\n\nMeasured {payload['created']} on {m['processor']} "
+        f"({m['cpu_count']} cores, JAX {m['jax']} on {m['jax_backend']}).\n\n"
+    )
+    if meta:
+        header += "".join(f"- {k}: {_fmt(v)}\n" for k, v in meta.items()) + "\n"
+    mpath.write_text(header + markdown_table(rows, columns))
+    return jpath, mpath
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    return str(o)
+
+
+def save_image_grid(
+    path: Path,
+    images: np.ndarray,
+    labels: Iterable[int] | None = None,
+    *,
+    n_cols: int = 10,
+    title: str | None = None,
+) -> Path:
+    """Save images ``(n, h, w)`` or ``(n, h, w, 3)``/``(n, 3, h, w)`` as one PNG grid.
+
+    With labels, images are arranged one class per column.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    imgs = np.asarray(images, dtype=np.float32)
+    if imgs.ndim == 4 and imgs.shape[1] in (1, 3) and imgs.shape[-1] not in (1, 3):
+        imgs = np.transpose(imgs, (0, 2, 3, 1))
+    if imgs.ndim == 4 and imgs.shape[-1] == 1:
+        imgs = imgs[..., 0]
+    if labels is not None:
+        lab = np.asarray(list(labels))
+        classes = np.unique(lab)
+        per = [np.flatnonzero(lab == c) for c in classes]
+        n_rows = max(len(p) for p in per)
+        n_cols = len(classes)
+        grid = [[per[j][i] if i < len(per[j]) else None for j in range(n_cols)] for i in range(n_rows)]
+    else:
+        n_rows = int(math.ceil(len(imgs) / n_cols))
+        grid = [[i * n_cols + j if i * n_cols + j < len(imgs) else None for j in range(n_cols)] for i in range(n_rows)]
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(n_cols * 0.9, n_rows * 0.9 + (0.4 if title else 0)), squeeze=False)
+    for i in range(n_rows):
+        for j in range(n_cols):
+            ax = axes[i][j]
+            ax.axis("off")
+            idx = grid[i][j]
+            if idx is None:
+                continue
+            img = imgs[idx]
+            lo, hi = float(img.min()), float(img.max())
+            img = (img - lo) / (hi - lo) if hi > lo else np.zeros_like(img)
+            ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+class Timer:
+    """Context manager measuring wall-clock seconds (``.seconds``)."""
+
+    def __enter__(self) -> Timer:
+        self._t0 = time.perf_counter()
+        self.seconds = float("nan")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
+
+
+def resolve_data_dir(data_dir: str | None) -> str | None:
+    """``--data-dir`` if given, else ``PRIVKERNELS_DATA``, else None."""
+    return data_dir or os.environ.get("PRIVKERNELS_DATA") or None

@@ -1,0 +1,49 @@
+"""privkernels: differentially private kernel methods in JAX.
+
+Three methods share one feature core (:mod:`privkernels.features`) and one
+privacy core (:mod:`privkernels.privacy`):
+
+* :mod:`privkernels.dp_ntk` -- DP-NTK private data generation (Yang et al.).
+* :mod:`privkernels.dp_kip` -- DP-KIP private dataset distillation (Vinaroz & Park).
+* :mod:`privkernels.dp_ntk_regression` -- DP NTK ridge regression (Gu et al.).
+
+Submodules are imported lazily so ``import privkernels`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_SUBMODULES = (
+    "audit",
+    "data",
+    "dp_kip",
+    "dp_ntk",
+    "dp_ntk_regression",
+    "evaluation",
+    "features",
+    "privacy",
+)
+
+__all__ = [*_SUBMODULES, "PrivacyReport", "PrivacyLeakWarning", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"privkernels.{name}")
+    if name == "PrivacyReport":
+        from privkernels.privacy.report import PrivacyReport
+
+        return PrivacyReport
+    if name == "PrivacyLeakWarning":
+        from privkernels.privacy.warnings import PrivacyLeakWarning
+
+        return PrivacyLeakWarning
+    raise AttributeError(f"module 'privkernels' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,30 @@
+"""Feature core: e-NTK Jacobians, infinite FC-NTK, ScatterNet, quadratic NTK.
+
+Every function is pure, jit/vmap friendly and chunked over examples.
+"""
+
+from __future__ import annotations
+
+from privkernels._lazy import lazy_exports
+
+_EXPORTS = {
+    # e-NTK features (DP-NTK Sec. 2.3 / 3)
+    "entk_features": "entk",
+    "entk_mean_embedding": "entk",
+    "entk_kernel": "entk",
+    # networks whose e-NTK the papers take
+    "fc_1l": "networks",
+    "fc_2l": "networks",
+    "cnn_2l": "networks",
+    "lenet": "networks",
+    "init_params": "networks",
+    # infinite-width FC-NTK (closed form; neural-tangents as optional backend)
+    "fc_ntk_kernel": "fc_ntk",
+    # ScatterNet (kymatio JAX backend)
+    "scatternet_features": "scatternet",
+    # quadratic-activation NTK (Gu et al. Def. 3.5)
+    "quadratic_ntk_kernel": "quadratic_ntk",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,38 @@
+"""Privacy core: accounting, mechanisms, clipping, sampling, reports."""
+
+from __future__ import annotations
+
+from privkernels._lazy import lazy_exports
+
+_EXPORTS = {
+    # accounting (dp-accounting)
+    "gaussian_sigma": "accounting",
+    "gaussian_epsilon": "accounting",
+    "dpsgd_noise_multiplier": "accounting",
+    "dpsgd_epsilon": "accounting",
+    # mechanisms
+    "gaussian_mechanism": "mechanisms",
+    "truncated_laplace": "mechanisms",
+    "truncated_laplace_bound": "mechanisms",
+    "gaussian_sampling_mechanism": "mechanisms",
+    # DP-SGD pieces
+    "clip_per_example": "clipping",
+    "noisy_clipped_sum": "clipping",
+    "PoissonBatch": "sampling",
+    "poisson_batch": "sampling",
+    "poisson_batches": "sampling",
+    # reports
+    "MechanismRecord": "report",
+    "PrivacyReport": "report",
+    "compose": "report",
+    "non_private_report": "report",
+    "REPLACE_ONE": "report",
+    "ADD_REMOVE": "report",
+    "BETA_CLOSE": "report",
+    # warnings
+    "PrivacyLeakWarning": "warnings",
+    "warn_privacy_leak": "warnings",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,220 @@
+"""Privacy reports: what a ``fit`` released, at what cost, under which relation.
+
+A :class:`PrivacyReport` is a plain immutable value. Each method's ``fit``
+returns one; :func:`compose` combines the reports of several releases on the
+same private dataset (basic sequential composition: epsilons and deltas add).
+Tighter joint accounting (e.g. many DP-SGD steps) happens *inside* one
+:class:`MechanismRecord` via dp-accounting, and the record says which accountant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "REPLACE_ONE",
+    "ADD_REMOVE",
+    "BETA_CLOSE",
+    "MechanismRecord",
+    "PrivacyReport",
+    "compose",
+    "non_private_report",
+]
+
+#: Neighbouring datasets differ by replacing one example (same n).
+REPLACE_ONE = "replace-one"
+#: Neighbouring datasets differ by adding or removing one example.
+ADD_REMOVE = "add-remove"
+#: Neighbouring datasets differ in one example, moved by at most beta in L2
+#: (Gu et al., DP NTK regression, Def. 3.8). Weaker than replace-one.
+BETA_CLOSE = "beta-close"
+
+
+def _freeze(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((str(k), v) for k, v in params.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismRecord:
+    """One noisy release.
+
+    Attributes:
+      name: mechanism, e.g. ``"gaussian"``, ``"truncated_laplace"``,
+        ``"gaussian_sampling"``, ``"poisson_subsampled_gaussian"``.
+      released: what quantity was released (e.g. ``"mean embedding (p, c)"``).
+      epsilon, delta: the guarantee this release alone satisfies.
+      sensitivity: L2 (or L1 for Laplace) sensitivity used to calibrate the noise.
+      accountant: how (epsilon, delta) was computed (``"analytic-gaussian"``,
+        ``"pld"``, ``"rdp"``, ``"closed-form"`` ...).
+      params: other parameters (sigma, sampling rate, steps, ...), as sorted pairs.
+    """
+
+    name: str
+    released: str
+    epsilon: float
+    delta: float
+    sensitivity: float | None = None
+    accountant: str = "closed-form"
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def make(
+        cls,
+        name: str,
+        released: str,
+        epsilon: float,
+        delta: float,
+        *,
+        sensitivity: float | None = None,
+        accountant: str = "closed-form",
+        **params: Any,
+    ) -> MechanismRecord:
+        """Build a record; keyword ``params`` are stored as sorted pairs."""
+        return cls(
+            name=name,
+            released=released,
+            epsilon=float(epsilon),
+            delta=float(delta),
+            sensitivity=None if sensitivity is None else float(sensitivity),
+            accountant=accountant,
+            params=_freeze(params),
+        )
+
+    @property
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyReport:
+    """The total privacy cost of everything a call released.
+
+    Attributes:
+      epsilon, delta: total guarantee (``math.inf``/``1.0`` ... never used; a
+        non-private run has ``private=False`` and ``epsilon=inf``).
+      neighbouring: the neighbouring relation the guarantee refers to
+        (:data:`REPLACE_ONE`, :data:`ADD_REMOVE`, :data:`BETA_CLOSE`).
+      mechanisms: every noisy release, in order.
+      composition: how the per-mechanism guarantees were combined.
+      private: False when nothing was privatized (the ``epsilon=None`` mode).
+      data_independent: quantities released without noise *because they do
+        not depend on the private data* (e.g. random network weights, n when
+        public), each with the reason.
+      notes: free-form caveats a user must read.
+    """
+
+    epsilon: float
+    delta: float
+    neighbouring: str
+    mechanisms: tuple[MechanismRecord, ...] = ()
+    composition: str = "basic"
+    private: bool = True
+    data_independent: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.private:
+            if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+                raise ValueError(f"a private report needs finite epsilon > 0, got {self.epsilon}")
+            if not (0 <= self.delta < 1):
+                raise ValueError(f"a private report needs delta in [0, 1), got {self.delta}")
+
+    @classmethod
+    def from_mechanisms(
+        cls,
+        mechanisms: tuple[MechanismRecord, ...] | list[MechanismRecord],
+        neighbouring: str,
+        *,
+        data_independent: tuple[str, ...] = (),
+        notes: tuple[str, ...] = (),
+    ) -> PrivacyReport:
+        """Basic sequential composition of the given releases."""
+        mechs = tuple(mechanisms)
+        if not mechs:
+            raise ValueError("a private report needs at least one mechanism")
+        return cls(
+            epsilon=sum(m.epsilon for m in mechs),
+            delta=sum(m.delta for m in mechs),
+            neighbouring=neighbouring,
+            mechanisms=mechs,
+            composition="basic" if len(mechs) > 1 else "single",
+            private=True,
+            data_independent=tuple(data_independent),
+            notes=tuple(notes),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict."""
+        out = dataclasses.asdict(self)
+        out["mechanisms"] = [
+            {**dataclasses.asdict(m), "params": dict(m.params)} for m in self.mechanisms
+        ]
+        return out
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), default=float, **kwargs)
+
+    def summary(self) -> str:
+        """One human-readable paragraph."""
+        if not self.private:
+            return "NON-PRIVATE: nothing was privatized; no guarantee holds."
+        lines = [
+            f"({self.epsilon:.4g}, {self.delta:.3g})-DP under {self.neighbouring} neighbours "
+            f"({self.composition} composition of {len(self.mechanisms)} release(s))"
+        ]
+        for m in self.mechanisms:
+            extra = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.params)
+            lines.append(
+                f"  - {m.released}: {m.name}, eps={m.epsilon:.4g}, delta={m.delta:.3g}, "
+                f"accountant={m.accountant}" + (f", {extra}" if extra else "")
+            )
+        for item in self.data_independent:
+            lines.append(f"  * data-independent (no cost): {item}")
+        for note in self.notes:
+            lines.append(f"  ! {note}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:  # pragma: no cover - formatting only
+        return self.summary()
+
+
+def non_private_report(reason: str = "epsilon=None: non-private baseline") -> PrivacyReport:
+    """The report of a run that released its statistics without noise."""
+    return PrivacyReport(
+        epsilon=math.inf,
+        delta=1.0,
+        neighbouring="none",
+        private=False,
+        composition="none",
+        notes=(reason,),
+    )
+
+
+def compose(*reports: PrivacyReport) -> PrivacyReport:
+    """Sequentially compose reports of releases on the *same* dataset.
+
+    Epsilons and deltas add (basic composition). All reports must use the same
+    neighbouring relation; composing with a non-private report is non-private.
+    """
+    if not reports:
+        raise ValueError("compose needs at least one report")
+    if any(not r.private for r in reports):
+        return non_private_report("composition includes a non-private release")
+    relations = {r.neighbouring for r in reports}
+    if len(relations) != 1:
+        raise ValueError(f"cannot compose reports under different neighbouring relations: {relations}")
+    mechs: tuple[MechanismRecord, ...] = tuple(m for r in reports for m in r.mechanisms)
+    return PrivacyReport(
+        epsilon=sum(r.epsilon for r in reports),
+        delta=sum(r.delta for r in reports),
+        neighbouring=relations.pop(),
+        mechanisms=mechs,
+        composition="basic",
+        private=True,
+        data_independent=tuple(dict.fromkeys(d for r in reports for d in r.data_independent)),
+        notes=tuple(dict.fromkeys(n for r in reports for n in r.notes)),
+    )

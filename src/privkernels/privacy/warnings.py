@@ -1,0 +1,26 @@
+"""Warnings raised when private data is read without noise."""
+
+from __future__ import annotations
+
+import warnings
+
+__all__ = ["PrivacyLeakWarning", "warn_privacy_leak"]
+
+
+class PrivacyLeakWarning(RuntimeWarning):
+    """Something was computed from the private data without noise or accounting.
+
+    Raised by opt-in conveniences (data-dependent scaling, diagnostics that read
+    the true smallest eigenvalue, ...). The resulting guarantee no longer covers
+    that information.
+    """
+
+
+def warn_privacy_leak(what: str, *, stacklevel: int = 3) -> None:
+    """Emit a :class:`PrivacyLeakWarning` saying what was read without noise."""
+    warnings.warn(
+        f"{what} is computed from the private data without noise; the privacy "
+        "guarantee does not cover it.",
+        PrivacyLeakWarning,
+        stacklevel=stacklevel,
+    )
