@@ -26,8 +26,8 @@ __all__ = [
 
 
 def _as_float(value: Any, name: str) -> float:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be a real number, got a bool")
+    if isinstance(value, (bool, str, bytes)) or value is None:
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     try:
         out = float(value)
     except (TypeError, ValueError) as err:

@@ -1,0 +1,75 @@
+"""The shared argument checks reject bad input with messages naming the argument."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from privkernels import _validation as v
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, -math.inf, math.nan])
+def test_epsilon_rejects(bad: float) -> None:
+    with pytest.raises(ValueError, match="epsilon"):
+        v.check_epsilon(bad)
+
+
+@pytest.mark.parametrize("bad", [0, 1, 1.5, -1e-9, math.nan])
+def test_delta_rejects(bad: float) -> None:
+    with pytest.raises(ValueError, match="delta"):
+        v.check_delta(bad)
+
+
+def test_epsilon_and_delta_accept() -> None:
+    assert v.check_epsilon(1) == 1.0
+    assert v.check_delta(1e-5) == 1e-5
+
+
+@pytest.mark.parametrize("bad", ["1", None, [1.0], np.ones(2), True])
+def test_epsilon_wrong_kind(bad: object) -> None:
+    with pytest.raises(TypeError, match="epsilon"):
+        v.check_epsilon(bad)
+
+
+def test_check_array_rank_nan_empty() -> None:
+    with pytest.raises(ValueError, match="x must have rank 2"):
+        v.check_array(np.ones(3), "x", ndim=2)
+    with pytest.raises(ValueError, match="NaN"):
+        v.check_array(np.array([[1.0, np.nan]]), "x")
+    with pytest.raises(ValueError, match="inf|NaN"):
+        v.check_array(jnp.array([[1.0, jnp.inf]]), "x")
+    with pytest.raises(ValueError, match="at least 1 row"):
+        v.check_array(np.zeros((0, 3)), "x", ndim=2)
+    with pytest.raises(TypeError, match="numeric"):
+        v.check_array(np.array(["a", "b"]), "x")
+    out = v.check_array(jnp.ones((2, 3)), "x", ndim=2)
+    assert isinstance(out, jax.Array)
+
+
+def test_check_labels() -> None:
+    assert v.check_labels([0, 1, 2], 3).dtype == np.int32
+    with pytest.raises(ValueError, match=r"\[0, n_classes\)"):
+        v.check_labels([0, 3], 3)
+    with pytest.raises(ValueError, match=r"\[0, n_classes\)"):
+        v.check_labels([-1, 0], 3)
+    with pytest.raises(ValueError, match="integer"):
+        v.check_labels([0.5, 1.0], 3)
+    with pytest.raises(ValueError, match="no example of class"):
+        v.check_labels([0, 0, 2], 3, require_all_classes=True)
+    with pytest.raises(ValueError, match="2 labels but x has 3 rows"):
+        v.check_labels([0, 1], 3, n_rows=3)
+
+
+def test_check_int_and_key() -> None:
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        v.check_int(0, "k")
+    with pytest.raises(TypeError, match="k must be an integer"):
+        v.check_int(1.5, "k")
+    with pytest.raises(TypeError, match="key"):
+        v.check_key(0)
+    v.check_key(jax.random.key(0))
+    v.check_key(jax.random.PRNGKey(0))
