@@ -22,8 +22,11 @@ _EXPORTS = {
     "fc_ntk_kernel": "fc_ntk",
     # ScatterNet (kymatio JAX backend)
     "scatternet_features": "scatternet",
+    "scatternet_num_features": "scatternet",
     # quadratic-activation NTK (Gu et al. Def. 3.5)
     "quadratic_ntk_kernel": "quadratic_ntk",
+    "quadratic_ntk_features": "quadratic_ntk",
+    "random_ntk_weights": "quadratic_ntk",
 }
 
 __all__ = sorted(_EXPORTS)

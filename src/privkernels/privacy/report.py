@@ -38,6 +38,13 @@ def _freeze(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((str(k), v) for k, v in params.items()))
 
 
+def _tuplify(value: Any) -> Any:
+    """JSON lists back to (nested) tuples, so records stay hashable."""
+    if isinstance(value, list):
+        return tuple(_tuplify(v) for v in value)
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class MechanismRecord:
     """One noisy release.
@@ -157,6 +164,37 @@ class PrivacyReport:
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), default=float, **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PrivacyReport:
+        """Inverse of :meth:`to_dict` (JSON lists come back as tuples)."""
+        mechs = tuple(
+            MechanismRecord(
+                name=m["name"],
+                released=m["released"],
+                epsilon=float(m["epsilon"]),
+                delta=float(m["delta"]),
+                sensitivity=None if m.get("sensitivity") is None else float(m["sensitivity"]),
+                accountant=m.get("accountant", "closed-form"),
+                params=_freeze({k: _tuplify(v) for k, v in dict(m.get("params", {})).items()}),
+            )
+            for m in data.get("mechanisms", ())
+        )
+        return cls(
+            epsilon=float(data["epsilon"]),
+            delta=float(data["delta"]),
+            neighbouring=data["neighbouring"],
+            mechanisms=mechs,
+            composition=data.get("composition", "basic"),
+            private=bool(data.get("private", True)),
+            data_independent=tuple(data.get("data_independent", ())),
+            notes=tuple(data.get("notes", ())),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> PrivacyReport:
+        """Inverse of :meth:`to_json`."""
+        return cls.from_dict(json.loads(text))
 
     def summary(self) -> str:
         """One human-readable paragraph."""

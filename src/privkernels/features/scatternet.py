@@ -1,0 +1,140 @@
+"""ScatterNet features (Oyallon & Mallat 2015) via kymatio's JAX backend.
+
+DP-KIP-ScatterNet (Vinaroz & Park, Sec. 2.4) uses the kernel
+``k(x, x') = <phi(x), phi(x')>`` where ``phi`` is an untrained 2-D scattering
+network of depth 2 with ``J = 2`` scales and ``L = 8`` angles: for an image of
+size ``h x w`` each channel gives ``K = 1 + J L + L^2 J (J - 1) / 2`` maps (81
+for J=2, L=8) of size ``(h / 2^J, w / 2^J)``; RGB images give ``3 K = 243`` maps.
+
+The wavelet filter bank is fixed and data-independent, so these features
+release nothing about the data by themselves. The filter bank for a given
+``(h, w, J, L)`` is built once and memoized (a pure cache of constants).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from functools import partial
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+
+from privkernels._validation import check_array, check_int
+
+__all__ = ["scatternet_features", "scatternet_num_features"]
+
+_COLOR_CHANNELS = (1, 3, 4)
+
+
+@functools.lru_cache(maxsize=8)
+def _scattering(h: int, w: int, J: int, L: int) -> Any:
+    """Memoized kymatio ``Scattering2D`` (only the data-independent filter bank)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        from kymatio.jax import Scattering2D  # noqa: PLC0415
+
+        return Scattering2D(J=J, shape=(h, w), L=L)
+
+
+def scatternet_num_features(image_shape: tuple[int, ...], *, J: int = 2, L: int = 8) -> int:
+    """Feature dimension for one image of shape ``(h, w)`` or ``(C, h, w)``.
+
+    ``C * (1 + J L + L^2 J (J - 1) / 2) * ceil(h / 2^J) * ceil(w / 2^J)``; e.g.
+    ``(28, 28) -> 81 * 7 * 7 = 3969`` and ``(3, 32, 32) -> 3 * 81 * 8 * 8``.
+    """
+    *c, h, w = image_shape
+    channels = c[0] if c else 1
+    k = 1 + J * L + L * L * J * (J - 1) // 2
+    s = 2**J
+    return channels * k * (-(-h // s)) * (-(-w // s))
+
+
+@partial(jax.jit, static_argnames=("J", "L", "chunk_size"))
+def _scatter_jit(x: jax.Array, *, J: int, L: int, chunk_size: int | None) -> jax.Array:
+    """``x`` (n, C, h, w) -> (n, C * K * h' * w')."""
+    n, _, h, w = x.shape
+    scattering = _scattering(h, w, J, L)
+
+    def block(xb: jax.Array) -> jax.Array:
+        return scattering(xb).reshape(xb.shape[0], -1)
+
+    if chunk_size is None or chunk_size >= n:
+        return block(x)
+    n_chunks = -(-n // chunk_size)
+    pad = n_chunks * chunk_size - n
+    xp = jnp.concatenate([x, jnp.zeros((pad, *x.shape[1:]), x.dtype)], axis=0)
+    out = jax.lax.map(block, xp.reshape(n_chunks, chunk_size, *x.shape[1:]))
+    return out.reshape(n_chunks * chunk_size, -1)[:n]
+
+
+def _to_channels_first(arr: Any, layout: str) -> Any:
+    if arr.ndim == 3:
+        return arr[:, None]
+    first, last = arr.shape[1] in _COLOR_CHANNELS, arr.shape[-1] in _COLOR_CHANNELS
+    if layout == "auto":
+        if first and not last:
+            layout = "channels_first"
+        elif last and not first:
+            layout = "channels_last"
+        else:
+            raise ValueError(
+                f"x has ambiguous shape {tuple(arr.shape)}: pass layout='channels_first' "
+                "(n, C, h, w) or layout='channels_last' (n, h, w, C)"
+            )
+    if layout == "channels_last":
+        return jnp.moveaxis(arr, -1, 1)
+    return arr
+
+
+def scatternet_features(
+    x: Any,
+    *,
+    J: int = 2,
+    L: int = 8,
+    chunk_size: int | None = None,
+    layout: Literal["auto", "channels_first", "channels_last"] = "auto",
+) -> jax.Array:
+    """Flattened ScatterNet features (DP-KIP-ScatterNet Sec. 2.4).
+
+    Args:
+      x: images, either ``(n, h, w)`` grayscale, ``(n, C, h, w)`` channels-first
+        or ``(n, h, w, C)`` channels-last (as ``privkernels.data`` returns
+        CIFAR-10). With ``layout="auto"`` a rank-4 input is channels-first when
+        ``shape[1]`` is 1, 3 or 4 and ``shape[-1]`` is not, channels-last in the
+        mirrored case; anything else must name ``layout`` explicitly.
+      J: number of scales (``2**J`` must not exceed ``h`` or ``w``).
+      L: number of wavelet angles.
+      chunk_size: examples per forward pass (last chunk zero-padded; compiled
+        once) to bound memory.
+      layout: ``"auto"``, ``"channels_first"`` or ``"channels_last"`` (rank 4).
+
+    Returns:
+      ``(n, f)`` features in the dtype of ``x`` (float32 by default), ordered
+      ``(C, K, h / 2^J, w / 2^J)`` per example whatever the input layout;
+      ``f = scatternet_num_features(...)``, e.g. ``(n, 28, 28) -> (n, 3969)``.
+      jit-compiled; differentiable w.r.t. ``x``.
+    """
+    J = check_int(J, "J", minimum=1)
+    L = check_int(L, "L", minimum=1)
+    if chunk_size is not None:
+        chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
+    if layout not in ("auto", "channels_first", "channels_last"):
+        raise ValueError(
+            f"layout must be 'auto', 'channels_first' or 'channels_last', got {layout!r}"
+        )
+    arr = check_array(x, "x", ndim=(3, 4))
+    if arr.size == 0:
+        raise ValueError(f"x is empty (shape {tuple(arr.shape)})")
+    arr = jnp.asarray(arr)
+    if not jnp.issubdtype(arr.dtype, jnp.floating):
+        arr = arr.astype(jnp.result_type(float))
+    arr = _to_channels_first(arr, layout)
+    h, w = arr.shape[-2:]
+    if 2**J > min(h, w):
+        raise ValueError(
+            f"J={J} is too large for images of size {h}x{w} (need 2**J <= {min(h, w)})"
+        )
+    return _scatter_jit(arr, J=J, L=L, chunk_size=chunk_size)

@@ -1,0 +1,406 @@
+"""Noise mechanisms: Gaussian, truncated Laplace, Gaussian sampling (PSD).
+
+Every function validates its inputs *before* drawing any noise, takes an
+explicit ``jax.random`` key (typed ``jax.random.key`` or raw ``uint32[2]``)
+and is deterministic given the key.
+
+* :func:`gaussian_mechanism` -- ``value + N(0, (sigma * Delta_2)^2 I)``; with
+  ``sigma = gaussian_sigma(eps, delta)`` it is (eps, delta)-DP for L2
+  sensitivity ``Delta_2`` (Balle & Wang 2018).
+* :func:`truncated_laplace` / :func:`truncated_laplace_bound` -- the truncated
+  Laplace mechanism TLap(Delta, eps, delta) of Geng, Ding, Guo & Kumar
+  (AISTATS 2020, "Tight analysis of privacy and utility tradeoff in approximate
+  differential privacy"), as restated by Gu et al. (DP NTK regression,
+  Sec. 3.2, Lemma 3.2): density proportional to ``exp(-|z| / lambda)``,
+  ``lambda = Delta / eps``, on ``[-B, B]`` with
+  ``B = (Delta / eps) * log(1 + (e^eps - 1) / (2 delta))``.
+* :func:`gaussian_sampling_mechanism` -- Gu et al. Alg. 1 (from Gu, Song, Yang
+  & Zhou 2024): ``K~ = (1/k) sum_{j<k} g_j g_j^T``, ``g_j ~ N(0, K)`` i.i.d.,
+  a PSD private estimate of the PSD matrix ``K``. Its (eps, delta) guarantee
+  is conditional (Gu et al. Def. 5.1-5.2, Lemma 5.4); the caller accounts it.
+
+``*_record`` helpers build the matching
+:class:`~privkernels.privacy.report.MechanismRecord`.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels._validation import (
+    check_array,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_key,
+    check_positive,
+)
+from privkernels.privacy.report import MechanismRecord
+
+__all__ = [
+    "gaussian_mechanism",
+    "truncated_laplace",
+    "truncated_laplace_bound",
+    "truncated_laplace_cdf",
+    "gaussian_sampling_mechanism",
+    "gaussian_record",
+    "truncated_laplace_record",
+    "gaussian_sampling_record",
+]
+
+
+def _float_dtype(dtype: Any, name: str = "dtype") -> Any:
+    dt = jnp.dtype(dtype)
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise TypeError(f"{name} must be a floating dtype, got {dt}")
+    return dt
+
+
+def _release_dtype(dtype: Any) -> Any:
+    """Floating dtypes are kept (float64 -> float32 unless x64 is enabled);
+    integer/bool inputs are released as float32."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jax.dtypes.canonicalize_dtype(dtype)
+    return jnp.dtype(jnp.float32)
+
+
+# --------------------------------------------------------------------------- #
+# Gaussian mechanism
+# --------------------------------------------------------------------------- #
+
+
+def gaussian_mechanism(key: Any, value: Any, *, sensitivity: float, sigma: float) -> jax.Array:
+    """Release ``value + N(0, (sigma * sensitivity)^2 I)``.
+
+    Args:
+      key: JAX PRNG key (one draw of ``value.size`` normals).
+      value: array-like of any shape (scalar allowed), finite. Floating arrays
+        keep their dtype (float64 becomes float32 unless x64 is enabled);
+        integer/bool arrays are released as float32.
+      sensitivity: L2 sensitivity ``Delta_2`` of ``value`` under the
+        neighbouring relation being claimed (> 0).
+      sigma: noise multiplier (std per unit sensitivity, > 0), e.g.
+        :func:`~privkernels.privacy.accounting.gaussian_sigma`.
+
+    Returns:
+      Array of ``value``'s shape: the noisy release.
+    """
+    key = check_key(key)
+    sens = check_positive(sensitivity, "sensitivity")
+    sig = check_positive(sigma, "sigma")
+    arr = check_array(value, "value", min_rows=1)
+    dtype = _release_dtype(arr.dtype)
+    arr = jnp.asarray(arr, dtype)
+    std = sig * sens
+    return arr + jnp.asarray(std, dtype) * jax.random.normal(key, arr.shape, dtype)
+
+
+def gaussian_record(
+    released: str,
+    *,
+    epsilon: float,
+    delta: float,
+    sensitivity: float,
+    sigma: float,
+    accountant: str = "analytic-gaussian",
+    **params: Any,
+) -> MechanismRecord:
+    """:class:`MechanismRecord` of one :func:`gaussian_mechanism` release."""
+    return MechanismRecord.make(
+        "gaussian",
+        released,
+        check_epsilon(epsilon),
+        check_delta(delta),
+        sensitivity=check_positive(sensitivity, "sensitivity"),
+        accountant=accountant,
+        sigma=check_positive(sigma, "sigma"),
+        noise_std=float(sigma) * float(sensitivity),
+        **params,
+    )
+
+
+# --------------------------------------------------------------------------- #
+# truncated Laplace
+# --------------------------------------------------------------------------- #
+
+
+def truncated_laplace_bound(sensitivity: float, epsilon: float, delta: float) -> float:
+    """Support half-width ``B`` of TLap(Delta, eps, delta).
+
+    ``B = (Delta / eps) * log(1 + (e^eps - 1) / (2 delta))`` (Geng et al.
+    2020; Gu et al., DP NTK regression, Sec. 3.2). Computed with
+    ``expm1``/``log1p`` in float64.
+
+    Args:
+      sensitivity: Delta > 0 (L1 sensitivity for vector queries, see
+        :func:`truncated_laplace`).
+      epsilon: > 0, finite.
+      delta: in (0, 1).
+
+    Returns:
+      B (float): every sample satisfies ``|z| <= B``.
+    """
+    sens = check_positive(sensitivity, "sensitivity")
+    eps = check_epsilon(epsilon)
+    d = check_delta(delta)
+    return _tlap_bound(sens, eps, d)
+
+
+def _tlap_bound(sens: float, eps: float, delta: float) -> float:
+    # log(1 + (e^eps - 1) / (2 delta)), stable for tiny eps and large eps.
+    ratio = math.expm1(eps) / (2.0 * delta) if eps < 700 else math.inf
+    if math.isfinite(ratio):
+        log_term = math.log1p(ratio)
+    else:  # e^eps overflows: log(1 + (e^eps-1)/(2d)) ~= eps - log(2 delta)
+        log_term = eps - math.log(2.0 * delta)
+    return (sens / eps) * log_term
+
+
+def truncated_laplace_cdf(
+    z: Any, *, sensitivity: float, epsilon: float, delta: float
+) -> np.ndarray:
+    """Exact CDF of TLap(Delta, eps, delta) (NumPy, float64), for tests/audits.
+
+    With ``lambda = Delta/eps``, ``c = 1 - exp(-B/lambda)``:
+    ``F(z) = 1/2 + sign(z) (1 - exp(-|z|/lambda)) / (2c)`` on ``[-B, B]``.
+    """
+    sens = check_positive(sensitivity, "sensitivity")
+    eps = check_epsilon(epsilon)
+    d = check_delta(delta)
+    lam = sens / eps
+    bound = _tlap_bound(sens, eps, d)
+    c = -math.expm1(-bound / lam)
+    zz = np.clip(np.asarray(z, dtype=np.float64), -bound, bound)
+    return 0.5 + np.sign(zz) * (-np.expm1(-np.abs(zz) / lam)) / (2.0 * c)
+
+
+@partial(jax.jit, static_argnames=("shape", "dtype"))
+def _tlap_sample(
+    key: Any, shape: tuple[int, ...], dtype: Any, lam: Any, c: Any, tail: Any, clip: Any
+) -> jax.Array:
+    # One uniform w in [-1, 1) per sample; |z| follows the truncated
+    # exponential on [0, B] through its exact inverse CDF written in terms of
+    # v = 1 - |w| in (0, 1]:  |z| = -lambda * log(e^{-B/lambda} + v * c),
+    # which is accurate in the tail (no cancellation) and equals B at v = 0.
+    # Then F^{-1}(u) of the symmetric law is sign(w) * |z| with w = 2u - 1.
+    w = jax.random.uniform(key, shape, dtype, minval=-1.0, maxval=1.0)
+    v = 1.0 - jnp.abs(w)
+    mag = -lam * jnp.log(tail + v * c)
+    mag = jnp.clip(mag, 0.0, clip)  # last guard: never leave [-B, B]
+    return jnp.where(w < 0, -mag, mag).astype(dtype)
+
+
+def truncated_laplace(
+    key: Any,
+    shape: tuple[int, ...] | int,
+    *,
+    sensitivity: float,
+    epsilon: float,
+    delta: float,
+    dtype: Any = jnp.float32,
+) -> jax.Array:
+    """i.i.d. samples of TLap(Delta, eps, delta) by exact inverse-CDF sampling.
+
+    Density ``exp(-|z|/lambda) / (2 lambda c)`` on ``[-B, B]``,
+    ``lambda = Delta/eps``, ``c = 1 - exp(-B/lambda)``, ``B`` from
+    :func:`truncated_laplace_bound`. No rejection loop: one uniform per sample.
+    Results are clipped to ``[-B_f, B_f]`` where ``B_f`` is the largest
+    number of ``dtype`` that is ``<= B``, so the support is never exceeded even
+    after float32 rounding.
+
+    Privacy (Geng et al. 2020; Gu et al. Lemma 3.2): ``f(X) + Z`` is
+    (eps, delta)-DP for a scalar query of sensitivity Delta. For a vector
+    query, add i.i.d. TLap per coordinate with Delta the **L1** sensitivity
+    (as Gu et al. Lemma G.1 do): on the common support the density ratio is
+    at most ``exp(||v||_1 / lambda) <= e^eps``, and the mass outside the
+    neighbour's support is at most ``sum_i delta (e^{|v_i|/lambda} - 1) /
+    (e^eps - 1) <= delta`` (convexity), so the release stays (eps, delta)-DP.
+    Floating-point subtleties of sampling (Mironov 2012) are not addressed;
+    the uniform's resolution (2^-24 in float32) limits how far into the
+    extreme tail samples reach.
+
+    Args:
+      key: JAX PRNG key.
+      shape: output shape (int or tuple of ints).
+      sensitivity: Delta > 0 (L1 sensitivity for vectors).
+      epsilon: > 0, finite. delta: in (0, 1).
+      dtype: floating output dtype (default float32).
+
+    Returns:
+      Array of ``shape`` and ``dtype`` with values in ``[-B, B]``.
+    """
+    key = check_key(key)
+    sens = check_positive(sensitivity, "sensitivity")
+    eps = check_epsilon(epsilon)
+    d = check_delta(delta)
+    dt = _float_dtype(dtype)
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    shape = tuple(check_int(s, "shape", minimum=0) for s in shape)
+    lam = sens / eps
+    bound = _tlap_bound(sens, eps, d)
+    tail = math.exp(-bound / lam)
+    c = -math.expm1(-bound / lam)
+    clip = jnp.asarray(bound, dt)
+    while float(clip) > bound:  # rounded up: step down to the largest value <= B
+        clip = jnp.nextafter(clip, jnp.zeros((), dt))
+    return _tlap_sample(
+        key, shape, dt, jnp.asarray(lam, dt), jnp.asarray(c, dt), jnp.asarray(tail, dt), clip
+    )
+
+
+def truncated_laplace_record(
+    released: str,
+    *,
+    epsilon: float,
+    delta: float,
+    sensitivity: float,
+    **params: Any,
+) -> MechanismRecord:
+    """:class:`MechanismRecord` of one :func:`truncated_laplace` release."""
+    eps = check_epsilon(epsilon)
+    d = check_delta(delta)
+    sens = check_positive(sensitivity, "sensitivity")
+    return MechanismRecord.make(
+        "truncated_laplace",
+        released,
+        eps,
+        d,
+        sensitivity=sens,
+        accountant="closed-form",
+        scale=sens / eps,
+        bound=_tlap_bound(sens, eps, d),
+        **params,
+    )
+
+
+# --------------------------------------------------------------------------- #
+# Gaussian sampling mechanism (Gu et al. Alg. 1)
+# --------------------------------------------------------------------------- #
+
+
+def _psd_factor(kmat: jax.Array) -> jax.Array:
+    """``L`` with ``L L^T = K``: ``U sqrt(max(lambda, 0))`` from ``eigh((K + K^T)/2)``.
+
+    K is PSD in exact arithmetic; rounding can make tiny eigenvalues negative,
+    and those are clamped to 0.
+    """
+    sym = 0.5 * (kmat + kmat.T)
+    evals, evecs = jnp.linalg.eigh(sym)
+    return evecs * jnp.sqrt(jnp.maximum(evals, 0.0))[None, :]
+
+
+def _outer_mean(b: jax.Array, k: Any) -> jax.Array:
+    out = (b @ b.T) / jnp.asarray(k, b.dtype)
+    return 0.5 * (out + out.T)  # exactly symmetric
+
+
+@partial(jax.jit, static_argnames=("k",))
+def _gsm_explicit(key: Any, kmat: jax.Array, k: int) -> jax.Array:
+    # g_j = L z_j, z_j ~ N(0, I_n): K~ = (L Z)(L Z)^T / k with Z (n, k).
+    lfac = _psd_factor(kmat)
+    z = jax.random.normal(key, (kmat.shape[0], k), kmat.dtype)
+    return _outer_mean(lfac @ z, k)
+
+
+@jax.jit
+def _gsm_wishart(key: Any, kmat: jax.Array, k: jax.Array) -> jax.Array:
+    # Z Z^T ~ Wishart_n(k, I) = A A^T with A lower-triangular (Bartlett
+    # decomposition): A_ii = sqrt(chi2_{k-i}) (i = 0..n-1), A_ij ~ N(0, 1) for
+    # i > j, all independent; needs k >= n. ``k`` is traced so one compilation
+    # serves every k (jax.random.gamma is slow to compile).
+    n = kmat.shape[0]
+    dt = kmat.dtype
+    lfac = _psd_factor(kmat)
+    k_norm, k_chi = jax.random.split(key)
+    normals = jax.random.normal(k_norm, (n, n), dt)
+    dof = (k - jnp.arange(n, dtype=k.dtype)).astype(dt)
+    chi2 = 2.0 * jax.random.gamma(k_chi, 0.5 * dof, (n,), dt)
+    a = jnp.tril(normals, -1) + jnp.diag(jnp.sqrt(chi2))
+    return _outer_mean(lfac @ a, k)
+
+
+def _gsm(key: Any, kmat: jax.Array, k: int) -> jax.Array:
+    """Dispatch: explicit samples for ``k <= n``, Bartlett Wishart for ``k > n``."""
+    if k <= kmat.shape[0]:
+        return _gsm_explicit(key, kmat, k)
+    return _gsm_wishart(key, kmat, jnp.asarray(k, jnp.int32))
+
+
+def gaussian_sampling_mechanism(
+    key: Any, K: Any, k: int, *, symmetry_rtol: float = 1e-4
+) -> jax.Array:
+    """Gaussian Sampling Mechanism (Gu et al., DP NTK regression, Alg. 1).
+
+    Returns ``K~ = (1/k) sum_{j<k} g_j g_j^T`` with ``g_j ~ N(0, K)`` i.i.d.,
+    an exactly symmetric PSD matrix with ``E[K~] = K`` and
+    ``Var(K~_ij) = (K_ij^2 + K_ii K_jj) / k``.
+
+    Implementation: one eigendecomposition of ``(K + K^T)/2`` gives
+    ``K = L L^T`` (negative eigenvalues from rounding clamped to 0). For
+    ``k <= n`` the ``k`` samples are drawn explicitly, ``G = L Z`` with
+    ``Z (n, k)`` standard normal; for ``k > n`` the Wishart matrix
+    ``Z Z^T ~ W_n(k, I)`` is drawn directly by the Bartlett decomposition
+    (``n(n-1)/2`` normals and ``n`` chi-square variates), so the cost does not
+    grow with ``k``. Both give exactly the distribution of Alg. 1.
+
+    Privacy: the (eps, delta) guarantee (Gu et al. Lemma 5.4, from GSYZ24 Thm.
+    6.12) holds only under Condition 5.3 (``M <= Delta(eps, delta, k)``,
+    Def. 5.1-5.2); checking it and recording the cost is the caller's job.
+
+    Args:
+      key: JAX PRNG key.
+      K: (n, n) symmetric PSD matrix, finite (floating dtype kept; else float32).
+      k: number of Gaussian samples, integer in [1, 2^31).
+      symmetry_rtol: ``K`` is rejected when
+        ``max|K - K^T| > symmetry_rtol * max|K|``.
+
+    Returns:
+      (n, n) array ``K~`` in ``K``'s dtype.
+    """
+    key = check_key(key)
+    arr = check_array(K, "K", ndim=2)
+    if arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"K must be a square matrix, got shape {tuple(arr.shape)}")
+    k = check_int(k, "k", minimum=1)
+    if k >= 2**31:
+        raise ValueError(f"k must be < 2**31, got {k}")
+    rtol = check_positive(symmetry_rtol, "symmetry_rtol")
+    host = np.asarray(arr)
+    scale = float(np.max(np.abs(host))) if host.size else 0.0
+    asym = float(np.max(np.abs(host - host.T))) if host.size else 0.0
+    if asym > rtol * scale:
+        raise ValueError(
+            f"K must be symmetric: max|K - K^T| = {asym:.3g} exceeds "
+            f"symmetry_rtol * max|K| = {rtol * scale:.3g}"
+        )
+    dtype = _release_dtype(arr.dtype)
+    return _gsm(key, jnp.asarray(arr, dtype), k)
+
+
+def gaussian_sampling_record(
+    released: str,
+    *,
+    epsilon: float,
+    delta: float,
+    k: int,
+    accountant: str = "gaussian-sampling (Gu et al. Lemma 5.4)",
+    **params: Any,
+) -> MechanismRecord:
+    """:class:`MechanismRecord` of one :func:`gaussian_sampling_mechanism` release."""
+    return MechanismRecord.make(
+        "gaussian_sampling",
+        released,
+        check_epsilon(epsilon),
+        check_delta(delta),
+        sensitivity=None,
+        accountant=accountant,
+        k=check_int(k, "k", minimum=1),
+        **params,
+    )

@@ -1,0 +1,102 @@
+"""Tests of PrivacyReport / MechanismRecord / compose and the record builders."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from privkernels.privacy import accounting, mechanisms
+from privkernels.privacy.report import (
+    ADD_REMOVE,
+    BETA_CLOSE,
+    REPLACE_ONE,
+    MechanismRecord,
+    PrivacyReport,
+    compose,
+    non_private_report,
+)
+
+
+def _rec(eps: float, delta: float, name: str = "gaussian", **params) -> MechanismRecord:
+    return MechanismRecord.make(
+        name, f"stat-{eps}", eps, delta, sensitivity=1.0, accountant="analytic-gaussian", **params
+    )
+
+
+def _report(eps_list, rel=REPLACE_ONE, **kw) -> PrivacyReport:
+    return PrivacyReport.from_mechanisms(
+        [_rec(e, 1e-6 * (i + 1)) for i, e in enumerate(eps_list)], rel, **kw
+    )
+
+
+def test_from_mechanisms_and_compose_sum_epsilon_and_delta():
+    a = _report([0.5, 0.25], data_independent=("random weights",), notes=("note A",))
+    b = _report([1.0], data_independent=("random weights", "n public"), notes=("note B",))
+    assert a.epsilon == pytest.approx(0.75) and a.delta == pytest.approx(3e-6)
+    assert a.composition == "basic" and b.composition == "single"
+    c = compose(a, b)
+    assert c.epsilon == pytest.approx(1.75) and c.delta == pytest.approx(4e-6)
+    assert c.private and c.neighbouring == REPLACE_ONE
+    assert [m.epsilon for m in c.mechanisms] == [0.5, 0.25, 1.0]
+    assert c.data_independent == ("random weights", "n public")  # de-duplicated, ordered
+    assert c.notes == ("note A", "note B")
+    assert "1.75" in c.summary()
+
+
+def test_compose_rejects_mixed_relations_and_empty():
+    with pytest.raises(ValueError, match="neighbouring"):
+        compose(_report([1.0], REPLACE_ONE), _report([1.0], ADD_REMOVE))
+    with pytest.raises(ValueError, match="neighbouring"):
+        compose(_report([1.0], BETA_CLOSE), _report([1.0], REPLACE_ONE))
+    with pytest.raises(ValueError):
+        compose()
+    with pytest.raises(ValueError, match="mechanism"):
+        PrivacyReport.from_mechanisms([], REPLACE_ONE)
+
+
+def test_non_private_composition_is_non_private():
+    c = compose(_report([1.0]), non_private_report())
+    assert not c.private and math.isinf(c.epsilon)
+    assert "NON-PRIVATE" in c.summary()
+
+
+@pytest.mark.parametrize(
+    "eps,delta",
+    [(0.0, 1e-5), (-1.0, 1e-5), (math.inf, 1e-5), (math.nan, 1e-5), (1.0, 1.0), (1.0, -0.1)],
+)
+def test_private_report_rejects_invalid_guarantee(eps, delta):
+    with pytest.raises(ValueError):
+        PrivacyReport(epsilon=eps, delta=delta, neighbouring=REPLACE_ONE)
+
+
+def test_json_round_trip():
+    rec = mechanisms.gaussian_record(
+        "embedding", epsilon=1.0, delta=1e-5, sensitivity=0.5, sigma=3.7, shape=(4, 2)
+    )
+    tl = mechanisms.truncated_laplace_record("X~", epsilon=0.5, delta=1e-6, sensitivity=2.0)
+    rep = PrivacyReport.from_mechanisms(
+        [rec, tl], BETA_CLOSE, data_independent=("w",), notes=("n",)
+    )
+    text = rep.to_json()
+    assert json.loads(text) == json.loads(json.dumps(rep.to_dict()))
+    back = PrivacyReport.from_json(text)
+    assert back == rep
+    assert back.mechanisms[0].param_dict["shape"] == (4, 2)
+    np_rep = non_private_report("baseline")
+    assert PrivacyReport.from_json(np_rep.to_json()) == np_rep
+
+
+def test_record_builders_are_consistent_with_accounting():
+    sigma = accounting.gaussian_sigma(2.0, 1e-5)
+    rec = mechanisms.gaussian_record("m", epsilon=2.0, delta=1e-5, sensitivity=0.1, sigma=sigma)
+    assert accounting.gaussian_epsilon(rec.param_dict["sigma"], rec.delta) == pytest.approx(
+        rec.epsilon, rel=1e-7
+    )
+    with pytest.raises(ValueError, match="epsilon"):
+        mechanisms.gaussian_record("m", epsilon=0.0, delta=1e-5, sensitivity=1.0, sigma=1.0)
+    with pytest.raises(ValueError, match="sensitivity"):
+        mechanisms.truncated_laplace_record("m", epsilon=1.0, delta=1e-5, sensitivity=-1.0)
+    with pytest.raises(ValueError, match="k"):
+        mechanisms.gaussian_sampling_record("m", epsilon=1.0, delta=1e-5, k=0)
