@@ -4,6 +4,7 @@ closed forms (KS tests with fixed keys), supports, determinism, validation."""
 from __future__ import annotations
 
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -206,24 +207,35 @@ def _psd(n: int, rank: int | None = None, seed: int = 0) -> np.ndarray:
     return (a @ a.T / a.shape[1]).astype(np.float32)
 
 
-_EXPLICIT_V: dict[int, object] = {}
-# one compilation serves every k > n (k is traced in the Bartlett branch)
-_WISHART_V = jax.jit(jax.vmap(mech._gsm_wishart, in_axes=(0, None, None)))
-
-
 def _draws(kmat: np.ndarray, k: int, n_draws: int, seed: int = 0) -> np.ndarray:
-    """``n_draws`` independent outputs of the mechanism, vmapped over keys."""
+    """``n_draws`` independent outputs of the public mechanism, vmapped over keys
+    (``K`` is factored once; the sampler is batched over the keys)."""
     keys = jax.random.split(jax.random.key(seed), n_draws)
     km = jnp.asarray(kmat)
-    if k <= kmat.shape[0]:
-        if k not in _EXPLICIT_V:
-            _EXPLICIT_V[k] = jax.jit(
-                jax.vmap(lambda kk, m, k=k: mech._gsm_explicit(kk, m, k), in_axes=(0, None))
-            )
-        out = _EXPLICIT_V[k](keys, km)
-    else:
-        out = _WISHART_V(keys, km, jnp.asarray(k, jnp.int32))
+    out = jax.vmap(lambda kk: gaussian_sampling_mechanism(kk, km, k))(keys)
     return np.asarray(out, np.float64)
+
+
+def _count_calls(monkeypatch, name: str) -> list[int]:
+    """Count calls of the module-level helper ``mech.<name>`` (looked up at call time)."""
+    original = getattr(mech, name)
+    calls: list[int] = []
+
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(mech, name, wrapper)
+    return calls
+
+
+def _force_eigh(monkeypatch) -> None:
+    """Make the Cholesky attempt fail the way a real failure does (NaN factor)."""
+
+    def failed(kmat):
+        return jnp.full_like(kmat, jnp.nan), jnp.asarray(False)
+
+    monkeypatch.setattr(mech, "_cholesky_factor", failed)
 
 
 @pytest.mark.parametrize("k", [1, 5, 6, 10**6])
@@ -235,8 +247,10 @@ def test_gsm_symmetric_psd_deterministic(k):
     np.testing.assert_array_equal(o, o.T)
     assert np.linalg.eigvalsh(o.astype(np.float64)).min() >= -1e-5 * np.abs(o).max()
     np.testing.assert_array_equal(o, np.asarray(gaussian_sampling_mechanism(KEY, kmat, k)))
-    np.testing.assert_array_equal(o, np.asarray(mech._gsm(KEY, jnp.asarray(kmat), k)))
-    if k == 1:  # rank one: g g^T
+    other = np.asarray(gaussian_sampling_mechanism(jax.random.key(99), kmat, k))
+    assert not np.array_equal(o, other)
+    if k == 1:  # rank one: g g^T; a raw uint32 key works too
+        assert gaussian_sampling_mechanism(jax.random.PRNGKey(0), kmat, k).shape == (5, 5)
         assert np.linalg.matrix_rank(o.astype(np.float64), tol=1e-4 * np.abs(o).max()) == 1
 
 
@@ -279,14 +293,155 @@ def test_gsm_mean_error_shrinks_like_inverse_sqrt_draws():
     assert errs[1500] < errs[20] / 10  # 75x more draws -> squared error ~75x smaller
 
 
+@pytest.mark.parametrize("k", [3, 17])  # explicit samples and Bartlett
+def test_gsm_cholesky_and_eigh_paths_agree_in_distribution(monkeypatch, k):
+    """A positive definite K takes the Cholesky path (no eigh); forcing the eigh
+    fallback gives the same law: both factors satisfy L L^T = K, and the draws of
+    the two paths agree in mean, entry variances (Wishart formula) and, by
+    two-sample KS tests, in the laws of diagonal, off-diagonal and quadratic-form
+    statistics."""
+    kmat = _psd(5, seed=5)
+    kd = kmat.astype(np.float64)
+    l_chol, ok = mech._cholesky_factor(jnp.asarray(kmat))
+    l_eig, lam_min = mech._eigh_factor(jnp.asarray(kmat))
+    assert bool(ok) and float(lam_min) > 0
+    for lfac in (l_chol, l_eig):
+        lf = np.asarray(lfac, np.float64)
+        np.testing.assert_allclose(lf @ lf.T, kd, rtol=1e-5, atol=1e-5)
+
+    chol_calls = _count_calls(monkeypatch, "_cholesky_factor")
+    eigh_calls = _count_calls(monkeypatch, "_eigh_factor")
+    d_chol = _draws(kmat, k, N_DRAWS, seed=200 + k)
+    assert len(chol_calls) == 1 and len(eigh_calls) == 0  # PD: one Cholesky, no eigh
+    _force_eigh(monkeypatch)
+    d_eig = _draws(kmat, k, N_DRAWS, seed=300 + k)
+    assert len(eigh_calls) == 1
+
+    var_theory = (kd**2 + np.outer(np.diag(kd), np.diag(kd))) / k
+    for draws in (d_chol, d_eig):
+        z = np.abs(draws.mean(0) - kd) / np.sqrt(var_theory / N_DRAWS)
+        assert z.max() < 4.5
+        assert np.all(np.abs(draws.var(0) / var_theory - 1) < 0.2)
+    a = np.random.default_rng(6).normal(size=5)
+    for stat in (
+        lambda d: d[:, 0, 0],
+        lambda d: d[:, 1, 3],
+        lambda d: np.einsum("i,dij,j->d", a, d, a),
+    ):
+        assert stats.ks_2samp(stat(d_chol), stat(d_eig)).pvalue > 1e-3
+
+
+def test_gsm_singular_psd_uses_exact_eigh_fallback(monkeypatch):
+    """An exactly singular PSD K (rank 2, integer entries) makes Cholesky fail; the
+    eigh fallback is exact: K~ is PSD, lies in the range of K (no jitter: a null
+    vector v of K has v^T K~ v = 0 up to rounding), and quadratic forms in the
+    range follow k * a^T K~ a / a^T K a ~ chi2_k."""
+    u = np.array([1.0, 2.0, 0.0, -1.0, 1.0])
+    v = np.array([0.0, 1.0, 1.0, 1.0, -2.0])
+    kmat = (np.outer(u, u) + np.outer(v, v)).astype(np.float32)  # exact in float32
+    null = np.array([1.0, 0.0, -1.0, 1.0, 0.0])  # orthogonal to u and v: K null = 0
+    assert abs(null @ u) < 1e-12 and abs(null @ v) < 1e-12
+    assert not bool(mech._cholesky_factor(jnp.asarray(kmat))[1])  # Cholesky really fails
+    eigh_calls = _count_calls(monkeypatch, "_eigh_factor")
+    k = 4
+    out = np.asarray(gaussian_sampling_mechanism(KEY, kmat, k), np.float64)
+    assert len(eigh_calls) == 1
+    np.testing.assert_array_equal(out, out.T)
+    w = np.linalg.eigvalsh(out)
+    assert w.min() >= -1e-5 * w.max() and np.sum(w > 1e-4 * w.max()) == 2
+    draws = _draws(kmat, k, N_DRAWS, seed=7)
+    assert len(eigh_calls) == 2  # vmapped over keys: still one factorization
+    scale = np.abs(kmat).max()
+    assert np.abs(np.einsum("i,dij,j->d", null, draws, null)).max() < 1e-5 * scale
+    for a in (u, u + 2 * v):
+        stat = k * np.einsum("i,dij,j->d", a, draws, a) / (a @ kmat.astype(np.float64) @ a)
+        assert stats.kstest(stat, stats.chi2(k).cdf).pvalue > 1e-3
+
+
 def test_gsm_rank_deficient_and_slightly_indefinite_input():
     kmat = _psd(5, rank=2)
     out = np.asarray(gaussian_sampling_mechanism(KEY, kmat, 5), np.float64)
     w = np.linalg.eigvalsh(out)
     assert w.min() >= -1e-5 * w.max()
     assert np.sum(w > 1e-4 * w.max()) <= 2  # K~ lives in the range of K
-    bumped = kmat - 1e-6 * np.eye(5, dtype=np.float32)  # tiny negative eigenvalues
+    bumped = kmat - 1e-6 * np.eye(5, dtype=np.float32)  # rounding-level negative eigenvalues
     assert np.all(np.isfinite(np.asarray(gaussian_sampling_mechanism(KEY, bumped, 5))))
+
+
+def _no_noise(monkeypatch) -> None:
+    def boom(*args, **kwargs):
+        raise AssertionError("noise drawn before K was rejected")
+
+    for name in ("normal", "gamma", "split", "uniform"):
+        monkeypatch.setattr(jax.random, name, boom)
+
+
+@pytest.mark.parametrize("k", [2, 50])
+def test_gsm_rejects_indefinite_matrix_before_noise(monkeypatch, k):
+    """Clearly indefinite K raises ValueError (nothing drawn); negatives at the
+    tolerance tol = psd_rtol * n * max|K| are the boundary."""
+    rng = np.random.default_rng(8)
+    q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    evals = np.array([-0.05, 0.5, 1.0, 2.0, 3.0])
+    indefinite = ((q * evals) @ q.T).astype(np.float32)
+    indefinite = 0.5 * (indefinite + indefinite.T)
+    _no_noise(monkeypatch)
+    for bad in (
+        -np.eye(3, dtype=np.float32),
+        np.diag([1.0, 1.0, -0.01]).astype(np.float32),
+        indefinite,
+    ):
+        with pytest.raises(ValueError, match="positive semi-definite"):
+            gaussian_sampling_mechanism(KEY, bad, k)
+    # the tolerance: lambda_min = -0.05 and tol = psd_rtol * 5 * max|K|
+    scale = float(np.abs(indefinite).max())
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        gaussian_sampling_mechanism(KEY, indefinite, k, psd_rtol=0.5 * 0.05 / (5 * scale))
+    monkeypatch.undo()
+    out = gaussian_sampling_mechanism(KEY, indefinite, k, psd_rtol=2.0 * 0.05 / (5 * scale))
+    assert np.all(np.isfinite(np.asarray(out)))  # within tolerance: clamped, released
+    with pytest.raises(ValueError, match="psd_rtol"):
+        gaussian_sampling_mechanism(KEY, indefinite, k, psd_rtol=0.0)
+
+
+def test_gsm_one_compilation_serves_several_k():
+    """k is a runtime value: every k > n shares one compiled Bartlett sampler, and
+    every k <= n with the same padded width (next power of two) one explicit sampler."""
+    if not hasattr(mech._gsm_wishart, "_cache_size"):
+        pytest.skip("jax.jit objects expose no _cache_size in this JAX version")
+    kmat = _psd(5, seed=9)
+    gaussian_sampling_mechanism(KEY, kmat, 6)
+    gaussian_sampling_mechanism(KEY, kmat, 3)
+    before = (mech._gsm_wishart._cache_size(), mech._gsm_explicit._cache_size())
+    for k in (7, 40, 1000, 10**6):
+        gaussian_sampling_mechanism(KEY, kmat, k)
+    gaussian_sampling_mechanism(KEY, kmat, 4)  # width 4 like k = 3
+    assert (mech._gsm_wishart._cache_size(), mech._gsm_explicit._cache_size()) == before
+    assert [mech._explicit_width(k, 10) for k in (1, 2, 3, 5, 8, 9, 10)] == [1, 2, 4, 8, 8, 10, 10]
+
+
+def test_gsm_n2000_single_cholesky(monkeypatch):
+    """n = 2000: one Cholesky, no eigh (the speed path); output symmetric, finite,
+    with the right diagonal scale. The time is printed, not asserted."""
+    n, k = 2000, 64
+    rng = np.random.default_rng(10)
+    a = rng.normal(size=(n, 48)).astype(np.float32)
+    kmat = jnp.asarray(a @ a.T / 48 + np.eye(n, dtype=np.float32))
+    chol_calls = _count_calls(monkeypatch, "_cholesky_factor")
+    eigh_calls = _count_calls(monkeypatch, "_eigh_factor")
+    t0 = time.perf_counter()
+    out = gaussian_sampling_mechanism(KEY, kmat, k).block_until_ready()
+    seconds = time.perf_counter() - t0
+    print(f"gaussian_sampling_mechanism n={n} k={k}: {seconds:.2f} s (incl. compile)")
+    assert len(chol_calls) == 1 and len(eigh_calls) == 0
+    o = np.asarray(out, np.float64)
+    assert o.shape == (n, n) and np.all(np.isfinite(o))
+    np.testing.assert_array_equal(o, o.T)
+    # for a fixed direction a: k a^T K~ a / a^T K a ~ chi2_k (one draw each, fixed key)
+    kd = np.asarray(kmat, np.float64)
+    for a in (np.eye(n)[0], rng.normal(size=n)):
+        stat = k * (a @ o @ a) / (a @ kd @ a)
+        assert 1e-4 < stats.chi2(k).cdf(stat) < 1 - 1e-4
 
 
 def test_gsm_validation():

@@ -12,6 +12,8 @@ _EXPORTS = {
     "entk_features": "entk",
     "entk_mean_embedding": "entk",
     "entk_kernel": "entk",
+    "is_dense_mlp": "entk",
+    "make_entk_embedding_chunk_fn": "entk",
     # networks whose e-NTK the papers take
     "fc_1l": "networks",
     "fc_2l": "networks",

@@ -16,8 +16,11 @@ and is deterministic given the key.
   ``B = (Delta / eps) * log(1 + (e^eps - 1) / (2 delta))``.
 * :func:`gaussian_sampling_mechanism` -- Gu et al. Alg. 1 (from Gu, Song, Yang
   & Zhou 2024): ``K~ = (1/k) sum_{j<k} g_j g_j^T``, ``g_j ~ N(0, K)`` i.i.d.,
-  a PSD private estimate of the PSD matrix ``K``. Its (eps, delta) guarantee
-  is conditional (Gu et al. Def. 5.1-5.2, Lemma 5.4); the caller accounts it.
+  a PSD private estimate of the PSD matrix ``K`` (one Cholesky factorization;
+  exact ``eigh`` fallback for singular ``K``; clearly indefinite ``K`` is
+  rejected). Its (eps, delta) guarantee is conditional (Gu et al. Def.
+  5.1-5.2, Lemma 5.4); the caller accounts it. This is the only
+  implementation of Alg. 1 in privkernels (DP NTK regression calls it).
 
 ``*_record`` helpers build the matching
 :class:`~privkernels.privacy.report.MechanismRecord`.
@@ -284,40 +287,64 @@ def truncated_laplace_record(
 # Gaussian sampling mechanism (Gu et al. Alg. 1)
 # --------------------------------------------------------------------------- #
 
+#: Default relative tolerance of the PSD check (see gaussian_sampling_mechanism).
+GSM_PSD_RTOL = 1e-6
 
-def _psd_factor(kmat: jax.Array) -> jax.Array:
-    """``L`` with ``L L^T = K``: ``U sqrt(max(lambda, 0))`` from ``eigh((K + K^T)/2)``.
 
-    K is PSD in exact arithmetic; rounding can make tiny eigenvalues negative,
-    and those are clamped to 0.
+@jax.jit
+def _gsm_input_stats(kmat: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(max|K|, max|K - K^T|)`` computed where ``K`` lives (no host copy)."""
+    return jnp.max(jnp.abs(kmat)), jnp.max(jnp.abs(kmat - kmat.T))
+
+
+@jax.jit
+def _cholesky_factor(kmat: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Lower Cholesky factor ``L`` of ``(K + K^T)/2`` and whether it is finite.
+
+    A failed factorization (K not numerically positive definite) comes back
+    as NaNs; ``ok`` is False then.
     """
-    sym = 0.5 * (kmat + kmat.T)
-    evals, evecs = jnp.linalg.eigh(sym)
-    return evecs * jnp.sqrt(jnp.maximum(evals, 0.0))[None, :]
+    lfac = jnp.linalg.cholesky(kmat, symmetrize_input=True)
+    return lfac, jnp.all(jnp.isfinite(lfac))
 
 
-def _outer_mean(b: jax.Array, k: Any) -> jax.Array:
-    out = (b @ b.T) / jnp.asarray(k, b.dtype)
+@jax.jit
+def _eigh_factor(kmat: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(U sqrt(max(lambda, 0)), lambda_min)`` from ``eigh((K + K^T)/2)``.
+
+    Exact factor ``L L^T = K`` of a PSD (possibly singular) ``K``; negative
+    eigenvalues are clamped to 0 (the caller has already rejected any below
+    the rounding-level tolerance).
+    """
+    evals, evecs = jnp.linalg.eigh(kmat, symmetrize_input=True)
+    return evecs * jnp.sqrt(jnp.maximum(evals, 0.0))[None, :], evals[0]
+
+
+def _outer_mean(b: jax.Array, k: jax.Array) -> jax.Array:
+    out = (b @ b.T) / k.astype(b.dtype)
     return 0.5 * (out + out.T)  # exactly symmetric
 
 
-@partial(jax.jit, static_argnames=("k",))
-def _gsm_explicit(key: Any, kmat: jax.Array, k: int) -> jax.Array:
-    # g_j = L z_j, z_j ~ N(0, I_n): K~ = (L Z)(L Z)^T / k with Z (n, k).
-    lfac = _psd_factor(kmat)
-    z = jax.random.normal(key, (kmat.shape[0], k), kmat.dtype)
+@partial(jax.jit, static_argnames=("width",))
+def _gsm_explicit(key: Any, lfac: jax.Array, k: jax.Array, width: int) -> jax.Array:
+    # k <= width <= n explicit samples: g_j = L z_j, K~ = (L Z)(L Z)^T / k with
+    # Z (n, width) standard normal whose columns j >= k are zeroed, i.e. exactly
+    # the k-column Z of Alg. 1. ``k`` is traced, so one compilation serves
+    # every k with the same ``width`` (a power of two, capped at n).
+    z = jax.random.normal(key, (lfac.shape[0], width), lfac.dtype)
+    z = jnp.where(jnp.arange(width) < k, z, jnp.zeros((), lfac.dtype))
     return _outer_mean(lfac @ z, k)
 
 
 @jax.jit
-def _gsm_wishart(key: Any, kmat: jax.Array, k: jax.Array) -> jax.Array:
-    # Z Z^T ~ Wishart_n(k, I) = A A^T with A lower-triangular (Bartlett
+def _gsm_wishart(key: Any, lfac: jax.Array, k: jax.Array) -> jax.Array:
+    # k > n: Z Z^T ~ Wishart_n(k, I) = A A^T with A lower-triangular (Bartlett
     # decomposition): A_ii = sqrt(chi2_{k-i}) (i = 0..n-1), A_ij ~ N(0, 1) for
-    # i > j, all independent; needs k >= n. ``k`` is traced so one compilation
-    # serves every k (jax.random.gamma is slow to compile).
-    n = kmat.shape[0]
-    dt = kmat.dtype
-    lfac = _psd_factor(kmat)
+    # i > j, all independent. ``k`` is traced, so one compilation serves every
+    # k > n (jax.random.gamma is slow to compile). The degrees of freedom are
+    # exact integers, rounded to the float dtype only beyond 2^24 (float32).
+    n = lfac.shape[0]
+    dt = lfac.dtype
     k_norm, k_chi = jax.random.split(key)
     normals = jax.random.normal(k_norm, (n, n), dt)
     dof = (k - jnp.arange(n, dtype=k.dtype)).astype(dt)
@@ -326,15 +353,55 @@ def _gsm_wishart(key: Any, kmat: jax.Array, k: jax.Array) -> jax.Array:
     return _outer_mean(lfac @ a, k)
 
 
-def _gsm(key: Any, kmat: jax.Array, k: int) -> jax.Array:
-    """Dispatch: explicit samples for ``k <= n``, Bartlett Wishart for ``k > n``."""
-    if k <= kmat.shape[0]:
-        return _gsm_explicit(key, kmat, k)
-    return _gsm_wishart(key, kmat, jnp.asarray(k, jnp.int32))
+def _explicit_width(k: int, n: int) -> int:
+    """Static width of the explicit branch: the next power of two >= k, capped at n."""
+    return min(n, 1 << (k - 1).bit_length())
+
+
+def _psd_factor(kmat: jax.Array, psd_tol: float) -> tuple[jax.Array, str]:
+    """A factor ``L`` with ``L L^T = K`` (up to rounding) and the path taken.
+
+    Cholesky first: one ``O(n^3 / 3)`` factorization, and its success certifies
+    that ``K`` is positive definite up to rounding (``L L^T = K + E`` with
+    ``E`` the backward error of the factorization). Only if it fails (singular
+    or indefinite ``K``) is ``eigh`` run; it is exact for singular PSD ``K``
+    (no jitter: sampling from ``N(0, K + t I)`` would be another mechanism) and
+    gives the spectrum, so a clearly indefinite ``K`` is rejected here, before
+    any noise is drawn.
+    """
+    lfac, ok = _cholesky_factor(kmat)
+    if bool(ok):
+        return lfac, "cholesky"
+    del lfac
+    lfac, lam_min = _eigh_factor(kmat)
+    lam_min = float(lam_min)
+    if not lam_min >= -psd_tol:  # also catches NaN
+        raise ValueError(
+            "K must be positive semi-definite: its smallest eigenvalue is "
+            f"{lam_min:.4g} < -{psd_tol:.3g} (= -psd_rtol * n * max|K|); the Gaussian "
+            "sampling mechanism needs a covariance matrix and its privacy analysis assumes K PSD"
+        )
+    return lfac, "eigh"
+
+
+def _gsm(key: Any, kmat: jax.Array, k: int, psd_tol: float) -> jax.Array:
+    """Factor once (:func:`_psd_factor`), then sample: explicit draws for
+    ``k <= n``, Bartlett Wishart for ``k > n``."""
+    lfac, _ = _psd_factor(kmat, psd_tol)
+    n = kmat.shape[0]
+    k_arr = jnp.asarray(k, jnp.int32)
+    if k <= n:
+        return _gsm_explicit(key, lfac, k_arr, _explicit_width(k, n))
+    return _gsm_wishart(key, lfac, k_arr)
 
 
 def gaussian_sampling_mechanism(
-    key: Any, K: Any, k: int, *, symmetry_rtol: float = 1e-4
+    key: Any,
+    K: Any,
+    k: int,
+    *,
+    symmetry_rtol: float = 1e-4,
+    psd_rtol: float = GSM_PSD_RTOL,
 ) -> jax.Array:
     """Gaussian Sampling Mechanism (Gu et al., DP NTK regression, Alg. 1).
 
@@ -342,13 +409,34 @@ def gaussian_sampling_mechanism(
     an exactly symmetric PSD matrix with ``E[K~] = K`` and
     ``Var(K~_ij) = (K_ij^2 + K_ii K_jj) / k``.
 
-    Implementation: one eigendecomposition of ``(K + K^T)/2`` gives
-    ``K = L L^T`` (negative eigenvalues from rounding clamped to 0). For
-    ``k <= n`` the ``k`` samples are drawn explicitly, ``G = L Z`` with
-    ``Z (n, k)`` standard normal; for ``k > n`` the Wishart matrix
-    ``Z Z^T ~ W_n(k, I)`` is drawn directly by the Bartlett decomposition
-    (``n(n-1)/2`` normals and ``n`` chi-square variates), so the cost does not
-    grow with ``k``. Both give exactly the distribution of Alg. 1.
+    Implementation. ``g_j = L z_j`` with ``z_j ~ N(0, I_n)`` for any factor
+    ``L L^T = K``; the output distribution depends only on ``K``.
+
+    * Factor: Cholesky of ``(K + K^T)/2`` first (about 15x faster than
+      ``eigh`` on CPU). Success certifies ``K`` positive definite up to
+      rounding. If it fails (the factor is not finite: ``K`` singular or
+      indefinite), ``eigh`` is used: ``L = U sqrt(max(lambda, 0))``, exact
+      for singular PSD ``K``. No jitter is ever added (``N(0, K + t I)``
+      would be a different mechanism).
+    * PSD check: the privacy analysis assumes ``K`` PSD. On the ``eigh`` path
+      ``K`` is rejected (ValueError, before any noise) when
+      ``lambda_min < -tol`` with ``tol = psd_rtol * n * max|K|``
+      (``n max|K|`` bounds ``||K||_2``; the default ``1e-6`` is about 8 float32
+      ulps of that bound). Negative eigenvalues within ``tol`` are rounding
+      and are clamped to 0.
+    * Sampling: for ``k <= n`` the ``k`` samples are drawn explicitly,
+      ``G = L Z`` with ``Z (n, k)`` standard normal (padded with zero columns
+      to the next power of two so one compilation serves a range of k); for
+      ``k > n`` the Wishart matrix ``Z Z^T ~ W_n(k, I)`` is drawn directly by
+      the Bartlett decomposition (``n(n-1)/2`` normals and ``n`` chi-square
+      variates), so the cost does not grow with ``k`` and one compilation
+      serves every ``k > n``. Both give exactly the distribution of Alg. 1.
+
+    Cost: ``O(n^3 / 3)`` (Cholesky) + ``O(n^2 min(k, n))`` (sampling);
+    ``O(n^3)`` eigh only for singular or indefinite ``K``. The function reads
+    concrete values of ``K`` to choose the path, so it cannot be wrapped in
+    ``jax.jit`` as a whole (``K`` traced); ``jax.vmap`` over keys with ``K``
+    fixed works and factors ``K`` once.
 
     Privacy: the (eps, delta) guarantee (Gu et al. Lemma 5.4, from GSYZ24 Thm.
     6.12) holds only under Condition 5.3 (``M <= Delta(eps, delta, k)``,
@@ -356,13 +444,20 @@ def gaussian_sampling_mechanism(
 
     Args:
       key: JAX PRNG key.
-      K: (n, n) symmetric PSD matrix, finite (floating dtype kept; else float32).
+      K: (n, n) symmetric PSD matrix, finite (floating dtype kept; float64
+        becomes float32 unless x64 is enabled; else float32).
       k: number of Gaussian samples, integer in [1, 2^31).
       symmetry_rtol: ``K`` is rejected when
         ``max|K - K^T| > symmetry_rtol * max|K|``.
+      psd_rtol: relative tolerance of the PSD check (see above), > 0.
 
     Returns:
-      (n, n) array ``K~`` in ``K``'s dtype.
+      (n, n) array ``K~`` in ``K``'s (release) dtype.
+
+    Raises:
+      ValueError: non-square, empty, non-finite, asymmetric or clearly
+        indefinite ``K``; ``k`` out of range. TypeError: non-integer ``k``,
+        non-numeric ``K`` or a bad key. All before any noise is drawn.
     """
     key = check_key(key)
     arr = check_array(K, "K", ndim=2)
@@ -372,16 +467,16 @@ def gaussian_sampling_mechanism(
     if k >= 2**31:
         raise ValueError(f"k must be < 2**31, got {k}")
     rtol = check_positive(symmetry_rtol, "symmetry_rtol")
-    host = np.asarray(arr)
-    scale = float(np.max(np.abs(host))) if host.size else 0.0
-    asym = float(np.max(np.abs(host - host.T))) if host.size else 0.0
+    prtol = check_positive(psd_rtol, "psd_rtol")
+    kmat = jnp.asarray(arr, _release_dtype(arr.dtype))
+    scale_a, asym_a = _gsm_input_stats(kmat)
+    scale, asym = float(scale_a), float(asym_a)
     if asym > rtol * scale:
         raise ValueError(
             f"K must be symmetric: max|K - K^T| = {asym:.3g} exceeds "
             f"symmetry_rtol * max|K| = {rtol * scale:.3g}"
         )
-    dtype = _release_dtype(arr.dtype)
-    return _gsm(key, jnp.asarray(arr, dtype), k)
+    return _gsm(key, kmat, k, prtol * kmat.shape[0] * scale)
 
 
 def gaussian_sampling_record(

@@ -1,0 +1,1162 @@
+"""DP-KIP: differentially private kernel inducing points (Vinaroz & Park).
+
+Dataset distillation by kernel ridge regression (KRR): a small *support* set
+``(X_s, Y_s)`` with ``m = support_per_class * n_classes`` points is learned so
+that KRR trained on it predicts the labels of the large *target* (private)
+dataset well. The KRR loss of one target example (paper eq. 3 / 6) is::
+
+    loss_i(X_s) = || y_i - K(x_i, X_s) (K_ss + lambda I)^{-1} Y_s ||^2,
+    lambda      = reg * tr(K_ss) / m                  (paper Sec. 3.2)
+
+DP-KIP (paper Algorithm 1) optimises ``X_s`` with DP-SGD:
+
+1. ``X_s ~ N(0, I)`` -- never initialised from real examples; labels are fixed,
+   class-balanced, centred one-hot vectors ``onehot - 1/c`` (data independent).
+2. each step Poisson-samples the target set with rate ``q = batch_size / n``
+   (fixed-shape padded sample with a mask, never truncated),
+3. computes the per-target-example gradients ``grad_{X_s} loss_i`` (``vmap`` of
+   ``grad`` over target examples; the support-side Cholesky solve is shared),
+4. clips each to L2 norm ``clip_norm``, sums them over the sampled batch,
+5. adds ``N(0, (sigma * clip_norm)^2 I)`` (fresh noise every step),
+6. divides by the *expected* batch size ``q * n`` and takes an optax (Adam) step.
+
+Privacy: the Poisson-subsampled Gaussian mechanism composed over
+``steps = epochs * round(1 / q)`` steps, accounted by dp-accounting (PLD by
+default) under the **add/remove-one** neighbouring relation. ``sigma`` is
+calibrated for exactly that sampling rate and number of steps; the reported
+epsilon is ``dpsgd_epsilon(sigma, delta, q, steps_taken)``. The dataset size
+``n`` is treated as public (it fixes ``q`` and the normaliser ``q * n``), as is
+standard for DP-SGD.
+
+Kernels (from :mod:`privkernels.features`):
+
+* ``"scatternet"`` -- linear kernel of ScatterNet features (J=2, L=8):
+  ``K = Phi_t Phi_s^T``.
+* ``"fc_ntk"`` -- infinite-width FC ReLU NTK (closed form).
+* ``"entk"`` -- linear kernel of the L2-normalised e-NTK features of a LeNet
+  with data-independent random parameters.
+
+For linear-feature kernels the KRR solve is done in the smaller of the support
+size ``m`` and the feature dimension ``f`` (push-through identity
+``Phi_s^T (Phi_s Phi_s^T + lambda I_m)^{-1} = (Phi_s^T Phi_s + lambda I_f)^{-1} Phi_s^T``).
+
+Per-example clipping space (``clip_space``):
+
+* ``"input"`` -- the paper's choice: clip the gradient w.r.t. the support
+  *pixels*. For ScatterNet/e-NTK this back-propagates a batch of
+  ``batch x m`` cotangents through the feature map every step.
+* ``"feature"`` -- (linear-feature kernels only) clip the per-example gradient
+  w.r.t. the support *features* ``Phi_s = phi(X_s)``, add the Gaussian noise
+  there and map the noisy sum to pixels with one vector-Jacobian product of the
+  (data-independent) feature map at the current support. The map is
+  post-processing of a DP release, so the guarantee is identical; it is much
+  cheaper on CPU. Not the paper's algorithm; documented in the report.
+
+Numerics (jitter policy): float32 by default. The ridge matrix
+``K_ss + (reg + jitter) * tr(K_ss)/m * I`` is factorised by Cholesky
+(``jitter`` defaults to 0, so the objective is exactly the paper's). If that
+factor is not finite (``K_ss`` numerically rank deficient), the factorisation is
+retried once with an extra ``FALLBACK_JITTER * tr(K_ss)/m`` on the diagonal.
+This only depends on the support set (already private), not on private data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels._validation import (
+    check_array,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_key,
+    check_labels,
+    check_nonnegative,
+    check_positive,
+)
+
+__all__ = [
+    "KERNELS",
+    "FALLBACK_JITTER",
+    "DPKIPResult",
+    "fit",
+    "predict",
+    "predict_labels",
+    "accuracy",
+    "init_support",
+    "support_labels",
+    "corruption_mask",
+    "krr_loss",
+    "per_example_grads",
+    "make_kernel",
+]
+
+KERNELS = ("scatternet", "fc_ntk", "entk")
+#: Relative diagonal shift used when the first Cholesky factor is not finite.
+FALLBACK_JITTER = 1e-5
+
+_FC_NTK_DEFAULTS = {"depth": 1, "W_std": math.sqrt(2.0), "b_std": 0.1}
+_SCATTER_DEFAULTS = {"J": 2, "L": 8}
+_ENTK_DEFAULTS: dict[str, Any] = {"normalize": True}
+
+
+# --------------------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """A kernel for KIP.
+
+    Attributes:
+      name: one of :data:`KERNELS`.
+      kind: ``"features"`` (linear kernel of ``feature_fn``) or ``"kernel"``.
+      options: the resolved options (JSON-friendly).
+      feature_fn: ``(b, *input_shape) -> (b, f)`` (``kind == "features"``).
+      kernel_fn: ``(n1, *s), (n2, *s) -> (n1, n2)`` (``kind == "kernel"``).
+      params: data-independent parameters (e-NTK network weights) or None.
+    """
+
+    name: str
+    kind: str
+    options: dict[str, Any]
+    feature_fn: Callable[[jax.Array], jax.Array] | None = None
+    kernel_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    params: Any = None
+
+
+def make_kernel(
+    name: str,
+    input_shape: tuple[int, ...],
+    n_classes: int,
+    *,
+    options: Mapping[str, Any] | None = None,
+    key: Any = None,
+    params: Any = None,
+) -> KernelSpec:
+    """Build the kernel ``name`` for inputs of shape ``input_shape``.
+
+    ``key`` (only for ``"entk"``) draws the LeNet's data-independent parameters
+    unless ``params`` are given.
+    """
+    if name not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
+    opts = dict(options or {})
+    from privkernels import features
+
+    if name == "fc_ntk":
+        full = {**_FC_NTK_DEFAULTS, **opts}
+        unknown = set(full) - {"depth", "W_std", "b_std"}
+        if unknown:
+            raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
+
+        def kfn(a: jax.Array, b: jax.Array) -> jax.Array:
+            return features.fc_ntk_kernel(
+                a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1),
+                depth=int(full["depth"]), W_std=float(full["W_std"]), b_std=float(full["b_std"]),
+            )
+
+        return KernelSpec(name, "kernel", full, kernel_fn=kfn)
+
+    if name == "scatternet":
+        full = {**_SCATTER_DEFAULTS, **opts}
+        unknown = set(full) - {"J", "L"}
+        if unknown:
+            raise ValueError(f"unknown kernel_options for scatternet: {sorted(unknown)}")
+        if len(input_shape) not in (2, 3):
+            raise ValueError(f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}")
+        J, L = int(full["J"]), int(full["L"])
+        if min(input_shape[:2]) < 2**J:
+            raise ValueError(
+                f"scatternet with J={J} needs images of side >= {2**J}, got {input_shape}; "
+                "pass kernel_options={'J': 1} or pad the images"
+            )
+
+        def ffn(xb: jax.Array) -> jax.Array:
+            out = features.scatternet_features(xb, J=J, L=L)
+            return out.reshape(out.shape[0], -1)
+
+        return KernelSpec(name, "features", full, feature_fn=ffn)
+
+    # e-NTK of a LeNet with random (data-independent) parameters.
+    full = {**_ENTK_DEFAULTS, **opts}
+    unknown = set(full) - {"normalize"}
+    if unknown:
+        raise ValueError(f"unknown kernel_options for entk: {sorted(unknown)}")
+    if len(input_shape) not in (2, 3) or min(input_shape[:2]) < 12:
+        raise ValueError(
+            f"entk (LeNet) needs images (h, w) or (h, w, ch) with sides >= 12, got input shape {input_shape}"
+        )
+    module = features.lenet(out_features=n_classes)
+    if params is None:
+        if key is None:
+            raise ValueError("make_kernel('entk') needs a key (or params) for the LeNet initialisation")
+        params = features.init_params(key, module, tuple(input_shape))
+    normalize = bool(full["normalize"])
+
+    def efn(xb: jax.Array) -> jax.Array:
+        return features.entk_features(module.apply, params, xb, normalize=normalize)
+
+    return KernelSpec(name, "features", full, feature_fn=efn, params=params)
+
+
+# --------------------------------------------------------------------------------------
+# KRR core
+# --------------------------------------------------------------------------------------
+
+
+def _cholesky_with_fallback(mat: jax.Array, scale: jax.Array) -> jax.Array:
+    """Lower Cholesky factor; retried once with ``FALLBACK_JITTER * scale`` if not finite."""
+    eye = jnp.eye(mat.shape[0], dtype=mat.dtype)
+    chol = jnp.linalg.cholesky(mat)
+    ok = jnp.all(jnp.isfinite(chol))
+    return jax.lax.cond(
+        ok,
+        lambda: chol,
+        lambda: jnp.linalg.cholesky(mat + FALLBACK_JITTER * scale * eye),
+    )
+
+
+def _ridge_solve(k_ss: jax.Array, y_s: jax.Array, ridge: float) -> jax.Array:
+    """``(K_ss + ridge * tr(K_ss)/m I)^{-1} Y_s`` by Cholesky; ``(m, m), (m, c) -> (m, c)``."""
+    m = k_ss.shape[0]
+    k_ss = 0.5 * (k_ss + k_ss.T)
+    scale = jnp.trace(k_ss) / m
+    mat = k_ss + ridge * scale * jnp.eye(m, dtype=k_ss.dtype)
+    chol = _cholesky_with_fallback(mat, scale)
+    return jax.scipy.linalg.cho_solve((chol, True), y_s)
+
+
+def _feature_clipped_sum(
+    s: jax.Array,
+    y_s: jax.Array,
+    phi: jax.Array,
+    y_t: jax.Array,
+    mask: jax.Array,
+    ridge: float,
+    clip_norm: float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Masked sum of clipped per-example gradients w.r.t. the support features, in closed form.
+
+    For the linear kernel ``K = S S^T`` (``S`` (m, f)), ``M = K + lambda I``,
+    ``lambda = ridge ||S||_F^2 / m``, ``A = M^{-1} Y_s``, and one target
+    ``(phi_i, y_i)`` with ``r_i = A^T S phi_i - y_i``, the gradient of
+    ``||r_i||^2`` w.r.t. ``S`` is (matrix calculus on eq. 3)::
+
+        g_i = 2 v_i e_i^T - 2 u_i w_i^T - gamma_i S,
+        u_i = M^{-1} S phi_i,  v_i = A r_i,  e_i = phi_i - S^T u_i,  w_i = S^T v_i,
+        gamma_i = 4 ridge (u_i . v_i) / m,
+
+    so per-example norms and the clipped sum need only ``O(b m f)`` work and
+    the ``(b, m, f)`` per-example gradients are never materialised. Equal to
+    ``clip_per_example(vmap(grad))`` (tested).
+
+    Returns ``(clipped_sum (m, f), loss_sum, n_clipped)`` over ``mask``.
+    """
+    m = s.shape[0]
+    k_ss = s @ s.T
+    k_ss = 0.5 * (k_ss + k_ss.T)
+    scale = jnp.trace(k_ss) / m
+    eye = jnp.eye(m, dtype=s.dtype)
+    mat = k_ss + ridge * scale * eye
+    chol0 = jnp.linalg.cholesky(mat)
+    ok = jnp.all(jnp.isfinite(chol0))
+    rho = jnp.where(ok, ridge, ridge + FALLBACK_JITTER)
+    chol = jax.lax.cond(ok, lambda: chol0, lambda: jnp.linalg.cholesky(mat + FALLBACK_JITTER * scale * eye))
+    a = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)
+    k_t = phi @ s.T  # (b, m)
+    r = k_t @ a - y_t  # (b, c)
+    u = jax.scipy.linalg.cho_solve((chol, True), k_t.T).T  # (b, m)
+    v = r @ a.T  # (b, m)
+    stu = u @ s  # (b, f)
+    e = phi - stu
+    w = v @ s  # (b, f)
+    gamma = 4.0 * rho * jnp.sum(u * v, -1) / m  # (b,)
+    s_sq = jnp.sum(s * s)
+    uv = jnp.sum(u * v, -1)
+    sq = (
+        4.0 * jnp.sum(v * v, -1) * jnp.sum(e * e, -1)
+        + 4.0 * jnp.sum(u * u, -1) * jnp.sum(w * w, -1)
+        + gamma**2 * s_sq
+        - 8.0 * uv * jnp.sum(e * w, -1)
+        - 4.0 * gamma * jnp.sum(w * e, -1)
+        + 4.0 * gamma * jnp.sum(stu * w, -1)
+    )
+    norms = jnp.sqrt(jnp.maximum(sq, 0.0))
+    finite = jnp.isfinite(norms)
+    factor = jnp.where(finite, 1.0 / jnp.maximum(1.0, jnp.where(finite, norms, 0.0) / clip_norm), 0.0) * mask
+    total = 2.0 * (v * factor[:, None]).T @ e - 2.0 * (u * factor[:, None]).T @ w - jnp.sum(factor * gamma) * s
+    loss_sum = jnp.sum(jnp.sum(r * r, -1) * mask)
+    n_clipped = jnp.sum(mask * (norms > clip_norm))
+    return total, loss_sum, n_clipped
+
+
+def _krr_predict_repr(
+    spec_kind: str,
+    kernel_fn: Callable | None,
+    s_repr: jax.Array,
+    y_s: jax.Array,
+    t_repr: jax.Array,
+    ridge: float,
+) -> jax.Array:
+    """KRR predictions ``(b, c)`` for targets from the support representation.
+
+    ``kind == "kernel"``: representations are inputs; ``"features"``: rows of
+    ``Phi``. ``ridge = reg + jitter`` (relative to ``tr(K_ss)/m``).
+    """
+    if spec_kind == "kernel":
+        assert kernel_fn is not None
+        alpha = _ridge_solve(kernel_fn(s_repr, s_repr), y_s, ridge)
+        return kernel_fn(t_repr, s_repr) @ alpha
+    m, f = s_repr.shape
+    if f < m:  # solve in feature space (Woodbury / push-through)
+        scale = jnp.sum(s_repr * s_repr) / m
+        gram = s_repr.T @ s_repr
+        gram = 0.5 * (gram + gram.T) + ridge * scale * jnp.eye(f, dtype=s_repr.dtype)
+        chol = _cholesky_with_fallback(gram, scale)
+        w = jax.scipy.linalg.cho_solve((chol, True), s_repr.T @ y_s)
+        return t_repr @ w
+    alpha = _ridge_solve(s_repr @ s_repr.T, y_s, ridge)
+    return (t_repr @ s_repr.T) @ alpha
+
+
+def _support_repr(spec: KernelSpec, x_s: jax.Array) -> jax.Array:
+    if spec.kind == "kernel":
+        return x_s.reshape(x_s.shape[0], -1)
+    assert spec.feature_fn is not None
+    return spec.feature_fn(x_s)
+
+
+def _target_repr(spec: KernelSpec, x: jax.Array) -> jax.Array:
+    return _support_repr(spec, x)
+
+
+def _encode_labels(y: jax.Array, n_classes: int, dtype: Any = jnp.float32) -> jax.Array:
+    """Centred one-hot ``onehot(y) - 1/c``: ``(n,) int -> (n, c)``."""
+    return jax.nn.one_hot(y, n_classes, dtype=dtype) - 1.0 / n_classes
+
+
+def krr_loss(
+    spec: KernelSpec,
+    x_s: jax.Array,
+    y_s: jax.Array,
+    x_t: jax.Array,
+    y_t: jax.Array,
+    *,
+    reg: float = 1e-6,
+    jitter: float = 0.0,
+) -> jax.Array:
+    """Per-example KRR losses ``(b,)`` (paper eq. 3/6).
+
+    Args:
+      x_s: ``(m, *input_shape)`` support inputs; y_s: ``(m, c)`` support targets.
+      x_t: ``(b, *input_shape)`` targets; y_t: ``(b, c)`` target label vectors.
+    """
+    pred = _krr_predict_repr(
+        spec.kind, spec.kernel_fn, _support_repr(spec, x_s), y_s, _target_repr(spec, x_t), reg + jitter
+    )
+    return jnp.sum((pred - y_t) ** 2, axis=-1)
+
+
+def _loss_one(
+    params: dict[str, jax.Array],
+    y_s_fixed: jax.Array,
+    t_i: jax.Array,
+    y_i: jax.Array,
+    *,
+    spec: KernelSpec,
+    space: str,
+    ridge: float,
+) -> jax.Array:
+    """Loss of one target (representation ``t_i``) as a function of the support params."""
+    if space == "feature":
+        s_repr = params["phi"]
+    else:
+        s_repr = _support_repr(spec, params["x"])
+    y_s = params.get("y", y_s_fixed)
+    pred = _krr_predict_repr(spec.kind, spec.kernel_fn, s_repr, y_s, t_i[None], ridge)[0]
+    return jnp.sum((pred - y_i) ** 2)
+
+
+def per_example_grads(
+    spec: KernelSpec,
+    x_s: jax.Array,
+    y_s: jax.Array,
+    x_t: jax.Array,
+    y_t: jax.Array,
+    *,
+    reg: float = 1e-6,
+    jitter: float = 0.0,
+) -> jax.Array:
+    """Per-target-example gradients ``(b, m, *input_shape)`` of the KRR loss w.r.t. ``x_s``.
+
+    ``vmap`` over target examples of ``grad`` w.r.t. the support; the support-side
+    kernel matrix and Cholesky factor are unbatched, so they are computed once.
+    Wrap in ``jax.jit`` (closing over ``spec``) for speed.
+    """
+    t = _target_repr(spec, x_t)
+    fn = partial(_loss_one, spec=spec, space="input", ridge=reg + jitter)
+    g = jax.vmap(jax.grad(fn), in_axes=(None, None, 0, 0))({"x": x_s}, y_s, t, y_t)
+    return g["x"]
+
+
+# --------------------------------------------------------------------------------------
+# support initialisation (data independent)
+# --------------------------------------------------------------------------------------
+
+
+def support_labels(n_classes: int, support_per_class: int) -> np.ndarray:
+    """Class-balanced support labels ``(m,)`` int32: ``[0]*spc + [1]*spc + ...`` (data independent)."""
+    return np.repeat(np.arange(n_classes, dtype=np.int32), support_per_class)
+
+
+def init_support(key: Any, n_support: int, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+    """Support inputs ``(m, *input_shape)`` drawn i.i.d. from ``N(0, 1)`` (Alg. 1, step 1).
+
+    Depends only on ``key`` and the shape: no real example is ever used.
+    """
+    return jax.random.normal(key, (n_support, *input_shape), dtype=dtype)
+
+
+def corruption_mask(key: Any, shape: tuple[int, ...], fraction: float) -> np.ndarray:
+    """Boolean mask (True = corrupted/frozen) with exactly ``round(fraction * size)`` entries.
+
+    Drawn from ``key`` only (data independent); paper Table 4.
+    """
+    size = int(np.prod(shape))
+    k = int(round(fraction * size))
+    perm = np.asarray(jax.random.permutation(key, size))
+    mask = np.zeros(size, dtype=bool)
+    mask[perm[:k]] = True
+    return mask.reshape(shape)
+
+
+# --------------------------------------------------------------------------------------
+# result, prediction
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DPKIPResult:
+    """Output of :func:`fit`.
+
+    Attributes:
+      support_x: ``(m, *input_shape)`` float32 distilled inputs (the DP release).
+      support_y: ``(m,)`` int32 class of each support point (data independent).
+      support_targets: ``(m, c)`` float32 KRR targets (centred one-hot, or the
+        learned labels in the non-private ``learn_labels`` mode).
+      report: the :class:`~privkernels.privacy.report.PrivacyReport`.
+      history: per-epoch lists (``epoch``, ``step``, ``seconds``, ``test_accuracy``,
+        ``test_loss`` when a test set is given; ``train_loss``, ``batch_sizes`` with
+        ``diagnostics=True``).
+      corrupted: ``(m, *input_shape)`` bool mask of frozen (noise) pixels.
+      config: kernel name/options, reg, jitter, n_classes, input_shape, ...
+      kernel_params: data-independent kernel parameters (e-NTK LeNet) or None.
+    """
+
+    support_x: np.ndarray
+    support_y: np.ndarray
+    support_targets: np.ndarray
+    report: Any
+    history: dict[str, list[Any]]
+    corrupted: np.ndarray
+    config: dict[str, Any]
+    kernel_params: Any = None
+
+    @property
+    def steps_done(self) -> int:
+        return int(self.config["steps_done"])
+
+
+def _spec_of(result: DPKIPResult) -> KernelSpec:
+    cfg = result.config
+    return make_kernel(
+        cfg["kernel"], tuple(cfg["input_shape"]), int(cfg["n_classes"]),
+        options=cfg["kernel_options"], params=result.kernel_params,
+    )
+
+
+def _make_predict_fn(spec: KernelSpec, ridge: float) -> Callable[..., jax.Array]:
+    """Jitted ``(x_s, y_s, x_batch) -> (b, c)`` KRR predictions (compiled once per shape)."""
+
+    @jax.jit
+    def run(x_s: jax.Array, y_s: jax.Array, xb: jax.Array) -> jax.Array:
+        s_repr = _support_repr(spec, x_s)
+        return _krr_predict_repr(spec.kind, spec.kernel_fn, s_repr, y_s, _target_repr(spec, xb), ridge)
+
+    return run
+
+
+def _chunked_predict(
+    run: Callable[..., jax.Array], x_s: jax.Array, y_s: jax.Array, x: jax.Array, chunk_size: int
+) -> np.ndarray:
+    """Apply ``run`` over ``x`` in fixed-size chunks (last one padded, so one compilation)."""
+    n = x.shape[0]
+    chunk_size = min(chunk_size, n)
+    outs = []
+    for start in range(0, n, chunk_size):
+        xb = x[start:start + chunk_size]
+        pad = chunk_size - xb.shape[0]
+        if pad:
+            xb = jnp.concatenate([xb, jnp.zeros((pad, *xb.shape[1:]), xb.dtype)])
+        out = run(x_s, y_s, xb)
+        outs.append(np.asarray(out[: out.shape[0] - pad]))
+    return np.concatenate(outs, axis=0)
+
+
+def predict(result: DPKIPResult, x: Any, *, chunk_size: int = 1000) -> np.ndarray:
+    """KRR predictions ``(n, c)`` for ``x`` ``(n, *input_shape)`` from the support set.
+
+    Post-processing of the DP release (no extra privacy cost).
+    """
+    x = check_array(x, "x")
+    shape = tuple(result.config["input_shape"])
+    if tuple(x.shape[1:]) != shape:
+        raise ValueError(f"x must have shape (n, {', '.join(map(str, shape))}), got {tuple(x.shape)}")
+    check_int(chunk_size, "chunk_size")
+    spec = _spec_of(result)
+    ridge = float(result.config["reg"]) + float(result.config["jitter"])
+    cfg = result.config
+    run = _cached(
+        ("predict", cfg["kernel"], json.dumps(spec.options, sort_keys=True), tuple(cfg["input_shape"]), ridge)
+        if cfg["kernel"] != "entk" else None,
+        lambda: _make_predict_fn(spec, ridge),
+    )
+    return _chunked_predict(
+        run, jnp.asarray(result.support_x),
+        jnp.asarray(result.support_targets), jnp.asarray(x, jnp.float32), chunk_size,
+    )
+
+
+def predict_labels(result: DPKIPResult, x: Any, *, chunk_size: int = 1000) -> np.ndarray:
+    """Argmax of :func:`predict`: ``(n,)`` int32 class labels."""
+    return np.argmax(predict(result, x, chunk_size=chunk_size), axis=-1).astype(np.int32)
+
+
+def accuracy(result: DPKIPResult, x: Any, y: Any, *, chunk_size: int = 1000) -> float:
+    """KRR test accuracy of the support set on ``(x, y)``."""
+    y = check_labels(y, int(result.config["n_classes"]), "y", n_rows=np.shape(x)[0])
+    return float(np.mean(predict_labels(result, x, chunk_size=chunk_size) == y))
+
+
+# --------------------------------------------------------------------------------------
+# training
+# --------------------------------------------------------------------------------------
+
+
+#: Compiled steps / predictors for data-independent kernels (fc_ntk, scatternet),
+#: keyed by every static setting; a pure cache so repeated fits (seeds, tests)
+#: reuse the XLA compilation. Bounded; never holds data.
+_JIT_CACHE: OrderedDict[tuple[Any, ...], Callable] = OrderedDict()
+_JIT_CACHE_SIZE = 16
+
+
+def _cached(cache_key: tuple[Any, ...] | None, build: Callable[[], Callable]) -> Callable:
+    if cache_key is None:
+        return build()
+    fn = _JIT_CACHE.get(cache_key)
+    if fn is None:
+        fn = build()
+        _JIT_CACHE[cache_key] = fn
+        while len(_JIT_CACHE) > _JIT_CACHE_SIZE:
+            _JIT_CACHE.popitem(last=False)
+    else:
+        _JIT_CACHE.move_to_end(cache_key)
+    return fn
+
+
+def _make_step(
+    spec: KernelSpec,
+    *,
+    space: str,
+    private: bool,
+    learn_labels: bool,
+    ridge: float,
+    clip_norm: float,
+    noise_multiplier: float,
+    n: int,
+    q: float,
+    pad_to: int,
+    chunk_size: int,
+    optimizer: Any,
+    n_classes: int,
+) -> Callable:
+    """Build the jitted DP-KIP step ``(state, x, y, key) -> (state, aux)``."""
+    import optax
+
+    from privkernels import privacy
+
+    n_chunks = pad_to // chunk_size
+    expected_batch = q * n
+    loss_fn = partial(_loss_one, spec=spec, space=space, ridge=ridge)
+    if private:
+        pe_grad = jax.vmap(jax.grad(loss_fn), in_axes=(None, None, 0, 0))
+    batch_loss = jax.vmap(loss_fn, in_axes=(None, None, 0, 0))
+
+    def masked_sum_loss(p: Any, y_s: jax.Array, t: jax.Array, yt: jax.Array, mk: jax.Array) -> jax.Array:
+        return jnp.sum(batch_loss(p, y_s, t, yt) * mk)
+
+    def step(state: dict[str, Any], x: jax.Array, y_enc: jax.Array, key: jax.Array):
+        k_batch, k_noise = jax.random.split(key)
+        batch = privacy.poisson_batch(k_batch, n, q, pad_to=pad_to)
+        idx = batch.indices
+        mask = batch.mask.astype(jnp.float32)
+        params = state["params"]
+        grad_mask = state["grad_mask"]
+        y_s = state["y_s"]
+        if space == "feature":
+            assert spec.feature_fn is not None
+            phi_s, vjp_fn = jax.vjp(spec.feature_fn, params["x"])
+            work = {"phi": phi_s}
+            if learn_labels:
+                work["y"] = params["y"]
+        else:
+            work = dict(params)
+
+        def chunk_body(carry: Any, c: jax.Array):
+            acc, loss_acc, clip_acc = carry
+            sl = jax.lax.dynamic_slice_in_dim(idx, c * chunk_size, chunk_size)
+            mk = jax.lax.dynamic_slice_in_dim(mask, c * chunk_size, chunk_size)
+            xb = x[sl]
+            yb = y_enc[sl]
+            t = _target_repr(spec, xb)
+            if private and space == "feature" and not learn_labels:
+                summed_phi, lsum, ncl = _feature_clipped_sum(
+                    work["phi"], y_s, t, yb, mk, ridge, clip_norm
+                )
+                summed = {"phi": summed_phi}
+                clip_acc = clip_acc + ncl
+                loss_acc = loss_acc + lsum
+            elif private:
+                g = pe_grad(work, y_s, t, yb)
+                if space == "input":  # frozen (corrupted) pixels are excluded before clipping
+                    g = {**g, "x": g["x"] * (1.0 - grad_mask)[None]}
+                clipped, norms = privacy.clip_per_example(g, clip_norm)
+                summed = jax.tree_util.tree_map(
+                    lambda leaf: jnp.tensordot(mk, leaf, axes=1), clipped
+                )
+                clip_acc = clip_acc + jnp.sum(mk * (norms > clip_norm))
+                losses = batch_loss(work, y_s, t, yb)
+                loss_acc = loss_acc + jnp.sum(losses * mk)
+            else:
+                lval, summed = jax.value_and_grad(masked_sum_loss)(work, y_s, t, yb, mk)
+                loss_acc = loss_acc + lval
+            acc = jax.tree_util.tree_map(jnp.add, acc, summed)
+            return (acc, loss_acc, clip_acc), None
+
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, work)
+        (gsum, loss_sum, n_clipped), _ = jax.lax.scan(
+            chunk_body, (zeros, jnp.float32(0.0), jnp.float32(0.0)), jnp.arange(n_chunks)
+        )
+        if private:
+            leaves, treedef = jax.tree_util.tree_flatten(gsum)
+            keys = jax.random.split(k_noise, len(leaves))
+            noisy = [
+                leaf + noise_multiplier * clip_norm * jax.random.normal(k, leaf.shape, leaf.dtype)
+                for leaf, k in zip(leaves, keys, strict=True)
+            ]
+            gsum = jax.tree_util.tree_unflatten(treedef, noisy)
+        grad = jax.tree_util.tree_map(lambda leaf: leaf / expected_batch, gsum)
+        if space == "feature":
+            (gx,) = vjp_fn(grad["phi"])
+            new_grad = {"x": gx}
+            if learn_labels:
+                new_grad["y"] = grad["y"]
+            grad = new_grad
+        grad = {**grad, "x": grad["x"] * (1.0 - grad_mask)}
+        updates, opt_state = optimizer.update(grad, state["opt_state"], params)
+        new_params = optax.apply_updates(params, updates)
+        # Frozen pixels never move (also guards against optimiser side effects).
+        new_params = {**new_params, "x": jnp.where(grad_mask > 0, params["x"], new_params["x"])}
+        new_state = {**state, "params": new_params, "opt_state": opt_state}
+        aux = {"batch_size": batch.size, "loss_sum": loss_sum, "n_clipped": n_clipped}
+        return new_state, aux
+
+    del n_classes
+    return jax.jit(step)
+
+
+def _sampling_pad(n: int, q: float, chunk_size: int) -> int:
+    """Fixed padded batch length: ``P[Binomial(n, q) > pad] <= 1e-9``, a multiple of ``chunk_size``.
+
+    A larger sample is never truncated: :func:`fit` re-runs that step with a
+    longer padding (same key, hence the same Poisson sample).
+    """
+    from privkernels.privacy.sampling import poisson_pad_to
+
+    return int(poisson_pad_to(n, q, failure_prob=1e-9, pad_multiple=chunk_size))
+
+
+def _balanced_chunk(n: int, q: float, chunk_size: int) -> int:
+    """Chunk length <= ``chunk_size`` that splits the padded batch with little waste."""
+    raw = _sampling_pad(n, q, 1)
+    n_chunks = max(1, math.ceil(raw / chunk_size))
+    return max(1, math.ceil(raw / n_chunks))
+
+
+def _fingerprint(cfg: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _save_checkpoint(path: Path, state: dict[str, Any], meta: dict[str, Any]) -> None:
+    leaves = jax.tree_util.tree_leaves(state)
+    arrays = {f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+    tmp = path.with_name(path.name + ".tmp.npz")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, meta=np.array(json.dumps(meta, default=_json_default)), **arrays)  # type: ignore[arg-type]
+    os.replace(tmp, path)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def _load_checkpoint(path: Path, template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        leaves_t, treedef = jax.tree_util.tree_flatten(template)
+        leaves = []
+        for i, lt in enumerate(leaves_t):
+            arr = data[f"leaf_{i}"]
+            if arr.shape != np.shape(lt):
+                raise ValueError(f"checkpoint {path} does not match this configuration (leaf {i} shape)")
+            leaves.append(jnp.asarray(arr, dtype=jnp.asarray(lt).dtype))
+    return jax.tree_util.tree_unflatten(treedef, leaves), meta
+
+
+def fit(
+    key: Any,
+    x: Any,
+    y: Any,
+    *,
+    kernel: Literal["scatternet", "fc_ntk", "entk"] = "scatternet",
+    support_per_class: int,
+    epsilon: float | None,
+    delta: float = 1e-5,
+    clip_norm: float = 1.0,
+    batch_size: int,
+    epochs: int,
+    learning_rate: float = 1e-2,
+    reg: float = 1e-6,
+    jitter: float = 0.0,
+    corrupt_fraction: float = 0.0,
+    n_classes: int | None = None,
+    x_test: Any = None,
+    y_test: Any = None,
+    kernel_options: Mapping[str, Any] | None = None,
+    clip_space: Literal["auto", "input", "feature"] = "auto",
+    accountant: Literal["pld", "rdp"] = "pld",
+    learn_labels: bool = False,
+    optimizer: Any = None,
+    chunk_size: int = 128,
+    eval_every: int = 1,
+    diagnostics: bool = False,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    max_steps: int | None = None,
+    progress: bool = True,
+) -> DPKIPResult:
+    """Distil ``(x, y)`` into ``support_per_class`` points per class with DP-KIP (Alg. 1).
+
+    Args:
+      key: ``jax.random.key``; split into support init, corruption mask, kernel
+        parameters (e-NTK) and per-step keys ``fold_in(k_train, step)``.
+      x: ``(n, *input_shape)`` float private target inputs (images ``(n, h, w)``
+        or ``(n, h, w, 3)``; tabular ``(n, d)``).
+      y: ``(n,)`` int labels in ``[0, n_classes)``.
+      kernel: ``"scatternet"``, ``"fc_ntk"`` or ``"entk"``.
+      support_per_class: distilled points per class (``m = spc * c``).
+      epsilon: target epsilon, or ``None`` for the non-private KIP baseline.
+      delta: target delta in (0, 1).
+      clip_norm: per-example L2 clipping bound ``C``.
+      batch_size: expected Poisson batch size; ``q = batch_size / n``.
+      epochs: ``steps = epochs * round(1 / q)``.
+      learning_rate: Adam step size (ignored when ``optimizer`` is given).
+      reg: ridge ``lambda = reg * tr(K_ss) / m``.
+      jitter: extra relative diagonal (added to ``reg``) for the Cholesky solve.
+      corrupt_fraction: fraction in ``[0, 1)`` of support pixels frozen at their
+        ``N(0, 1)`` initial value and excluded from optimisation (Table 4).
+      n_classes: default ``max(y) + 1`` (pass it to avoid reading it from data).
+      x_test, y_test: optional *public* held-out set for the per-epoch test accuracy.
+      kernel_options: fc_ntk ``depth/W_std/b_std`` (default 1, sqrt(2), 0.1);
+        scatternet ``J/L`` (default 2, 8); entk ``normalize``.
+      clip_space: ``"input"`` (paper), ``"feature"`` (linear-feature kernels;
+        see the module docstring) or ``"auto"`` (``"input"``; ``"feature"`` for entk).
+      accountant: ``"pld"`` (default) or ``"rdp"``.
+      learn_labels: learn the support labels too (non-private mode only).
+      optimizer: an optax ``GradientTransformation`` (default ``adam(learning_rate)``).
+      chunk_size: target examples per vmapped chunk (bounds memory).
+      eval_every: evaluate on the test set every this many epochs.
+      diagnostics: record the un-noised training loss, clip fraction and
+        Poisson batch sizes in the history. In the private mode this reads
+        private data without noise and emits a ``PrivacyLeakWarning``.
+      checkpoint_path: ``.npz`` file written every epoch (and on
+        ``KeyboardInterrupt``) holding the support, optimiser and accountant
+        state (steps done, sigma, q, planned steps).
+      resume: continue from ``checkpoint_path``; the configuration (incl. the
+        accountant state) must match; steps already taken stay counted.
+      max_steps: stop after this many steps *in total* (for time-sliced runs);
+        the report covers the steps actually taken.
+      progress: show a tqdm bar per epoch.
+
+    Returns:
+      :class:`DPKIPResult`.
+
+    Raises:
+      ValueError / TypeError on bad input, before any noise is drawn.
+    """
+    from privkernels import privacy
+    from privkernels.privacy.report import (
+        ADD_REMOVE,
+        MechanismRecord,
+        PrivacyReport,
+        non_private_report,
+    )
+
+    # ---------------- validation (before any randomness) ----------------
+    key = check_key(key)
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    x = check_array(x, "x", min_rows=1)
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (n, *input_shape), got {tuple(x.shape)}")
+    n = int(x.shape[0])
+    input_shape = tuple(int(s) for s in x.shape[1:])
+    if n_classes is None:  # noqa: SIM108
+        y_arr = np.asarray(y)
+        if y_arr.size == 0:
+            raise ValueError("y is empty")
+        n_classes = int(np.max(y_arr)) + 1 if np.issubdtype(y_arr.dtype, np.number) else 0
+    n_classes_inferred = n_classes is None
+    n_classes = check_int(n_classes, "n_classes", minimum=2)
+    y = check_labels(y, n_classes, "y", n_rows=n)
+    private = epsilon is not None
+    if private:
+        epsilon = check_epsilon(epsilon)
+        delta = check_delta(delta)
+        clip_norm = check_positive(clip_norm, "clip_norm")
+        if learn_labels:
+            raise ValueError("learn_labels=True is only allowed with epsilon=None (labels stay fixed in DP-KIP)")
+    support_per_class = check_int(support_per_class, "support_per_class", minimum=1)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    if batch_size > n:
+        raise ValueError(f"batch_size must be <= n = {n}, got {batch_size}")
+    epochs = check_int(epochs, "epochs", minimum=1)
+    learning_rate = check_positive(learning_rate, "learning_rate")
+    reg = check_nonnegative(reg, "reg")
+    jitter = check_nonnegative(jitter, "jitter")
+    if reg + jitter <= 0:
+        raise ValueError("reg + jitter must be > 0 for a well-posed ridge solve")
+    cf = check_nonnegative(corrupt_fraction, "corrupt_fraction")
+    if not (0.0 <= cf < 1.0):
+        raise ValueError(f"corrupt_fraction must lie in [0, 1), got {corrupt_fraction!r}")
+    chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
+    eval_every = check_int(eval_every, "eval_every", minimum=1)
+    if max_steps is not None:
+        max_steps = check_int(max_steps, "max_steps", minimum=1)
+    if accountant not in ("pld", "rdp"):
+        raise ValueError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
+    if clip_space not in ("auto", "input", "feature"):
+        raise ValueError(f"clip_space must be 'auto', 'input' or 'feature', got {clip_space!r}")
+    if clip_space == "auto":  # e-NTK in pixel space needs second-order LeNet Jacobians
+        space = "feature" if kernel == "entk" else "input"
+    else:
+        space = clip_space
+    if space == "feature" and kernel == "fc_ntk":
+        raise ValueError("clip_space='feature' needs a linear-feature kernel (scatternet or entk), not fc_ntk")
+    if space == "feature" and learn_labels:
+        raise ValueError("learn_labels is only supported with clip_space='input'")
+    has_test = x_test is not None or y_test is not None
+    if has_test:
+        if x_test is None or y_test is None:
+            raise ValueError("give both x_test and y_test, or neither")
+        x_test = check_array(x_test, "x_test")
+        if tuple(x_test.shape[1:]) != input_shape:
+            raise ValueError(f"x_test must have shape (n, {input_shape}), got {tuple(x_test.shape)}")
+        y_test = check_labels(y_test, n_classes, "y_test", n_rows=int(x_test.shape[0]))
+    if checkpoint_path is not None:
+        checkpoint_path = Path(checkpoint_path)
+        if resume and not checkpoint_path.exists():
+            raise ValueError(f"resume=True but checkpoint {checkpoint_path} does not exist")
+        if not resume and checkpoint_path.exists():
+            raise ValueError(
+                f"checkpoint {checkpoint_path} exists; pass resume=True to continue it "
+                "(a fresh run would not count the steps already taken) or delete it"
+            )
+    elif resume:
+        raise ValueError("resume=True needs checkpoint_path")
+
+    # ---------------- plan + accountant ----------------
+    q = batch_size / n
+    steps_per_epoch = max(1, round(1.0 / q))
+    planned_steps = epochs * steps_per_epoch
+    m = support_per_class * n_classes
+    sigma = 0.0
+    if private:
+        sigma = float(
+            privacy.dpsgd_noise_multiplier(
+                epsilon, delta, sampling_rate=q, steps=planned_steps, accountant=accountant
+            )
+        )
+
+    k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
+    spec = make_kernel(kernel, input_shape, n_classes, options=kernel_options, key=k_kernel)
+    if space == "feature" and spec.kind != "features":
+        raise ValueError("clip_space='feature' needs a linear-feature kernel")
+
+    x_s0 = init_support(k_init, m, input_shape)
+    labels_s = support_labels(n_classes, support_per_class)
+    y_s0 = _encode_labels(jnp.asarray(labels_s), n_classes)
+    corrupted = corruption_mask(k_corrupt, (m, *input_shape), cf) if cf > 0 else np.zeros((m, *input_shape), bool)
+
+    optimizer_given = optimizer is not None
+    if optimizer is None:
+        import optax
+
+        optimizer = optax.adam(learning_rate)
+    params: dict[str, jax.Array] = {"x": x_s0}
+    if learn_labels:
+        params["y"] = y_s0
+    state: dict[str, Any] = {
+        "params": params,
+        "opt_state": optimizer.init(params),
+        "grad_mask": jnp.asarray(corrupted, jnp.float32),
+        "y_s": y_s0,
+    }
+    cfg = {
+        "kernel": kernel,
+        "kernel_options": spec.options,
+        "clip_space": space,
+        "private": private,
+        "epsilon": epsilon,
+        "delta": delta if private else None,
+        "clip_norm": clip_norm if private else None,
+        "noise_multiplier": sigma,
+        "sampling_rate": q,
+        "planned_steps": planned_steps,
+        "steps_per_epoch": steps_per_epoch,
+        "n": n,
+        "batch_size": batch_size,
+        "epochs": epochs,
+        "learning_rate": learning_rate,
+        "reg": reg,
+        "jitter": jitter,
+        "corrupt_fraction": cf,
+        "n_classes": n_classes,
+        "support_per_class": support_per_class,
+        "input_shape": list(input_shape),
+        "learn_labels": learn_labels,
+        "accountant": accountant,
+        "custom_optimizer": optimizer_given,
+    }
+    fingerprint = _fingerprint(cfg)
+    steps_done = 0
+    history: dict[str, list[Any]] = {"epoch": [], "step": [], "seconds": []}
+    if has_test:
+        history.update(test_accuracy=[], test_loss=[])
+    if diagnostics:
+        history.update(train_loss=[], clip_fraction=[], batch_sizes=[])
+        if private:
+            from privkernels.privacy.warnings import warn_privacy_leak
+
+            warn_privacy_leak("diagnostics=True: the training loss, clip fraction and Poisson batch sizes")
+
+    if resume:
+        assert checkpoint_path is not None
+        state, meta = _load_checkpoint(checkpoint_path, state)
+        if meta.get("fingerprint") != fingerprint:
+            raise ValueError(
+                "checkpoint configuration differs from this call (epsilon, delta, sampling rate, "
+                "planned steps, kernel, ...); resuming with another accountant state is not allowed"
+            )
+        steps_done = int(meta["steps_done"])
+        history = meta["history"]
+        if abs(float(meta["noise_multiplier"]) - sigma) > 1e-9 * max(1.0, sigma):
+            raise ValueError("checkpoint noise multiplier differs from the recomputed one")
+
+    chunk_size = _balanced_chunk(n, q, chunk_size)
+    pad_to = _sampling_pad(n, q, chunk_size)
+    step_fns: dict[int, Callable] = {}
+
+    cacheable = kernel != "entk" and not optimizer_given
+    base_key = (
+        kernel, json.dumps(spec.options, sort_keys=True), input_shape, space, private, learn_labels,
+        reg + jitter, float(clip_norm) if private else 0.0, sigma, n, q, chunk_size, learning_rate,
+        n_classes,
+    )
+
+    def get_step(pad: int) -> Callable:
+        if pad not in step_fns:
+            step_fns[pad] = _cached(
+                ("step", *base_key, pad) if cacheable else None,
+                lambda: _make_step(
+                    spec, space=space, private=private, learn_labels=learn_labels, ridge=reg + jitter,
+                    clip_norm=float(clip_norm) if private else 0.0, noise_multiplier=sigma, n=n, q=q,
+                    pad_to=pad, chunk_size=chunk_size, optimizer=optimizer, n_classes=n_classes,
+                ),
+            )
+        return step_fns[pad]
+    x_dev = jnp.asarray(x, jnp.float32)
+    y_dev = _encode_labels(jnp.asarray(y), n_classes)
+
+    # test set representation precomputed once (public data)
+    test_eval = None
+    if has_test:
+        xt_dev = jnp.asarray(x_test, jnp.float32)
+        yt_np = np.asarray(y_test)
+        yt_enc = np.asarray(_encode_labels(jnp.asarray(yt_np), n_classes))
+        run_eval = _cached(
+            ("predict", kernel, json.dumps(spec.options, sort_keys=True), input_shape, reg + jitter)
+            if kernel != "entk" else None,
+            lambda: _make_predict_fn(spec, reg + jitter),
+        )
+
+        def test_eval(st: dict[str, Any]) -> tuple[float, float]:
+            ys = st["params"].get("y", st["y_s"])
+            pred = _chunked_predict(run_eval, st["params"]["x"], ys, xt_dev, 1000)
+            acc = float(np.mean(np.argmax(pred, -1) == yt_np))
+            loss = float(np.mean(np.sum((pred - yt_enc) ** 2, -1)))
+            return acc, loss
+
+    def save(st: dict[str, Any], done: int) -> None:
+        if checkpoint_path is not None:
+            meta = {
+                "fingerprint": fingerprint, "steps_done": done, "noise_multiplier": sigma,
+                "sampling_rate": q, "planned_steps": planned_steps, "history": history, "config": cfg,
+            }
+            _save_checkpoint(checkpoint_path, st, meta)
+
+    stop_at = planned_steps if max_steps is None else min(planned_steps, max_steps)
+    t0 = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=epochs, initial=steps_done // steps_per_epoch, desc=f"DP-KIP[{kernel}]", unit="epoch")
+    ep_loss, ep_clip, ep_count, ep_sizes = 0.0, 0.0, 0.0, []
+    try:
+        while steps_done < stop_at:
+            step_key = jax.random.fold_in(k_train, steps_done)
+            new_state, aux = get_step(pad_to)(state, x_dev, y_dev, step_key)
+            size = int(aux["batch_size"])
+            if size > pad_to:
+                # Never truncate: redo this step with a longer padding (same key ->
+                # the same Poisson sample); the truncated update is discarded.
+                big = int(math.ceil(size / chunk_size) * chunk_size)
+                new_state, aux = get_step(big)(state, x_dev, y_dev, step_key)
+            state = new_state
+            steps_done += 1
+            if diagnostics:
+                bs = size
+                ep_sizes.append(bs)
+                ep_loss += float(aux["loss_sum"])
+                ep_clip += float(aux["n_clipped"])
+                ep_count += bs
+            if steps_done % steps_per_epoch == 0 or steps_done == stop_at:
+                epoch = steps_done / steps_per_epoch
+                history["epoch"].append(epoch)
+                history["step"].append(steps_done)
+                history["seconds"].append(time.perf_counter() - t0)
+                if diagnostics:
+                    history["train_loss"].append(ep_loss / max(ep_count, 1.0))
+                    history["clip_fraction"].append(ep_clip / max(ep_count, 1.0))
+                    history["batch_sizes"].append(ep_sizes)
+                    ep_loss, ep_clip, ep_count, ep_sizes = 0.0, 0.0, 0.0, []
+                if test_eval is not None:
+                    last = steps_done == stop_at
+                    if last or int(round(epoch)) % eval_every == 0:
+                        acc, tl = test_eval(state)
+                    else:
+                        acc, tl = float("nan"), float("nan")
+                    history["test_accuracy"].append(acc)
+                    history["test_loss"].append(tl)
+                    if bar is not None and not math.isnan(acc):
+                        bar.set_postfix(test_acc=f"{acc:.4f}")
+                params_x = state["params"]["x"]
+                if not bool(jnp.all(jnp.isfinite(params_x))):
+                    raise FloatingPointError(
+                        "support set became non-finite; increase reg/jitter or lower the learning rate"
+                    )
+                save(state, steps_done)
+                if bar is not None:
+                    bar.update(1 if steps_done % steps_per_epoch == 0 else 0)
+    except KeyboardInterrupt:
+        save(state, steps_done)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+
+    # ---------------- report ----------------
+    data_indep = (
+        "support initialisation: N(0, 1) from the key (no real example used)",
+        "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
+        f"kernel: {kernel} {spec.options} (fixed feature map; e-NTK weights drawn from the key)",
+        "n (dataset size): treated as public (sets q = batch_size/n and the normaliser q*n)",
+    ) + (("corrupted-pixel mask: drawn from the key",) if cf > 0 else ()) + (
+        ("n_classes: inferred as max(y) + 1, treated as public (pass n_classes to avoid this)",)
+        if n_classes_inferred else ()
+    )
+    notes: tuple[str, ...] = ()
+    if has_test:
+        notes += ("history test accuracy uses x_test/y_test, assumed public / not part of the private data",)
+    if space == "feature":
+        notes += (
+            "clip_space='feature': per-example gradients are clipped w.r.t. the support features and "
+            "mapped to pixels after noising (post-processing); same guarantee, not the paper's variant",
+        )
+    if diagnostics and private:
+        notes += ("diagnostics=True: history holds un-noised training statistics (not covered)",)
+    if private:
+        eps_spent = float(
+            privacy.dpsgd_epsilon(sigma, delta, sampling_rate=q, steps=steps_done, accountant=accountant)
+        )
+        rec = MechanismRecord.make(
+            "poisson_subsampled_gaussian",
+            f"noisy clipped sum of per-example KRR gradients w.r.t. the support ({space} space)",
+            eps_spent,
+            delta,
+            sensitivity=float(clip_norm),
+            accountant=accountant,
+            noise_multiplier=sigma,
+            sampling_rate=q,
+            steps=steps_done,
+            planned_steps=planned_steps,
+            target_epsilon=epsilon,
+        )
+        report = PrivacyReport.from_mechanisms(
+            [rec], ADD_REMOVE, data_independent=data_indep, notes=notes
+        )
+    else:
+        report = non_private_report("epsilon=None: non-private KIP baseline")
+    cfg_out = {**cfg, "steps_done": steps_done, "fingerprint": fingerprint}
+    final_y = state["params"].get("y", state["y_s"])
+    return DPKIPResult(
+        support_x=np.asarray(state["params"]["x"]),
+        support_y=labels_s,
+        support_targets=np.asarray(final_y),
+        report=report,
+        history=history,
+        corrupted=corrupted,
+        config=cfg_out,
+        kernel_params=spec.params,
+    )

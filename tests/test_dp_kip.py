@@ -1,0 +1,355 @@
+"""Tests for privkernels.dp_kip (DP-KIP, Vinaroz & Park, Algorithm 1).
+
+Small synthetic / sklearn-digits problems only; the whole file runs in well
+under 90 s on 2 CPU cores. Reference quantities (per-example gradients, the
+epsilon of the accountant, the clipped sum) are recomputed independently here.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy import stats
+
+from privkernels import dp_kip
+from privkernels.privacy.warnings import PrivacyLeakWarning
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32) * 2.0 - 1.0
+    y = d.target.astype(np.int32)
+    return x[:300], y[:300], x[1500:], y[1500:]
+
+
+def _small(seed: int = 0, n: int = 120, shape=(8, 8), c: int = 3):
+    rng = np.random.default_rng(seed)
+    y = np.arange(n, dtype=np.int32) % c
+    x = rng.normal(size=(n, *shape)).astype(np.float32) + y.reshape(-1, *([1] * len(shape)))
+    return x, y
+
+
+BASE = dict(
+    kernel="fc_ntk", support_per_class=2, epsilon=2.0, delta=1e-5, clip_norm=0.1, batch_size=20,
+    epochs=1, learning_rate=1e-2, n_classes=3, accountant="rdp", progress=False,
+)
+
+
+# ------------------------------------------------------------------ gradients
+
+
+@pytest.mark.parametrize("kernel", ["fc_ntk", pytest.param("scatternet", marks=pytest.mark.slow)])
+def test_per_example_grads_match_python_loop(kernel, digits):
+    x, y, _, _ = digits
+    spec = dp_kip.make_kernel(kernel, (8, 8), 10)
+    xs = dp_kip.init_support(jax.random.key(3), 6, (8, 8))
+    ys = jax.nn.one_hot(jnp.arange(6) % 10, 10) - 0.1
+    xt = jnp.asarray(x[:5])
+    yt = jax.nn.one_hot(jnp.asarray(y[:5]), 10) - 0.1
+    got = np.asarray(jax.jit(lambda s: dp_kip.per_example_grads(spec, s, ys, xt, yt, reg=1e-3))(xs))
+
+    @jax.jit
+    def single_grad(xs_, xi, yi):  # the loss of ONE target example, differentiated alone
+        return jax.grad(lambda s: dp_kip.krr_loss(spec, s, ys, xi[None], yi[None], reg=1e-3)[0])(xs_)
+
+    for i in range(5):  # Python loop reference
+        ref = np.asarray(single_grad(xs, xt[i], yt[i]))
+        np.testing.assert_allclose(got[i], ref, rtol=2e-3, atol=1e-6 * np.abs(ref).max())
+    # the summed loss gradient equals the sum of per-example gradients
+    tot = jax.jit(jax.grad(lambda s: jnp.sum(dp_kip.krr_loss(spec, s, ys, xt, yt, reg=1e-3))))(xs)
+    np.testing.assert_allclose(got.sum(0), np.asarray(tot), rtol=2e-3, atol=1e-6 * np.abs(tot).max())
+
+
+def test_clipped_per_example_norms_bounded(digits):
+    from privkernels.privacy import clip_per_example
+
+    x, y, _, _ = digits
+    spec = dp_kip.make_kernel("fc_ntk", (8, 8), 10)
+    xs = dp_kip.init_support(jax.random.key(0), 10, (8, 8))
+    ys = jax.nn.one_hot(jnp.arange(10), 10) - 0.1
+    g = jax.jit(lambda s: dp_kip.per_example_grads(
+        spec, s, ys, jnp.asarray(x[:40]), jax.nn.one_hot(y[:40], 10) - 0.1))(xs)
+    norms = np.sqrt(np.sum(np.asarray(g).reshape(40, -1) ** 2, 1))
+    c = float(np.median(norms))
+    clipped, _ = clip_per_example({"x": g}, c)
+    new = np.sqrt(np.sum(np.asarray(clipped["x"]).reshape(40, -1) ** 2, 1))
+    assert np.all(new <= c * (1 + 1e-5))
+    assert np.any(norms > c)  # clipping was active for some
+
+
+def test_feature_space_solve_matches_kernel_space():
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        s = jnp.asarray(rng.normal(size=(12, 5)))  # f = 5 < m = 12: Woodbury branch
+        t = jnp.asarray(rng.normal(size=(7, 5)))
+        ys = jnp.asarray(rng.normal(size=(12, 3)))
+        got = dp_kip._krr_predict_repr("features", None, s, ys, t, 1e-3)
+        k = s @ s.T
+        lam = 1e-3 * jnp.trace(k) / 12
+        ref = (t @ s.T) @ jnp.linalg.solve(k + lam * jnp.eye(12), ys)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-8)
+
+
+# ------------------------------------------------------------------ privacy mechanics
+
+
+def test_noise_scale_and_clipped_sum_through_fit():
+    """(x0 - x1) * q n - (exact clipped sum) ~ N(0, (sigma C)^2) for one SGD(lr=1) step."""
+    from privkernels.privacy import clip_per_example, poisson_batch
+
+    x, y = _small(1, n=100)
+    key = jax.random.key(7)
+    kw = {**BASE, "epsilon": 1.0, "clip_norm": 0.05, "optimizer": optax.sgd(1.0), "max_steps": 1,
+          "support_per_class": 4, "kernel_options": {"depth": 1}}
+    res = dp_kip.fit(key, x, y, **kw)
+    sigma = res.report.mechanisms[0].param_dict["noise_multiplier"]
+    q = 20 / 100
+    # recompute the step's inputs from the documented key schedule
+    k_init, _, _, k_train = jax.random.split(key, 4)
+    x0 = dp_kip.init_support(k_init, 12, (8, 8))
+    k_batch, _ = jax.random.split(jax.random.fold_in(k_train, 0))
+    batch = poisson_batch(k_batch, 100, q)
+    idx = np.asarray(batch.indices)[np.asarray(batch.mask)]
+    spec = dp_kip.make_kernel("fc_ntk", (8, 8), 3, options={"depth": 1})
+    ys = jax.nn.one_hot(jnp.asarray(dp_kip.support_labels(3, 4)), 3) - 1 / 3
+    g = jax.jit(lambda s: dp_kip.per_example_grads(
+        spec, s, ys, jnp.asarray(x[idx]), jax.nn.one_hot(y[idx], 3) - 1 / 3, reg=1e-6))(x0)
+    clipped, _ = clip_per_example({"x": g}, 0.05)
+    exact = np.asarray(clipped["x"]).sum(0)
+    noisy = (np.asarray(x0) - res.support_x) * (q * 100)
+    resid = (noisy - exact).ravel() / (sigma * 0.05)
+    assert resid.size == 12 * 64
+    assert stats.kstest(resid, "norm").pvalue > 1e-3
+    assert abs(resid.std() - 1.0) < 0.1
+
+
+def test_sampler_inclusion_rate_and_epsilon_matches_dp_accounting():
+    import dp_accounting
+
+    x, y = _small(2, n=200)
+    with pytest.warns(PrivacyLeakWarning):
+        res = dp_kip.fit(jax.random.key(1), x, y, **{**BASE, "epochs": 3, "accountant": "pld"},
+                         diagnostics=True)
+    q = 20 / 200
+    steps = 3 * round(1 / q)
+    sizes = np.concatenate([np.asarray(s) for s in res.history["batch_sizes"]])
+    assert sizes.size == steps
+    # Binomial(n, q) batch sizes: mean q n, std sqrt(n q (1-q) / steps)
+    assert abs(sizes.mean() - q * 200) < 5 * math.sqrt(200 * q * (1 - q) / steps)
+    mech = res.report.mechanisms[0]
+    sigma = mech.param_dict["noise_multiplier"]
+    assert mech.param_dict["steps"] == steps and mech.param_dict["sampling_rate"] == q
+    acc = dp_accounting.pld.PLDAccountant(
+        dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4
+    )
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    eps_ref = acc.get_epsilon(1e-5)
+    assert res.report.epsilon == pytest.approx(eps_ref, rel=1e-6)
+    assert eps_ref <= 2.0 * (1 + 1e-3)  # calibrated for the target
+    assert res.report.neighbouring == "add-remove"
+    assert res.report.private
+
+
+# ------------------------------------------------------------------ initialisation
+
+
+def test_init_is_data_independent_and_not_a_real_example():
+    xa, ya = _small(3)
+    xb, yb = _small(4)
+    xb = xb * 3.0 + 5.0  # a very different dataset of the same shape
+    kw = {**BASE, "corrupt_fraction": 0.5, "max_steps": 2}
+    ra = dp_kip.fit(jax.random.key(5), xa, ya, **kw)
+    rb = dp_kip.fit(jax.random.key(5), xb, yb, **kw)
+    np.testing.assert_array_equal(ra.corrupted, rb.corrupted)
+    assert abs(ra.corrupted.mean() - 0.5) < 1e-9
+    # frozen pixels keep their initial values, identical across datasets
+    np.testing.assert_array_equal(ra.support_x[ra.corrupted], rb.support_x[rb.corrupted])
+    k_init = jax.random.split(jax.random.key(5), 4)[0]
+    x0 = np.asarray(dp_kip.init_support(k_init, 6, (8, 8)))
+    np.testing.assert_array_equal(ra.support_x[ra.corrupted], x0[ra.corrupted])
+    # trainable pixels moved
+    assert np.any(ra.support_x[~ra.corrupted] != x0[~ra.corrupted])
+    # no support point equals (or is close to) a real example
+    d = np.min(np.linalg.norm(x0.reshape(6, 1, -1) - xa.reshape(1, len(xa), -1), axis=-1))
+    assert d > 1.0
+    np.testing.assert_array_equal(ra.support_y, np.repeat(np.arange(3), 2))
+
+
+def test_same_key_same_result_and_predict():
+    x, y = _small(5)
+    r1 = dp_kip.fit(jax.random.key(9), x, y, **BASE)
+    r2 = dp_kip.fit(jax.random.key(9), x, y, **BASE)
+    np.testing.assert_array_equal(r1.support_x, r2.support_x)
+    r3 = dp_kip.fit(jax.random.key(10), x, y, **BASE)
+    assert not np.array_equal(r1.support_x, r3.support_x)
+    pred = dp_kip.predict(r1, x[:7])
+    assert pred.shape == (7, 3) and np.all(np.isfinite(pred))
+    assert dp_kip.predict_labels(r1, x[:7]).shape == (7,)
+    assert 0.0 <= dp_kip.accuracy(r1, x, y) <= 1.0
+
+
+# ------------------------------------------------------------------ validation
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"epsilon": math.inf}, "epsilon"),
+        ({"delta": 0.0}, "delta"),
+        ({"delta": 1.0}, "delta"),
+        ({"batch_size": 10_000}, "batch_size"),
+        ({"support_per_class": 0}, "support_per_class"),
+        ({"corrupt_fraction": 1.0}, "corrupt_fraction"),
+        ({"corrupt_fraction": -0.1}, "corrupt_fraction"),
+        ({"kernel": "rbf"}, "kernel"),
+        ({"clip_norm": 0.0}, "clip_norm"),
+        ({"n_classes": 2}, "y"),
+        ({"learn_labels": True}, "learn_labels"),
+        ({"clip_space": "feature"}, "clip_space"),
+    ],
+)
+def test_bad_input_raises_before_noise(override, match, monkeypatch):
+    import privkernels.privacy.accounting as acc
+
+    def boom(*a, **k):  # the accountant is never reached on bad input
+        raise AssertionError("noise calibrated before validation")
+
+    monkeypatch.setattr(acc, "dpsgd_noise_multiplier", boom)
+    x, y = _small(6)
+    with pytest.raises(ValueError, match=match):
+        dp_kip.fit(jax.random.key(0), x, y, **{**BASE, **override})
+
+
+def test_bad_data_raises():
+    x, y = _small(6)
+    xn = x.copy()
+    xn[3, 2, 2] = np.nan
+    with pytest.raises(ValueError, match="x"):
+        dp_kip.fit(jax.random.key(0), xn, y, **BASE)
+    with pytest.raises(ValueError, match="y"):
+        dp_kip.fit(jax.random.key(0), x, y[:-1], **BASE)
+    with pytest.raises(TypeError):
+        dp_kip.fit(0, x, y, **BASE)
+    with pytest.raises(ValueError, match="scatternet"):
+        dp_kip.fit(jax.random.key(0), x[:, :2, :2], y, **{**BASE, "kernel": "scatternet"})
+
+
+# ------------------------------------------------------------------ modes
+
+
+def test_non_private_mode_and_learned_labels():
+    x, y = _small(7)
+    res = dp_kip.fit(jax.random.key(0), x, y, **{**BASE, "epsilon": None, "learn_labels": True})
+    assert not res.report.private
+    assert not np.allclose(res.support_targets, jax.nn.one_hot(res.support_y, 3) - 1 / 3)
+
+
+def test_checkpoint_resume_keeps_accountant_state(tmp_path):
+    x, y = _small(8)
+    kw = {**BASE, "epochs": 2}
+    full = dp_kip.fit(jax.random.key(2), x, y, **kw)
+    ck = tmp_path / "kip.npz"
+    part = dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck, max_steps=5)
+    assert part.steps_done == 5
+    assert part.report.mechanisms[0].param_dict["steps"] == 5
+    assert part.report.epsilon < full.report.epsilon
+    with pytest.raises(ValueError, match="exists"):  # a fresh run would reset the budget
+        dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck)
+    with pytest.raises(ValueError, match="differs"):  # other accountant state
+        dp_kip.fit(jax.random.key(2), x, y, **{**kw, "epsilon": 3.0}, checkpoint_path=ck, resume=True)
+    done = dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck, resume=True)
+    assert done.steps_done == full.steps_done == 2 * round(120 / 20)
+    np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
+    assert done.report.epsilon == pytest.approx(full.report.epsilon, rel=1e-9)
+    assert done.report.mechanisms[0].param_dict["noise_multiplier"] == \
+        full.report.mechanisms[0].param_dict["noise_multiplier"]
+    # resuming a finished run takes no further step and never resets the count
+    again = dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck, resume=True)
+    assert again.steps_done == done.steps_done
+    np.testing.assert_array_equal(again.support_x, done.support_x)
+
+
+@pytest.mark.parametrize("kern", ["scatternet", pytest.param("entk", marks=pytest.mark.slow)])
+def test_feature_clip_space_runs(kern):
+    rng = np.random.default_rng(0)
+    y = np.arange(60, dtype=np.int32) % 2
+    x = rng.normal(size=(60, 12, 12)).astype(np.float32) + y[:, None, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        res = dp_kip.fit(jax.random.key(0), x, y, **{**BASE, "kernel": kern, "n_classes": 2,
+                                                      "clip_space": "feature", "batch_size": 15,
+                                                      "support_per_class": 1})
+    assert np.all(np.isfinite(res.support_x))
+    assert res.support_x.shape == (2, 12, 12)
+    assert any("feature" in n for n in res.report.notes)
+    assert np.all(np.isfinite(dp_kip.predict(res, x[:5])))
+
+
+def test_feature_space_closed_form_clipped_sum_matches_vmap():
+    from privkernels.privacy import clip_per_example
+
+    rng = np.random.default_rng(1)
+    m, f, b, c = 6, 9, 11, 3
+    s = jnp.asarray(rng.normal(size=(m, f)), jnp.float32)
+    ys = jnp.asarray(rng.normal(size=(m, c)), jnp.float32)
+    phi = jnp.asarray(rng.normal(size=(b, f)), jnp.float32)
+    yt = jnp.asarray(rng.normal(size=(b, c)), jnp.float32)
+    mask = jnp.asarray(rng.random(b) < 0.7, jnp.float32)
+    spec = dp_kip.KernelSpec("lin", "features", {}, feature_fn=lambda z: z)
+    fn = lambda p, y_s, t, y: dp_kip._loss_one(p, y_s, t, y, spec=spec, space="feature", ridge=1e-2)
+    g = jax.vmap(jax.grad(fn), in_axes=(None, None, 0, 0))({"phi": s}, ys, phi, yt)["phi"]
+    norms = np.sqrt(np.sum(np.asarray(g).reshape(b, -1) ** 2, 1))
+    clip = float(np.median(norms))
+    clipped, _ = clip_per_example(g, clip)
+    ref = np.tensordot(np.asarray(mask), np.asarray(clipped), axes=1)
+    got, loss_sum, n_clipped = dp_kip._feature_clipped_sum(s, ys, phi, yt, mask, 1e-2, clip)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-3, atol=2e-4 * np.abs(ref).max())
+    assert int(n_clipped) == int(np.sum(np.asarray(mask) * (norms > clip)))
+
+
+def test_keyboard_interrupt_saves_checkpoint_and_resume_completes(tmp_path, monkeypatch):
+    x, y = _small(8)
+    kw = {**BASE, "epochs": 2}
+    full = dp_kip.fit(jax.random.key(2), x, y, **kw)
+    ck = tmp_path / "interrupted.npz"
+    real_fold_in = jax.random.fold_in
+    calls = {"n": 0}
+
+    def interrupting_fold_in(key, data):
+        calls["n"] += 1
+        if calls["n"] == 8:  # Ctrl-C during step 8 (7 steps done)
+            raise KeyboardInterrupt
+        return real_fold_in(key, data)
+
+    monkeypatch.setattr(jax.random, "fold_in", interrupting_fold_in)
+    with pytest.raises(KeyboardInterrupt):
+        dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck)
+    monkeypatch.setattr(jax.random, "fold_in", real_fold_in)
+    meta = __import__("json").loads(str(np.load(ck)["meta"]))
+    assert meta["steps_done"] == 7 and meta["planned_steps"] == full.steps_done
+    done = dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck, resume=True)
+    assert done.steps_done == full.steps_done
+    np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
+    assert done.report.epsilon == pytest.approx(full.report.epsilon, rel=1e-9)
+
+
+def test_convnet_downstream_smoke(digits):
+    from privkernels import dp_kip_eval
+
+    x, y, xt, yt = digits
+    mod, params = dp_kip_eval.train_convnet(jax.random.key(0), x[:40], y[:40], 10, steps=3, width=8)
+    logits = mod.apply(params, jnp.asarray(xt[:4]))
+    assert logits.shape == (4, 10)
+    assert 0.0 <= dp_kip_eval.convnet_accuracy(mod, params, xt[:50], yt[:50]) <= 1.0

@@ -1,0 +1,92 @@
+"""Train-on-synthetic / test-on-real evaluation utilities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from privkernels import evaluation
+
+
+def _blobs(n: int, d: int, n_classes: int, sep: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    # class centres depend only on (d, n_classes, sep): train and test share them
+    centers = np.random.default_rng(1234).normal(size=(n_classes, d)) * sep
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, n)
+    return (centers[y] + rng.normal(size=(n, d))).astype(np.float32), y
+
+
+def test_images_separable_and_chance() -> None:
+    x, y = _blobs(400, 10, 3, sep=8.0, seed=0)
+    xt, yt = _blobs(300, 10, 3, sep=8.0, seed=1)
+    acc = evaluation.evaluate_images(x.reshape(-1, 2, 5), y, xt.reshape(-1, 2, 5), yt,
+                                     overrides={"mlp": {"max_iter": 50}})
+    assert set(acc) == {"logreg", "mlp"}
+    assert acc["logreg"] > 0.95 and acc["mlp"] > 0.95
+    # labels unrelated to inputs -> about chance
+    rng = np.random.default_rng(2)
+    acc = evaluation.evaluate_images(x, rng.integers(0, 3, len(x)), xt, yt, classifiers=("logreg",))
+    assert acc["logreg"] < 0.6
+
+
+def test_images_deterministic_and_subsampling() -> None:
+    x, y = _blobs(500, 6, 4, sep=1.0, seed=3)
+    xt, yt = _blobs(200, 6, 4, sep=1.0, seed=13)
+    kw = dict(max_train=200, seed=5, overrides={"mlp": {"max_iter": 20}})
+    a = evaluation.evaluate_images(x, y, xt, yt, **kw)
+    b = evaluation.evaluate_images(x, y, xt, yt, **kw)
+    assert a == b
+    xs, ys = evaluation.subsample(x, y, 200, seed=5)
+    assert len(xs) == 200 and len(np.unique(xs, axis=0)) == 200
+
+
+def test_single_class_training_data() -> None:
+    x, y = _blobs(50, 4, 2, sep=1.0, seed=0)
+    xt, yt = _blobs(80, 4, 2, sep=1.0, seed=1)
+    acc = evaluation.evaluate_images(x, np.zeros(50, int), xt, yt)
+    assert acc["logreg"] == pytest.approx(np.mean(yt == 0))
+    res = evaluation.evaluate_tabular(x, np.zeros(50, int), xt, yt, classifiers=("logreg", "gaussian_nb"))
+    assert res["mean"]["roc_auc"] == pytest.approx(0.5)
+
+
+def test_tabular_binary_metrics() -> None:
+    x, y = _blobs(300, 5, 2, sep=3.0, seed=4)
+    xt, yt = _blobs(200, 5, 2, sep=3.0, seed=14)
+    x01 = 1 / (1 + np.exp(-x))  # BernoulliNB binarises at 0.5
+    xt01 = 1 / (1 + np.exp(-xt))
+    res = evaluation.evaluate_tabular(x01, y, xt01, yt, max_train=300)
+    assert res["task"] == "binary"
+    assert set(res["per_classifier"]) == set(evaluation.TABULAR_CLASSIFIERS)
+    assert len(evaluation.TABULAR_CLASSIFIERS) == 12
+    for name, m in res["per_classifier"].items():
+        assert 0.0 <= m["roc_auc"] <= 1.0 and 0.0 <= m["pr_auc"] <= 1.0, name
+    assert res["mean"]["roc_auc"] > 0.85
+    # a perfect score vector gives ROC-AUC 1
+    from sklearn.metrics import roc_auc_score
+
+    assert roc_auc_score(yt, yt.astype(float)) == 1.0
+
+
+def test_tabular_multiclass_f1_and_determinism() -> None:
+    x, y = _blobs(300, 5, 3, sep=3.0, seed=6)
+    xt, yt = _blobs(150, 5, 3, sep=3.0, seed=16)
+    names = ("logreg", "decision_tree", "random_forest", "lda")
+    a = evaluation.evaluate_tabular(x, y, xt, yt, classifiers=names, seed=1)
+    b = evaluation.evaluate_tabular(x, y, xt, yt, classifiers=names, seed=1)
+    assert a == b
+    assert a["task"] == "multiclass" and set(a["mean"]) == {"f1"}
+    assert a["mean"]["f1"] > 0.8
+
+
+def test_bad_inputs() -> None:
+    x, y = _blobs(20, 3, 2, sep=1.0, seed=0)
+    with pytest.raises(ValueError):
+        evaluation.evaluate_images(x, y[:-1], x, y)
+    with pytest.raises(ValueError):
+        evaluation.evaluate_images(x, y, x[:, :2], y)
+    bad = x.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError):
+        evaluation.evaluate_tabular(bad, y, x, y)
+    with pytest.raises(ValueError):
+        evaluation.make_classifier("xgboost")
