@@ -34,10 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("tables", nargs="+", help="table names (see `list`)")
     p_run.add_argument("--profile", choices=("quick", "paper"), default="quick")
     p_run.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to average over")
-    p_run.add_argument("--data-dir", default=None, help="data directory (default: $PRIVKERNELS_DATA)")
+    p_run.add_argument(
+        "--data-dir", default=None, help="data directory (default: $PRIVKERNELS_DATA)"
+    )
     p_run.add_argument("--out", default="benchmarks/results", help="output directory")
-    p_run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a table option (repeatable)")
+    p_run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a table option (repeatable)",
+    )
 
     p_demo = sub.add_parser("demo", help="run all three methods on sklearn's digits (no download)")
     p_demo.add_argument("--out", default="demo-output")
@@ -64,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         tables = load_all()
         unknown = [t for t in args.tables if t not in tables]
         if unknown:
-            print(f"unknown table(s): {', '.join(unknown)}; available: {', '.join(sorted(tables))}",
-                  file=sys.stderr)
+            print(
+                f"unknown table(s): {', '.join(unknown)}; available: {', '.join(sorted(tables))}",
+                file=sys.stderr,
+            )
             return 2
         ctx = RunContext(
             profile=args.profile,
@@ -77,8 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.tables:
             t0 = time.perf_counter()
             rows = tables[name].run(ctx)
-            meta = {"profile": ctx.profile, "seeds": list(ctx.seeds), "total_seconds": time.perf_counter() - t0,
-                    **ctx.options}
+            meta = {
+                "profile": ctx.profile,
+                "seeds": list(ctx.seeds),
+                "total_seconds": time.perf_counter() - t0,
+                **ctx.options,
+            }
             jpath, mpath = write_results(ctx.out, f"{name}-{ctx.profile}", rows, meta=meta)
             print(mpath.read_text())
             print(f"wrote {jpath} and {mpath}")
@@ -92,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "perf":
         from benchmarks.perf import run_perf
 
-        return run_perf(quick=args.quick, out=Path(args.out), data_dir=resolve_data_dir(args.data_dir))
+        return run_perf(
+            quick=args.quick, out=Path(args.out), data_dir=resolve_data_dir(args.data_dir)
+        )
 
     return 2
 

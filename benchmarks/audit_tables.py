@@ -27,8 +27,15 @@ from benchmarks.registry import RunContext, register
 EPS, DELTA = 1.0, 1e-5
 
 
-def _row(mechanism: str, variant: str, relation: str, res: Any, seconds: float,
-         expect_pass: bool, ideal: float | None = None) -> dict[str, Any]:
+def _row(
+    mechanism: str,
+    variant: str,
+    relation: str,
+    res: Any,
+    seconds: float,
+    expect_pass: bool,
+    ideal: float | None = None,
+) -> dict[str, Any]:
     caught = not res.passed
     ok = (res.passed and expect_pass) or (caught and not expect_pass)
     return {
@@ -69,14 +76,27 @@ def _gaussian_mechanism(trials: int, conf: float) -> list[dict[str, Any]]:
     d, dp = jnp.zeros(4), jnp.asarray([0.0, 0.6, 0.8, 0.0])
     rows = []
     for variant, scale, expect in (("real", 1.0, True), ("broken: sigma / 4", 0.25, False)):
+
         def mech(k, v, s=scale):
             return privacy.gaussian_mechanism(k, v, sensitivity=1.0, sigma=sigma * s)
 
-        res, sec = _timed(lambda: audit.audit_gaussian_release(
-            jax.random.key(1), mech, d, dp, epsilon=EPS, delta=DELTA, trials=trials, confidence=conf,
-            direction=np.asarray(dp)))
+        res, sec = _timed(
+            lambda: audit.audit_gaussian_release(
+                jax.random.key(1),
+                mech,
+                d,
+                dp,
+                epsilon=EPS,
+                delta=DELTA,
+                trials=trials,
+                confidence=conf,
+                direction=np.asarray(dp),
+            )
+        )
         ideal = audit.gaussian_audit_epsilon(1.0 / (sigma * scale), DELTA)
-        rows.append(_row("privacy.gaussian_mechanism", variant, "L2 sensitivity 1", res, sec, expect, ideal))
+        rows.append(
+            _row("privacy.gaussian_mechanism", variant, "L2 sensitivity 1", res, sec, expect, ideal)
+        )
     return rows
 
 
@@ -89,19 +109,46 @@ def _dpsgd_step(trials: int, conf: float) -> list[dict[str, Any]]:
     real_sum = privacy.noisy_clipped_sum
     variants = (
         ("real", {}, True),
-        ("broken: sigma / 4", {"noisy_sum_fn": lambda k, c, m, *, clip_norm, noise_multiplier: real_sum(
-            k, c, m, clip_norm=clip_norm, noise_multiplier=noise_multiplier / 4)}, False),
+        (
+            "broken: sigma / 4",
+            {
+                "noisy_sum_fn": lambda k, c, m, *, clip_norm, noise_multiplier: real_sum(
+                    k, c, m, clip_norm=clip_norm, noise_multiplier=noise_multiplier / 4
+                )
+            },
+            False,
+        ),
         ("broken: no clipping", {"clip_fn": lambda g, c: (g, None)}, False),
     )
     rows = []
     for variant, kw, expect in variants:
-        res, sec = _timed(lambda kw=kw: audit.audit_dpsgd_step(
-            jax.random.key(2), clip_norm=0.5, noise_multiplier=sigma, delta=DELTA, trials=trials,
-            confidence=conf, **kw))
-        ideal = audit.gaussian_audit_epsilon(1 / sigma / (0.25 if "4" in variant else 1.0), DELTA) \
-            if "clipping" not in variant else None
-        rows.append(_row("privacy.clip_per_example + noisy_clipped_sum (1 step, q=1)", variant,
-                         "add/remove (canary)", res, sec, expect, ideal))
+        res, sec = _timed(
+            lambda kw=kw: audit.audit_dpsgd_step(
+                jax.random.key(2),
+                clip_norm=0.5,
+                noise_multiplier=sigma,
+                delta=DELTA,
+                trials=trials,
+                confidence=conf,
+                **kw,
+            )
+        )
+        ideal = (
+            audit.gaussian_audit_epsilon(1 / sigma / (0.25 if "4" in variant else 1.0), DELTA)
+            if "clipping" not in variant
+            else None
+        )
+        rows.append(
+            _row(
+                "privacy.clip_per_example + noisy_clipped_sum (1 step, q=1)",
+                variant,
+                "add/remove (canary)",
+                res,
+                sec,
+                expect,
+                ideal,
+            )
+        )
     return rows
 
 
@@ -123,8 +170,12 @@ def _dp_kip_step(trials: int, conf: float) -> list[dict[str, Any]]:
     y_d = y_enc.at[-1].set(pred)  # zero residual: contributes nothing (= removed)
     y_dp = y_enc.at[-1].set(pred + 50.0 * jnp.asarray([1.0, -1.0]))  # canary, clipped to C
     opt = optax.sgd(1.0)
-    state = {"params": {"x": x_s0}, "opt_state": opt.init({"x": x_s0}),
-             "grad_mask": jnp.zeros_like(x_s0), "y_s": y_s0}
+    state = {
+        "params": {"x": x_s0},
+        "opt_state": opt.init({"x": x_s0}),
+        "grad_mask": jnp.zeros_like(x_s0),
+        "y_s": y_s0,
+    }
 
     def ref(yy):
         g = dp_kip.per_example_grads(spec, x_s0, y_s0, x, yy, reg=ridge)
@@ -137,20 +188,52 @@ def _dp_kip_step(trials: int, conf: float) -> list[dict[str, Any]]:
     rows = []
     for variant, scale, expect in (("real", 1.0, True), ("broken: sigma / 4", 0.25, False)):
         step = dp_kip._make_step(
-            spec, space="input", private=True, learn_labels=False, ridge=ridge, clip_norm=clip,
-            noise_multiplier=sigma * scale, n=n_base + 1, q=1.0, pad_to=8, chunk_size=8,
-            optimizer=opt, n_classes=2)
+            spec,
+            space="input",
+            private=True,
+            learn_labels=False,
+            ridge=ridge,
+            clip_norm=clip,
+            noise_multiplier=sigma * scale,
+            n=n_base + 1,
+            q=1.0,
+            pad_to=8,
+            chunk_size=8,
+            optimizer=opt,
+            n_classes=2,
+        )
 
         def mech(k, yy, step=step):
             new, _ = step(state, x, yy, k)
             return (state["params"]["x"] - new["params"]["x"]) * (n_base + 1)
 
-        res, sec = _timed(lambda mech=mech: audit.audit_gaussian_release(
-            jax.random.key(3), mech, y_d, y_dp, epsilon=claimed, delta=DELTA, trials=trials,
-            confidence=conf, direction=u))
-        ideal = audit.gaussian_audit_epsilon(float(np.linalg.norm(u)) / (clip * sigma * scale), DELTA)
-        rows.append(_row("dp_kip step (real jitted step, q=1, fc_ntk)", variant, "add/remove (canary)",
-                         res, sec, expect, ideal))
+        res, sec = _timed(
+            lambda mech=mech: audit.audit_gaussian_release(
+                jax.random.key(3),
+                mech,
+                y_d,
+                y_dp,
+                epsilon=claimed,
+                delta=DELTA,
+                trials=trials,
+                confidence=conf,
+                direction=u,
+            )
+        )
+        ideal = audit.gaussian_audit_epsilon(
+            float(np.linalg.norm(u)) / (clip * sigma * scale), DELTA
+        )
+        rows.append(
+            _row(
+                "dp_kip step (real jitted step, q=1, fc_ntk)",
+                variant,
+                "add/remove (canary)",
+                res,
+                sec,
+                expect,
+                ideal,
+            )
+        )
     return rows
 
 
@@ -168,8 +251,9 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
     y = (np.arange(n) % c).astype(np.int32)
 
     def exact(xx, yy):
-        e, _ = dp_ntk.private_embedding(jax.random.key(0), xx, yy, n_classes=c, epsilon=None,
-                                        network=net, params=params)
+        e, _ = dp_ntk.private_embedding(
+            jax.random.key(0), xx, yy, n_classes=c, epsilon=None, network=net, params=params
+        )
         return np.asarray(e, np.float64)
 
     base = exact(x, y)
@@ -187,47 +271,97 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
     sigma = privacy.gaussian_sigma(EPS, DELTA)
     real_mech = privacy.gaussian_mechanism
     rows = []
-    variants = (("real", 1.0, 1.0, True), ("broken: sigma / 4", 0.25, 1.0, False),
-                ("broken: sensitivity 2/n^2 instead of 2/n", 1.0, 1.0 / n, False))
+    variants = (
+        ("real", 1.0, 1.0, True),
+        ("broken: sigma / 4", 0.25, 1.0, False),
+        ("broken: sensitivity 2/n^2 instead of 2/n", 1.0, 1.0 / n, False),
+    )
     for variant, sig_s, sens_s, expect in variants:
+
         def release(k, ds, sig_s=sig_s, sens_s=sens_s):
             xx, yy = ds
-            emb, _ = dp_ntk.private_embedding(k, xx, yy, n_classes=c, epsilon=None, network=net,
-                                              params=params)
+            emb, _ = dp_ntk.private_embedding(
+                k, xx, yy, n_classes=c, epsilon=None, network=net, params=params
+            )
             noisy = real_mech(k, emb, sensitivity=2.0 / n * sens_s, sigma=sigma * sig_s)
             return jnp.vdot(noisy.ravel(), jnp.asarray(u, noisy.dtype))
 
         if variant == "real":  # the unmodified public function
+
             def release(k, ds):  # noqa: F811
                 xx, yy = ds
-                emb, _ = dp_ntk.private_embedding(k, xx, yy, n_classes=c, epsilon=EPS, delta=DELTA,
-                                                  network=net, params=params)
+                emb, _ = dp_ntk.private_embedding(
+                    k, xx, yy, n_classes=c, epsilon=EPS, delta=DELTA, network=net, params=params
+                )
                 return jnp.vdot(emb.ravel(), jnp.asarray(u, emb.dtype))
 
-        res, sec = _timed(lambda release=release: audit.audit_gaussian_release(
-            jax.random.key(4), release, (x, y), (x2, y2), epsilon=EPS, delta=DELTA, trials=trials,
-            confidence=conf, direction=np.ones(1)))
+        res, sec = _timed(
+            lambda release=release: audit.audit_gaussian_release(
+                jax.random.key(4),
+                release,
+                (x, y),
+                (x2, y2),
+                epsilon=EPS,
+                delta=DELTA,
+                trials=trials,
+                confidence=conf,
+                direction=np.ones(1),
+            )
+        )
         ideal = audit.gaussian_audit_epsilon(diff / (2.0 / n * sens_s * sigma * sig_s), DELTA)
-        rows.append(_row("dp_ntk.private_embedding (e-NTK mean embedding)", variant,
-                         f"replace-one (pair distance {diff * n / 2:.3f} x 2/n)", res, sec, expect, ideal))
+        rows.append(
+            _row(
+                "dp_ntk.private_embedding (e-NTK mean embedding)",
+                variant,
+                f"replace-one (pair distance {diff * n / 2:.3f} x 2/n)",
+                res,
+                sec,
+                expect,
+                ideal,
+            )
+        )
     # class proportions: worst pair moves two counts; replayed with the same post-processing
     yl = jnp.asarray([0] * 5 + [1] * 5)
     yl2 = jnp.asarray([0] * 4 + [1] * 6)
-    for variant, sens_s, expect in (("real parameters", 1.0, True),
-                                    ("broken: sensitivity / 10", 0.1, False)):
+    for variant, sens_s, expect in (
+        ("real parameters", 1.0, True),
+        ("broken: sensitivity / 10", 0.1, False),
+    ):
+
         def props(k, labels, sens_s=sens_s):
             p = jnp.bincount(labels, length=2).astype(jnp.float32) / labels.shape[0]
-            noisy = jnp.clip(real_mech(k, p, sensitivity=math.sqrt(2) / 10 * sens_s, sigma=sigma), 0.0, None)
+            noisy = jnp.clip(
+                real_mech(k, p, sensitivity=math.sqrt(2) / 10 * sens_s, sigma=sigma), 0.0, None
+            )
             tot = noisy.sum()
             q = jnp.where(tot > 0, noisy / jnp.where(tot > 0, tot, 1.0), 0.5)
             return q[1] - q[0]
 
-        res, sec = _timed(lambda props=props: audit.audit_gaussian_release(
-            jax.random.key(5), props, yl, yl2, epsilon=EPS, delta=DELTA, trials=trials, confidence=conf,
-            direction=np.ones(1)))
+        res, sec = _timed(
+            lambda props=props: audit.audit_gaussian_release(
+                jax.random.key(5),
+                props,
+                yl,
+                yl2,
+                epsilon=EPS,
+                delta=DELTA,
+                trials=trials,
+                confidence=conf,
+                direction=np.ones(1),
+            )
+        )
         ideal = audit.gaussian_audit_epsilon(1.0 / (sigma * sens_s), DELTA)
-        rows.append(_row("dp_ntk class proportions (Gaussian + clip/renormalise)", variant,
-                         "replace-one (two counts move)", res, sec, expect, ideal))
+        rows.append(
+            _row(
+                "dp_ntk class proportions (Gaussian + clip/renormalise)",
+                variant,
+                "replace-one (two counts move)",
+                res,
+                sec,
+                expect,
+                ideal,
+            )
+        )
     return rows
 
 
@@ -239,17 +373,40 @@ def _tlap(trials: int, conf: float) -> list[dict[str, Any]]:
 
     sens = 0.3
     rows = []
-    for variant, scale, expect in (("real", 1.0, True),
-                                   ("broken: L2 instead of L1 sensitivity (d=16: scale / 4)", 0.25, False)):
-        def mech(k, v, scale=scale):
-            return v + privacy.truncated_laplace(k, v.shape, sensitivity=sens * scale, epsilon=EPS,
-                                                 delta=DELTA)
+    for variant, scale, expect in (
+        ("real", 1.0, True),
+        ("broken: L2 instead of L1 sensitivity (d=16: scale / 4)", 0.25, False),
+    ):
 
-        res, sec = _timed(lambda mech=mech: audit.audit_gaussian_release(
-            jax.random.key(6), mech, jnp.zeros(1), jnp.full((1,), sens), epsilon=EPS, delta=DELTA,
-            trials=max(trials, 50_000), confidence=conf, direction=np.ones(1)))
-        rows.append(_row("privacy.truncated_laplace (DP NTK regression X~)", variant,
-                         "L1 distance = sensitivity", res, sec, expect, EPS / scale))
+        def mech(k, v, scale=scale):
+            return v + privacy.truncated_laplace(
+                k, v.shape, sensitivity=sens * scale, epsilon=EPS, delta=DELTA
+            )
+
+        res, sec = _timed(
+            lambda mech=mech: audit.audit_gaussian_release(
+                jax.random.key(6),
+                mech,
+                jnp.zeros(1),
+                jnp.full((1,), sens),
+                epsilon=EPS,
+                delta=DELTA,
+                trials=max(trials, 50_000),
+                confidence=conf,
+                direction=np.ones(1),
+            )
+        )
+        rows.append(
+            _row(
+                "privacy.truncated_laplace (DP NTK regression X~)",
+                variant,
+                "L1 distance = sensitivity",
+                res,
+                sec,
+                expect,
+                EPS / scale,
+            )
+        )
     return rows
 
 
@@ -257,19 +414,19 @@ def _gaussian_sampling(trials: int, conf: float) -> list[dict[str, Any]]:
     import jax
     import jax.numpy as jnp
 
-    from privkernels import audit, dp_ntk_regression, privacy
+    from privkernels import audit, privacy
 
     eps, delta, k0 = 0.9, 1e-2, 36
     lg = math.log(1 / delta)
     m0 = min(eps / math.sqrt(8 * k0 * lg), eps / (8 * lg))
     impls = [("privacy.gaussian_sampling_mechanism", privacy.gaussian_sampling_mechanism)]
-    if hasattr(dp_ntk_regression, "_private_kernel"):
-        impls.append(("dp_ntk_regression._private_kernel", dp_ntk_regression._private_kernel))
     rows = []
     for name, fn in impls:
-        for variant, k, m_scale, expect in (("real (k = allowed, M = Delta(k))", k0, 1.0, True),
-                                            ("broken: true M = 40 x bound", k0, 40.0, False),
-                                            ("broken: k = 600 x allowed", 600 * k0, 1.0, False)):
+        for variant, k, m_scale, expect in (
+            ("real (k = allowed, M = Delta(k))", k0, 1.0, True),
+            ("broken: true M = 40 x bound", k0, 40.0, False),
+            ("broken: k = 600 x allowed", 600 * k0, 1.0, False),
+        ):
             m = m0 * m_scale
             s1 = jnp.eye(2, dtype=jnp.float32)
             s2 = jnp.diag(jnp.asarray([1 / (1 + m), 1.0], jnp.float32))
@@ -277,11 +434,30 @@ def _gaussian_sampling(trials: int, conf: float) -> list[dict[str, Any]]:
             def mech(kk, sig, fn=fn, k=k):
                 return fn(kk, sig, k)
 
-            res, sec = _timed(lambda mech=mech, s1=s1, s2=s2: audit.audit_gaussian_release(
-                jax.random.key(7), mech, s1, s2, epsilon=eps, delta=delta, trials=trials, confidence=conf,
-                direction=np.asarray([1.0, 0, 0, 0])))
-            rows.append(_row(f"{name} (DP NTK regression K~)", variant,
-                             "commuting pair, one eigenvalue x (1+M)", res, sec, expect, None))
+            res, sec = _timed(
+                lambda mech=mech, s1=s1, s2=s2: audit.audit_gaussian_release(
+                    jax.random.key(7),
+                    mech,
+                    s1,
+                    s2,
+                    epsilon=eps,
+                    delta=delta,
+                    trials=trials,
+                    confidence=conf,
+                    direction=np.asarray([1.0, 0, 0, 0]),
+                )
+            )
+            rows.append(
+                _row(
+                    f"{name} (DP NTK regression K~)",
+                    variant,
+                    "commuting pair, one eigenvalue x (1+M)",
+                    res,
+                    sec,
+                    expect,
+                    None,
+                )
+            )
     return rows
 
 

@@ -136,11 +136,18 @@ def save_image_grid(
         per = [np.flatnonzero(lab == c) for c in classes]
         n_rows = max(len(p) for p in per)
         n_cols = len(classes)
-        grid = [[per[j][i] if i < len(per[j]) else None for j in range(n_cols)] for i in range(n_rows)]
+        grid = [
+            [per[j][i] if i < len(per[j]) else None for j in range(n_cols)] for i in range(n_rows)
+        ]
     else:
         n_rows = int(math.ceil(len(imgs) / n_cols))
-        grid = [[i * n_cols + j if i * n_cols + j < len(imgs) else None for j in range(n_cols)] for i in range(n_rows)]
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(n_cols * 0.9, n_rows * 0.9 + (0.4 if title else 0)), squeeze=False)
+        grid = [
+            [i * n_cols + j if i * n_cols + j < len(imgs) else None for j in range(n_cols)]
+            for i in range(n_rows)
+        ]
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(n_cols * 0.9, n_rows * 0.9 + (0.4 if title else 0)), squeeze=False
+    )
     for i in range(n_rows):
         for j in range(n_cols):
             ax = axes[i][j]

@@ -47,8 +47,14 @@ def demo_dp_ntk(key: Any, xtr, ytr, xte, yte, *, epsilon: float, delta: float, o
     from privkernels.evaluation import evaluate_images
 
     network = features.fc_1l(64, out_features=10, layer_norm=True)
-    settings = dict(network=network, n_classes=10, iterations=300, batch_size=200,
-                    learning_rate=0.01, progress=False)
+    settings = dict(
+        network=network,
+        n_classes=10,
+        iterations=300,
+        batch_size=200,
+        learning_rate=0.01,
+        progress=False,
+    )
     k_fit, k_sample, k_grid = jax.random.split(key, 3)
 
     def run(eps: float | None) -> tuple[float, Any]:
@@ -63,11 +69,19 @@ def demo_dp_ntk(key: Any, xtr, ytr, xte, yte, *, epsilon: float, delta: float, o
     acc_np, _ = run(None)
     labels = np.repeat(np.arange(10), 6)
     gx, gy = dp_ntk.sample(k_grid, result, len(labels), labels=labels)
-    save_image_grid(out / "dp_ntk_samples.png", gx, gy,
-                    title=f"DP-NTK samples, ({epsilon:g}, {delta:g})-DP")
-    return dict(method="DP-NTK (fc_1l e-NTK, generator; LogReg on synthetic)", epsilon=epsilon,
-                delta=delta, neighbouring=result.report.neighbouring, accuracy=acc,
-                non_private_accuracy=acc_np, seconds=seconds, report=result.report.to_dict())
+    save_image_grid(
+        out / "dp_ntk_samples.png", gx, gy, title=f"DP-NTK samples, ({epsilon:g}, {delta:g})-DP"
+    )
+    return dict(
+        method="DP-NTK (fc_1l e-NTK, generator; LogReg on synthetic)",
+        epsilon=epsilon,
+        delta=delta,
+        neighbouring=result.report.neighbouring,
+        accuracy=acc,
+        non_private_accuracy=acc_np,
+        seconds=seconds,
+        report=result.report.to_dict(),
+    )
 
 
 def demo_dp_kip(key: Any, xtr, ytr, xte, yte, *, epsilon: float, delta: float, out: Path) -> dict:
@@ -75,8 +89,17 @@ def demo_dp_kip(key: Any, xtr, ytr, xte, yte, *, epsilon: float, delta: float, o
     from privkernels import dp_kip
 
     xtr, xte = xtr * 2.0 - 1.0, xte * 2.0 - 1.0
-    settings = dict(kernel="fc_ntk", support_per_class=5, delta=delta, clip_norm=0.1,
-                    batch_size=100, epochs=6, learning_rate=0.1, n_classes=10, progress=False)
+    settings = dict(
+        kernel="fc_ntk",
+        support_per_class=5,
+        delta=delta,
+        clip_norm=0.1,
+        batch_size=100,
+        epochs=6,
+        learning_rate=0.1,
+        n_classes=10,
+        progress=False,
+    )
 
     t0 = time.perf_counter()
     result = dp_kip.fit(key, xtr, ytr, epsilon=epsilon, **settings)
@@ -85,17 +108,29 @@ def demo_dp_kip(key: Any, xtr, ytr, xte, yte, *, epsilon: float, delta: float, o
     baseline = dp_kip.fit(key, xtr, ytr, epsilon=None, **settings)
     acc_np = dp_kip.accuracy(baseline, xte, yte)
     support = np.asarray(result.support_x)
-    save_image_grid(out / "dp_kip_support.png", support, np.asarray(result.support_y).argmax(-1)
-                    if np.ndim(result.support_y) == 2 else result.support_y,
-                    title=f"DP-KIP support set, ({epsilon:g}, {delta:g})-DP")
-    return dict(method="DP-KIP (FC-NTK, 5 img/class; KRR)", epsilon=epsilon, delta=delta,
-                neighbouring=result.report.neighbouring, accuracy=float(acc),
-                non_private_accuracy=float(acc_np), seconds=seconds,
-                report=result.report.to_dict())
+    save_image_grid(
+        out / "dp_kip_support.png",
+        support,
+        np.asarray(result.support_y).argmax(-1)
+        if np.ndim(result.support_y) == 2
+        else result.support_y,
+        title=f"DP-KIP support set, ({epsilon:g}, {delta:g})-DP",
+    )
+    return dict(
+        method="DP-KIP (FC-NTK, 5 img/class; KRR)",
+        epsilon=epsilon,
+        delta=delta,
+        neighbouring=result.report.neighbouring,
+        accuracy=float(acc),
+        non_private_accuracy=float(acc_np),
+        seconds=seconds,
+        report=result.report.to_dict(),
+    )
 
 
-def demo_dp_ntk_regression(key: Any, xtr, ytr, xte, yte, *, epsilon: float, delta: float,
-                           out: Path) -> dict:
+def demo_dp_ntk_regression(
+    key: Any, xtr, ytr, xte, yte, *, epsilon: float, delta: float, out: Path
+) -> dict:
     """DP NTK regression: quadratic NTK, Gaussian-sampling kernel, truncated-Laplace inputs."""
     import matplotlib
 
@@ -131,10 +166,17 @@ def demo_dp_ntk_regression(key: Any, xtr, ytr, xte, yte, *, epsilon: float, delt
     fig.savefig(out / "dp_ntk_regression_accuracy.png", dpi=80)
     plt.close(fig)
     eps, a, seconds, model = next(c for c in curve if c[0] == epsilon)
-    return dict(method="DP NTK regression (quadratic NTK, kernel_shift=5)", epsilon=eps,
-                delta=delta, neighbouring=model.report.neighbouring, accuracy=a,
-                non_private_accuracy=acc_np, seconds=seconds, report=model.report.to_dict(),
-                curve=[(e, acc_e) for e, acc_e, *_ in curve])
+    return dict(
+        method="DP NTK regression (quadratic NTK, kernel_shift=5)",
+        epsilon=eps,
+        delta=delta,
+        neighbouring=model.report.neighbouring,
+        accuracy=a,
+        non_private_accuracy=acc_np,
+        seconds=seconds,
+        report=model.report.to_dict(),
+        curve=[(e, acc_e) for e, acc_e, *_ in curve],
+    )
 
 
 def run_demo(*, out: Path, epsilon: float = 1.0, delta: float = 1e-5, seed: int = 0) -> int:
@@ -146,8 +188,11 @@ def run_demo(*, out: Path, epsilon: float = 1.0, delta: float = 1e-5, seed: int 
     xtr, ytr, xte, yte = _digits()
     keys = jax.random.split(jax.random.key(seed), 3)
     rows = []
-    for name, fn, k in (("DP-NTK", demo_dp_ntk, keys[0]), ("DP-KIP", demo_dp_kip, keys[1]),
-                        ("DP NTK regression", demo_dp_ntk_regression, keys[2])):
+    for name, fn, k in (
+        ("DP-NTK", demo_dp_ntk, keys[0]),
+        ("DP-KIP", demo_dp_kip, keys[1]),
+        ("DP NTK regression", demo_dp_ntk_regression, keys[2]),
+    ):
         _progress(f"{name} at epsilon={epsilon:g}, delta={delta:g} ...")
         t0 = time.perf_counter()
         rows.append(fn(k, xtr, ytr, xte, yte, epsilon=epsilon, delta=delta, out=out))
@@ -155,9 +200,20 @@ def run_demo(*, out: Path, epsilon: float = 1.0, delta: float = 1e-5, seed: int 
     table = [{c: r[c] for c in COLUMNS} for r in rows]
     print()
     print(markdown_table(table, COLUMNS))
-    write_results(out, "demo", rows, meta={"epsilon": epsilon, "delta": delta, "seed": seed,
-                                           "data": "sklearn digits (1347 train / 450 test)"},
-                  columns=COLUMNS)
-    print(f"wrote {out}/demo.json, demo.md, dp_ntk_samples.png, dp_kip_support.png, "
-          "dp_ntk_regression_accuracy.png")
+    write_results(
+        out,
+        "demo",
+        rows,
+        meta={
+            "epsilon": epsilon,
+            "delta": delta,
+            "seed": seed,
+            "data": "sklearn digits (1347 train / 450 test)",
+        },
+        columns=COLUMNS,
+    )
+    print(
+        f"wrote {out}/demo.json, demo.md, dp_ntk_samples.png, dp_kip_support.png, "
+        "dp_ntk_regression_accuracy.png"
+    )
     return 0

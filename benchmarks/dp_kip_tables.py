@@ -67,15 +67,30 @@ _T3 = {
 }
 # Table 4 (CIFAR-10, DP-KIP-ScatterNet): spc -> corrupted % -> {eps: acc}.
 _T4 = {
-    1: {0: {1.0: 46.6, 10.0: 50.4}, 1: {0.1: 46.8, 1.0: 50.4, 10.0: 52.6, 100.0: 54.5},
-        5: {0.1: 45.7, 1.0: 50.9, 10.0: 51.1, 100.0: 53.1}, 10: {0.1: 43.2, 1.0: 45.9, 10.0: 49.9, 100.0: 52.4},
-        40: {0.1: 41.4, 1.0: 45.2, 10.0: 48.3, 100.0: 51.0}, 80: {0.1: 38.4, 1.0: 40.1, 10.0: 45.9, 100.0: 49.5}},
-    10: {0: {1.0: 48.6, 10.0: 54.4}, 1: {0.1: 52.5, 1.0: 54.9, 10.0: 55.7, 100.0: 56.2},
-         5: {0.1: 53.9, 1.0: 54.1, 10.0: 54.6, 100.0: 55.3}, 10: {0.1: 46.3, 1.0: 52.1, 10.0: 53.6, 100.0: 53.9},
-         40: {0.1: 46.2, 1.0: 47.5, 10.0: 52.2, 100.0: 52.7}, 80: {0.1: 41.6, 1.0: 46.5, 10.0: 50.2, 100.0: 50.9}},
-    50: {0: {1.0: 49.76, 10.0: 58.7}, 1: {0.1: 55.2, 1.0: 56.4, 10.0: 59.3, 100.0: 59.8},
-         5: {0.1: 55.4, 1.0: 56.3, 10.0: 59.1, 100.0: 59.3}, 10: {0.1: 54.1, 1.0: 55.2, 10.0: 58.9, 100.0: 59.2},
-         40: {0.1: 47.1, 1.0: 48.8, 10.0: 55.7, 100.0: 56.4}, 80: {0.1: 46.5, 1.0: 47.3, 10.0: 53.3, 100.0: 55.2}},
+    1: {
+        0: {1.0: 46.6, 10.0: 50.4},
+        1: {0.1: 46.8, 1.0: 50.4, 10.0: 52.6, 100.0: 54.5},
+        5: {0.1: 45.7, 1.0: 50.9, 10.0: 51.1, 100.0: 53.1},
+        10: {0.1: 43.2, 1.0: 45.9, 10.0: 49.9, 100.0: 52.4},
+        40: {0.1: 41.4, 1.0: 45.2, 10.0: 48.3, 100.0: 51.0},
+        80: {0.1: 38.4, 1.0: 40.1, 10.0: 45.9, 100.0: 49.5},
+    },
+    10: {
+        0: {1.0: 48.6, 10.0: 54.4},
+        1: {0.1: 52.5, 1.0: 54.9, 10.0: 55.7, 100.0: 56.2},
+        5: {0.1: 53.9, 1.0: 54.1, 10.0: 54.6, 100.0: 55.3},
+        10: {0.1: 46.3, 1.0: 52.1, 10.0: 53.6, 100.0: 53.9},
+        40: {0.1: 46.2, 1.0: 47.5, 10.0: 52.2, 100.0: 52.7},
+        80: {0.1: 41.6, 1.0: 46.5, 10.0: 50.2, 100.0: 50.9},
+    },
+    50: {
+        0: {1.0: 49.76, 10.0: 58.7},
+        1: {0.1: 55.2, 1.0: 56.4, 10.0: 59.3, 100.0: 59.8},
+        5: {0.1: 55.4, 1.0: 56.3, 10.0: 59.1, 100.0: 59.3},
+        10: {0.1: 54.1, 1.0: 55.2, 10.0: 58.9, 100.0: 59.2},
+        40: {0.1: 47.1, 1.0: 48.8, 10.0: 55.7, 100.0: 56.4},
+        80: {0.1: 46.5, 1.0: 47.3, 10.0: 53.3, 100.0: 55.2},
+    },
 }
 # Table 5 (DP-KIP FC-NTK, eps=1): dataset -> {metric: value}.
 _T5 = {
@@ -97,32 +112,60 @@ _PAPER_HP: dict[tuple[str, str, float, int], dict[str, float]] = {
     ("mnist", "scatternet", 1.0, 10): dict(epochs=30, batch_size=500, lr=1e-1, clip=1e-7, reg=1e-3),
     ("mnist", "scatternet", 1.0, 50): dict(epochs=30, batch_size=200, lr=1e-1, clip=1e-2, reg=1e-2),
     ("mnist", "scatternet", 10.0, 1): dict(epochs=30, batch_size=500, lr=1e-1, clip=1e-2, reg=1e-6),
-    ("mnist", "scatternet", 10.0, 10): dict(epochs=50, batch_size=2000, lr=1e-1, clip=1e-6, reg=1e-4),
-    ("mnist", "scatternet", 10.0, 50): dict(epochs=30, batch_size=200, lr=1e-1, clip=1e-7, reg=1e-1),
-    ("fashion_mnist", "scatternet", 1.0, 1): dict(epochs=50, batch_size=2000, lr=1e-1, clip=1e-4, reg=1e-7),
-    ("fashion_mnist", "scatternet", 1.0, 10): dict(epochs=40, batch_size=1000, lr=1e-2, clip=1e-4, reg=1e-3),
-    ("fashion_mnist", "scatternet", 1.0, 50): dict(epochs=20, batch_size=200, lr=1e-2, clip=1e-5, reg=1e-2),
-    ("fashion_mnist", "scatternet", 10.0, 1): dict(epochs=50, batch_size=1000, lr=1e-1, clip=1e-2, reg=1e-4),
-    ("fashion_mnist", "scatternet", 10.0, 10): dict(epochs=50, batch_size=2000, lr=1e-2, clip=1e-1, reg=1e-3),
-    ("fashion_mnist", "scatternet", 10.0, 50): dict(epochs=50, batch_size=200, lr=1e-2, clip=1e-2, reg=1e-3),
+    ("mnist", "scatternet", 10.0, 10): dict(
+        epochs=50, batch_size=2000, lr=1e-1, clip=1e-6, reg=1e-4
+    ),
+    ("mnist", "scatternet", 10.0, 50): dict(
+        epochs=30, batch_size=200, lr=1e-1, clip=1e-7, reg=1e-1
+    ),
+    ("fashion_mnist", "scatternet", 1.0, 1): dict(
+        epochs=50, batch_size=2000, lr=1e-1, clip=1e-4, reg=1e-7
+    ),
+    ("fashion_mnist", "scatternet", 1.0, 10): dict(
+        epochs=40, batch_size=1000, lr=1e-2, clip=1e-4, reg=1e-3
+    ),
+    ("fashion_mnist", "scatternet", 1.0, 50): dict(
+        epochs=20, batch_size=200, lr=1e-2, clip=1e-5, reg=1e-2
+    ),
+    ("fashion_mnist", "scatternet", 10.0, 1): dict(
+        epochs=50, batch_size=1000, lr=1e-1, clip=1e-2, reg=1e-4
+    ),
+    ("fashion_mnist", "scatternet", 10.0, 10): dict(
+        epochs=50, batch_size=2000, lr=1e-2, clip=1e-1, reg=1e-3
+    ),
+    ("fashion_mnist", "scatternet", 10.0, 50): dict(
+        epochs=50, batch_size=200, lr=1e-2, clip=1e-2, reg=1e-3
+    ),
     ("mnist", "fc_ntk", 1.0, 1): dict(epochs=10, batch_size=500, lr=5e-3, clip=1e-2, reg=1e-6),
     ("mnist", "fc_ntk", 1.0, 10): dict(epochs=10, batch_size=500, lr=1e-2, clip=1e-6, reg=1e-6),
     ("mnist", "fc_ntk", 1.0, 50): dict(epochs=10, batch_size=500, lr=1e-2, clip=1e-6, reg=1e-7),
     ("mnist", "fc_ntk", 10.0, 1): dict(epochs=10, batch_size=500, lr=5e-3, clip=1e-5, reg=1e-6),
     ("mnist", "fc_ntk", 10.0, 10): dict(epochs=10, batch_size=500, lr=5e-3, clip=1e-2, reg=1e-6),
     ("mnist", "fc_ntk", 10.0, 50): dict(epochs=10, batch_size=500, lr=5e-3, clip=1e-5, reg=1e-6),
-    ("fashion_mnist", "fc_ntk", 1.0, 1): dict(epochs=10, batch_size=500, lr=5e-2, clip=1e-6, reg=1e-6),
-    ("fashion_mnist", "fc_ntk", 1.0, 10): dict(epochs=10, batch_size=500, lr=1e-1, clip=1e-6, reg=1e-5),
-    ("fashion_mnist", "fc_ntk", 1.0, 50): dict(epochs=10, batch_size=200, lr=1e-2, clip=1e-2, reg=1e-6),
-    ("fashion_mnist", "fc_ntk", 10.0, 1): dict(epochs=10, batch_size=500, lr=1e-2, clip=1e-3, reg=1e-6),
-    ("fashion_mnist", "fc_ntk", 10.0, 10): dict(epochs=10, batch_size=500, lr=1e-2, clip=1e-2, reg=1e-5),
-    ("fashion_mnist", "fc_ntk", 10.0, 50): dict(epochs=10, batch_size=500, lr=1e-2, clip=1e-2, reg=1e-7),
+    ("fashion_mnist", "fc_ntk", 1.0, 1): dict(
+        epochs=10, batch_size=500, lr=5e-2, clip=1e-6, reg=1e-6
+    ),
+    ("fashion_mnist", "fc_ntk", 1.0, 10): dict(
+        epochs=10, batch_size=500, lr=1e-1, clip=1e-6, reg=1e-5
+    ),
+    ("fashion_mnist", "fc_ntk", 1.0, 50): dict(
+        epochs=10, batch_size=200, lr=1e-2, clip=1e-2, reg=1e-6
+    ),
+    ("fashion_mnist", "fc_ntk", 10.0, 1): dict(
+        epochs=10, batch_size=500, lr=1e-2, clip=1e-3, reg=1e-6
+    ),
+    ("fashion_mnist", "fc_ntk", 10.0, 10): dict(
+        epochs=10, batch_size=500, lr=1e-2, clip=1e-2, reg=1e-5
+    ),
+    ("fashion_mnist", "fc_ntk", 10.0, 50): dict(
+        epochs=10, batch_size=500, lr=1e-2, clip=1e-2, reg=1e-7
+    ),
 }
 # Quick profile (CPU): few epochs, feature-space clipping for ScatterNet; the
 # clip norm is irrelevant up to Adam's epsilon when every gradient is clipped.
 _QUICK_HP = {
     "scatternet": dict(epochs=2, batch_size=2000, lr=1e-1, clip=1e-3, reg=1e-3),
-    "fc_ntk": dict(epochs=1, batch_size=500, lr=1e-2, clip=1e-2, reg=1e-6),
+    "fc_ntk": dict(epochs=1, batch_size=500, lr=1e-1, clip=1e-1, reg=1e-6),
     "entk": dict(epochs=1, batch_size=500, lr=1e-2, clip=1e-2, reg=1e-6),
 }
 
@@ -146,13 +189,23 @@ def _images(ctx: RunContext, name: str, max_train: int | None = None, seed: int 
     if max_train is not None and max_train < len(ytr):
         idx = np.random.default_rng(seed).choice(len(ytr), max_train, replace=False)
         xtr, ytr = xtr[idx], ytr[idx]
-    return (xtr * 2.0 - 1.0).astype(np.float32), ytr, (te.x * 2.0 - 1.0).astype(np.float32), te.y, tr.n_classes
+    return (
+        (xtr * 2.0 - 1.0).astype(np.float32),
+        ytr,
+        (te.x * 2.0 - 1.0).astype(np.float32),
+        te.y,
+        tr.n_classes,
+    )
 
 
 def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int) -> dict[str, Any]:
     if ctx.profile == "paper":
-        hp = dict(_PAPER_HP.get((dataset, kernel, eps if eps is not None else 10.0, spc),
-                                _PAPER_HP.get(("mnist", kernel, 10.0, 10), _QUICK_HP["fc_ntk"])))
+        hp = dict(
+            _PAPER_HP.get(
+                (dataset, kernel, eps if eps is not None else 10.0, spc),
+                _PAPER_HP.get(("mnist", kernel, 10.0, 10), _QUICK_HP["fc_ntk"]),
+            )
+        )
         if eps is None:
             hp["epochs"] = max(int(hp["epochs"]), 10)
     else:
@@ -164,7 +217,9 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
     for k in ("lr", "clip", "reg"):
         hp[k] = _opt(ctx, k, float(hp[k]))
     default_space = "input" if (ctx.profile == "paper" or kernel == "fc_ntk") else "feature"
-    hp["clip_space"] = ctx.options.get("clip_space", default_space) if kernel != "fc_ntk" else "input"
+    hp["clip_space"] = (
+        ctx.options.get("clip_space", default_space) if kernel != "fc_ntk" else "input"
+    )
     return hp
 
 
@@ -174,15 +229,31 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return dp_kip.fit(
-            key, x, y, kernel=kernel, support_per_class=spc, epsilon=eps, delta=DELTA,
-            clip_norm=hp["clip"], batch_size=min(int(hp["batch_size"]), len(y)), epochs=int(hp["epochs"]),
-            learning_rate=hp["lr"], reg=hp["reg"], corrupt_fraction=corrupt, n_classes=n_classes,
-            clip_space=hp["clip_space"], progress=True, eval_every=10**6,
-            x_test=None, y_test=None,
+            key,
+            x,
+            y,
+            kernel=kernel,
+            support_per_class=spc,
+            epsilon=eps,
+            delta=DELTA,
+            clip_norm=hp["clip"],
+            batch_size=min(int(hp["batch_size"]), len(y)),
+            epochs=int(hp["epochs"]),
+            learning_rate=hp["lr"],
+            reg=hp["reg"],
+            corrupt_fraction=corrupt,
+            n_classes=n_classes,
+            clip_space=hp["clip_space"],
+            progress=True,
+            eval_every=10**6,
+            x_test=None,
+            y_test=None,
         )
 
 
-def _krr_rows(ctx, table, dataset, kernel, eps, spc, paper, corrupt=0.0, max_train=None, extra=None):
+def _krr_rows(
+    ctx, table, dataset, kernel, eps, spc, paper, corrupt=0.0, max_train=None, extra=None
+):
     import jax
 
     from privkernels import dp_kip
@@ -196,14 +267,26 @@ def _krr_rows(ctx, table, dataset, kernel, eps, spc, paper, corrupt=0.0, max_tra
             acc = dp_kip.accuracy(res, xte, yte)
         tag = f"{table}-{dataset}-{kernel}-eps{eps}-spc{spc}-c{corrupt}-seed{seed}"
         save_image_grid(ctx.out / f"{tag}.png", res.support_x, res.support_y, title=tag)
-        rows.append({
-            "dataset": dataset, "kernel": kernel, "imgs_per_class": spc, "epsilon": eps,
-            "corrupt_fraction": corrupt, "seed": seed, "metric": "krr_test_acc", "value": 100.0 * acc,
-            "paper_value": paper, "seconds": t.seconds, "steps": res.steps_done,
-            "eps_spent": res.report.epsilon if res.report.private else None,
-            "sigma": res.config["noise_multiplier"], "n_train": len(y), **{f"hp_{k}": v for k, v in hp.items()},
-            **(extra or {}),
-        })
+        rows.append(
+            {
+                "dataset": dataset,
+                "kernel": kernel,
+                "imgs_per_class": spc,
+                "epsilon": eps,
+                "corrupt_fraction": corrupt,
+                "seed": seed,
+                "metric": "krr_test_acc",
+                "value": 100.0 * acc,
+                "paper_value": paper,
+                "seconds": t.seconds,
+                "steps": res.steps_done,
+                "eps_spent": res.report.epsilon if res.report.private else None,
+                "sigma": res.config["noise_multiplier"],
+                "n_train": len(y),
+                **{f"hp_{k}": v for k, v in hp.items()},
+                **(extra or {}),
+            }
+        )
         print(rows[-1], flush=True)
     return rows
 
@@ -217,28 +300,45 @@ def _datasets(ctx: RunContext) -> list[str]:
 def table1(ctx: RunContext) -> list[dict[str, Any]]:
     quick = ctx.profile == "quick"
     spcs = _list_opt(ctx, "spc", [10] if quick else [1, 10, 50], int)
-    kernels = _list_opt(ctx, "kernels", ["fc_ntk", "scatternet"] if quick else ["fc_ntk", "entk", "scatternet"])
+    kernels = _list_opt(
+        ctx, "kernels", ["fc_ntk", "scatternet"] if quick else ["fc_ntk", "entk", "scatternet"]
+    )
     max_train = _opt(ctx, "max_train", 10000 if quick else None, int)
     rows = []
     for ds in _datasets(ctx):
         for kern in kernels:
             for spc in spcs:
-                rows += _krr_rows(ctx, "t1", ds, kern, None, spc, _T1.get((ds, kern), {}).get(spc),
-                                  max_train=max_train)
+                rows += _krr_rows(
+                    ctx,
+                    "t1",
+                    ds,
+                    kern,
+                    None,
+                    spc,
+                    _T1.get((ds, kern), {}).get(spc),
+                    max_train=max_train,
+                )
     return rows
 
 
-@register("dp-kip-table2", "DP-KIP Table 2: DP-KIP FC-NTK / ScatterNet KRR accuracy, eps in {1, 10}")
+@register(
+    "dp-kip-table2", "DP-KIP Table 2: DP-KIP FC-NTK / ScatterNet KRR accuracy, eps in {1, 10}"
+)
 def table2(ctx: RunContext) -> list[dict[str, Any]]:
     quick = ctx.profile == "quick"
     spcs = _list_opt(ctx, "spc", [10] if quick else [1, 10, 50], int)
-    combos = [("scatternet", 1.0), ("scatternet", 10.0), ("fc_ntk", 1.0)] if quick else [
-        (k, e) for k in ("fc_ntk", "scatternet") for e in (1.0, 10.0)]
+    combos = (
+        [("scatternet", 1.0), ("scatternet", 10.0), ("fc_ntk", 1.0)]
+        if quick
+        else [(k, e) for k in ("fc_ntk", "scatternet") for e in (1.0, 10.0)]
+    )
     rows = []
     for ds in _datasets(ctx):
         for kern, eps in combos:
             for spc in spcs:
-                rows += _krr_rows(ctx, "t2", ds, kern, eps, spc, _T2.get((ds, kern, eps), {}).get(spc))
+                rows += _krr_rows(
+                    ctx, "t2", ds, kern, eps, spc, _T2.get((ds, kern, eps), {}).get(spc)
+                )
     return rows
 
 
@@ -250,7 +350,11 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
 
     quick = ctx.profile == "quick"
     spcs = _list_opt(ctx, "spc", [10] if quick else [10, 20], int)
-    combos = [("scatternet", 10.0)] if quick else [(k, e) for k in ("fc_ntk", "scatternet") for e in (1.0, 10.0)]
+    combos = (
+        [("scatternet", 10.0)]
+        if quick
+        else [(k, e) for k in ("fc_ntk", "scatternet") for e in (1.0, 10.0)]
+    )
     steps = _opt(ctx, "convnet_steps", 300 if quick else 1000, int)
     rows = []
     for ds in _datasets(ctx):
@@ -263,17 +367,33 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                         res = _fit(jax.random.key(seed), x, y, xte, yte, c, kern, eps, spc, hp)
                         krr = dp_kip.accuracy(res, xte, yte)
                         mod, params = dp_kip_eval.train_convnet(
-                            jax.random.key(1000 + seed), res.support_x, res.support_y, c, steps=steps)
+                            jax.random.key(1000 + seed),
+                            res.support_x,
+                            res.support_y,
+                            c,
+                            steps=steps,
+                        )
                         acc = dp_kip_eval.convnet_accuracy(mod, params, xte, yte)
                     tag = f"t3-{ds}-{kern}-eps{eps}-spc{spc}-seed{seed}"
                     save_image_grid(ctx.out / f"{tag}.png", res.support_x, res.support_y, title=tag)
-                    rows.append({
-                        "dataset": ds, "kernel": kern, "imgs_per_class": spc, "epsilon": eps, "seed": seed,
-                        "metric": "convnet_test_acc", "value": 100.0 * acc,
-                        "paper_value": _T3.get((ds, kern, eps), {}).get(spc), "seconds": t.seconds,
-                        "krr_test_acc": 100.0 * krr, "convnet_steps": steps, "steps": res.steps_done,
-                        "eps_spent": res.report.epsilon, **{f"hp_{k}": v for k, v in hp.items()},
-                    })
+                    rows.append(
+                        {
+                            "dataset": ds,
+                            "kernel": kern,
+                            "imgs_per_class": spc,
+                            "epsilon": eps,
+                            "seed": seed,
+                            "metric": "convnet_test_acc",
+                            "value": 100.0 * acc,
+                            "paper_value": _T3.get((ds, kern, eps), {}).get(spc),
+                            "seconds": t.seconds,
+                            "krr_test_acc": 100.0 * krr,
+                            "convnet_steps": steps,
+                            "steps": res.steps_done,
+                            "eps_spent": res.report.epsilon,
+                            **{f"hp_{k}": v for k, v in hp.items()},
+                        }
+                    )
                     print(rows[-1], flush=True)
     return rows
 
@@ -290,7 +410,9 @@ def table4(ctx: RunContext) -> list[dict[str, Any]]:
     except Exception:  # CIFAR-10 not available here: MNIST keeps the table runnable
         ds, substitute = "mnist", True
     spcs = _list_opt(ctx, "spc", [10] if quick else [1, 10, 50], int)
-    fracs = _list_opt(ctx, "fractions", [0.0, 0.05] if quick else [0.0, 0.01, 0.05, 0.1, 0.4, 0.8], float)
+    fracs = _list_opt(
+        ctx, "fractions", [0.0, 0.05] if quick else [0.0, 0.01, 0.05, 0.1, 0.4, 0.8], float
+    )
     epss = _list_opt(ctx, "eps", [10.0] if quick else [0.1, 1.0, 10.0, 100.0], float)
     rows = []
     for spc in spcs:
@@ -298,8 +420,17 @@ def table4(ctx: RunContext) -> list[dict[str, Any]]:
             for eps in epss:
                 pct = int(round(frac * 100))
                 paper = None if substitute else _T4.get(spc, {}).get(pct, {}).get(eps)
-                rows += _krr_rows(ctx, "t4", ds, "scatternet", eps, spc, paper, corrupt=frac,
-                                  extra={"cifar10_substitute": substitute})
+                rows += _krr_rows(
+                    ctx,
+                    "t4",
+                    ds,
+                    "scatternet",
+                    eps,
+                    spc,
+                    paper,
+                    corrupt=frac,
+                    extra={"cifar10_substitute": substitute},
+                )
     return rows
 
 
@@ -310,8 +441,22 @@ def table5(ctx: RunContext) -> list[dict[str, Any]]:
     from privkernels import data, evaluation
 
     quick = ctx.profile == "quick"
-    names = _list_opt(ctx, "datasets", ["adult", "cervical"] if quick else
-                      ["adult", "cervical", "epileptic", "intrusion", "census", "credit", "covtype", "isolet"])
+    names = _list_opt(
+        ctx,
+        "datasets",
+        ["adult", "cervical"]
+        if quick
+        else [
+            "adult",
+            "cervical",
+            "epileptic",
+            "intrusion",
+            "census",
+            "credit",
+            "covtype",
+            "isolet",
+        ],
+    )
     eps = _opt(ctx, "epsilon", 1.0)
     spc = _opt(ctx, "spc", 10, int)
     rows = []
@@ -323,21 +468,52 @@ def table5(ctx: RunContext) -> list[dict[str, Any]]:
             print(f"skipping {name}: {err}", flush=True)
             continue
         n = len(tr.y)
-        hp = dict(epochs=_opt(ctx, "epochs", 10, int), batch_size=_opt(ctx, "batch_size", max(2, min(n // 10, 1000)), int),
-                  lr=_opt(ctx, "lr", 1e-1), clip=_opt(ctx, "clip", 1e-1), reg=_opt(ctx, "reg", 1e-6),
-                  clip_space="input")
+        hp = dict(
+            epochs=_opt(ctx, "epochs", 10, int),
+            batch_size=_opt(ctx, "batch_size", max(2, min(n // 10, 1000)), int),
+            lr=_opt(ctx, "lr", 1e-1),
+            clip=_opt(ctx, "clip", 1e-1),
+            reg=_opt(ctx, "reg", 1e-6),
+            clip_space="input",
+        )
         for seed in ctx.seeds:
             with Timer() as t:
-                res = _fit(jax.random.key(seed), tr.x.astype(np.float32), tr.y, None, None, tr.n_classes,
-                           "fc_ntk", eps, spc, hp)
-                ev = evaluation.evaluate_tabular(res.support_x, res.support_y, te.x, te.y, seed=seed,
-                                                 max_test=_opt(ctx, "max_test", 20000 if quick else None, int))
+                res = _fit(
+                    jax.random.key(seed),
+                    tr.x.astype(np.float32),
+                    tr.y,
+                    None,
+                    None,
+                    tr.n_classes,
+                    "fc_ntk",
+                    eps,
+                    spc,
+                    hp,
+                )
+                ev = evaluation.evaluate_tabular(
+                    res.support_x,
+                    res.support_y,
+                    te.x,
+                    te.y,
+                    seed=seed,
+                    max_test=_opt(ctx, "max_test", 20000 if quick else None, int),
+                )
             for metric, value in ev["mean"].items():
-                rows.append({
-                    "dataset": name, "epsilon": eps, "seed": seed, "metric": metric, "value": value,
-                    "paper_value": _T5.get(name, {}).get(metric), "seconds": t.seconds,
-                    "imgs_per_class": spc, "steps": res.steps_done, "eps_spent": res.report.epsilon,
-                    "n_train": n, **{f"hp_{k}": v for k, v in hp.items()},
-                })
+                rows.append(
+                    {
+                        "dataset": name,
+                        "epsilon": eps,
+                        "seed": seed,
+                        "metric": metric,
+                        "value": value,
+                        "paper_value": _T5.get(name, {}).get(metric),
+                        "seconds": t.seconds,
+                        "imgs_per_class": spc,
+                        "steps": res.steps_done,
+                        "eps_spent": res.report.epsilon,
+                        "n_train": n,
+                        **{f"hp_{k}": v for k, v in hp.items()},
+                    }
+                )
                 print(rows[-1], flush=True)
     return rows

@@ -46,13 +46,24 @@ from benchmarks.common import Timer
 from benchmarks.registry import RunContext, register
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(per_class_train=300, per_class_test=50, n_eps=5, reps=2,
-                  datasets="mnist,fashion_mnist,adult"),
-    "paper": dict(per_class_train=1000, per_class_test=100, n_eps=9, reps=3,
-                  datasets="mnist,fashion_mnist,adult,cifar10"),
+    "quick": dict(
+        per_class_train=300,
+        per_class_test=50,
+        n_eps=5,
+        reps=2,
+        datasets="mnist,fashion_mnist,adult",
+    ),
+    "paper": dict(
+        per_class_train=1000,
+        per_class_test=100,
+        n_eps=9,
+        reps=3,
+        datasets="mnist,fashion_mnist,adult,cifar10",
+    ),
 }
-DEFAULTS: dict[str, Any] = dict(eta_mode="shift", kernel_shift=5.0, reg=5.0, eta_min=None, beta=1e-6,
-                                delta=2e-3, width=256)
+DEFAULTS: dict[str, Any] = dict(
+    eta_mode="shift", kernel_shift=5.0, reg=5.0, eta_min=None, beta=1e-6, delta=2e-3, width=256
+)
 PAPER_ETA_MIN = 7e-3
 PAPER_REG = 10.0
 
@@ -61,7 +72,9 @@ def _options(ctx: RunContext) -> dict[str, Any]:
     opts: dict[str, Any] = {**DEFAULTS, **PROFILES[ctx.profile]}
     for key, raw in ctx.options.items():
         if key not in opts and key != "copy_plot_to":
-            raise ValueError(f"unknown option {key!r} for dp-ntk-regression-fig1; known: {sorted(opts)}")
+            raise ValueError(
+                f"unknown option {key!r} for dp-ntk-regression-fig1; known: {sorted(opts)}"
+            )
         base = opts.get(key)
         if key in ("datasets", "eta_mode", "copy_plot_to"):
             opts[key] = raw
@@ -75,7 +88,9 @@ def _options(ctx: RunContext) -> dict[str, Any]:
     elif opts["eta_mode"] == "shift":
         opts["eta_min"] = opts["eta_min"] or opts["kernel_shift"]
         if opts["eta_min"] > opts["kernel_shift"]:
-            raise ValueError("eta_mode=shift needs eta_min <= kernel_shift (that is what makes it public)")
+            raise ValueError(
+                "eta_mode=shift needs eta_min <= kernel_shift (that is what makes it public)"
+            )
     else:
         raise ValueError(f"eta_mode must be 'shift' or 'paper', got {opts['eta_mode']!r}")
     return opts
@@ -104,7 +119,9 @@ def _features(name: str, x: np.ndarray) -> np.ndarray:
     return _normalize(x)
 
 
-def _load(name: str, data_dir: str | None, opts: dict[str, Any], seed: int) -> tuple[Any, ...] | str:
+def _load(
+    name: str, data_dir: str | None, opts: dict[str, Any], seed: int
+) -> tuple[Any, ...] | str:
     """Train/test features and labels, or the reason (a str) when files are missing."""
     from privkernels import data
 
@@ -126,8 +143,13 @@ def _load(name: str, data_dir: str | None, opts: dict[str, Any], seed: int) -> t
         return f"{type(err).__name__}: {err}"
     tr = _per_class(tr_ds.y, opts["per_class_train"], rng)
     te = _per_class(te_ds.y, opts["per_class_test"], rng)
-    return (_features(name, tr_ds.x[tr]), tr_ds.y[tr], _features(name, te_ds.x[te]), te_ds.y[te],
-            tr_ds.n_classes)
+    return (
+        _features(name, tr_ds.x[tr]),
+        tr_ds.y[tr],
+        _features(name, te_ds.x[te]),
+        te_ds.y[te],
+        tr_ds.n_classes,
+    )
 
 
 def _acc(model: Any, x: np.ndarray, y: np.ndarray) -> float:
@@ -154,7 +176,11 @@ def _plot(rows: list[dict[str, Any]], path: Path, opts: dict[str, Any]) -> Path 
     }
     for ax, name in zip(axes[0], names, strict=True):
         for metric, (label, color, style) in styles.items():
-            pts = [r for r in rows if r["dataset"] == name and r["metric"] == metric and r["value"] is not None]
+            pts = [
+                r
+                for r in rows
+                if r["dataset"] == name and r["metric"] == metric and r["value"] is not None
+            ]
             if not pts:
                 continue
             if metric.startswith("nonprivate"):
@@ -170,8 +196,11 @@ def _plot(rows: list[dict[str, Any]], path: Path, opts: dict[str, Any]) -> Path 
         ax.set_ylabel("accuracy")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"Quadratic-NTK regression, delta={opts['delta']:g}, beta={opts['beta']:g}, "
-                 f"eta_min={opts['eta_min']:g} ({opts['eta_mode']})", fontsize=9)
+    fig.suptitle(
+        f"Quadratic-NTK regression, delta={opts['delta']:g}, beta={opts['beta']:g}, "
+        f"eta_min={opts['eta_min']:g} ({opts['eta_mode']})",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
@@ -179,8 +208,10 @@ def _plot(rows: list[dict[str, Any]], path: Path, opts: dict[str, Any]) -> Path 
     return path
 
 
-@register("dp-ntk-regression-fig1",
-          "Gu et al. Fig. 1: private vs non-private quadratic-NTK regression accuracy vs epsilon")
+@register(
+    "dp-ntk-regression-fig1",
+    "Gu et al. Fig. 1: private vs non-private quadratic-NTK regression accuracy vs epsilon",
+)
 def run(ctx: RunContext) -> list[dict[str, Any]]:
     import jax
 
@@ -190,10 +221,14 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
     eps_grid = np.logspace(-0.5, 1.5, int(opts["n_eps"]))
     datasets = [d.strip() for d in str(opts["datasets"]).split(",") if d.strip()]
     rows: list[dict[str, Any]] = []
-    common: dict[str, Any] = dict(width=int(opts["width"]), reg=float(opts["reg"]),
-                                  kernel_shift=float(opts["kernel_shift"]))
-    eta_note = ("public: kernel_shift (K + sI >= sI)" if opts["eta_mode"] == "shift"
-                else "paper's 7e-3: unchecked assumption")
+    common: dict[str, Any] = dict(
+        width=int(opts["width"]), reg=float(opts["reg"]), kernel_shift=float(opts["kernel_shift"])
+    )
+    eta_note = (
+        "public: kernel_shift (K + sI >= sI)"
+        if opts["eta_mode"] == "shift"
+        else "paper's 7e-3: unchecked assumption"
+    )
     for name in datasets:
         per_seed: dict[tuple[Any, str], list[float]] = {}
         times: dict[tuple[Any, str], list[float]] = {}
@@ -214,7 +249,9 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                 with Timer() as t:
                     base = R.fit(key, xtr, ytr, epsilon=None, n_classes=n_classes, **common)
                     accs = (_acc(base, xtr, ytr), _acc(base, xte, yte))
-                for metric, v in zip(("nonprivate_train_acc", "nonprivate_test_acc"), accs, strict=True):
+                for metric, v in zip(
+                    ("nonprivate_train_acc", "nonprivate_test_acc"), accs, strict=True
+                ):
                     per_seed.setdefault((None, metric), []).append(v)
                     times.setdefault((None, metric), []).append(t.seconds)
                 for eps in eps_grid:
@@ -222,44 +259,106 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                     try:
                         with Timer() as t:
                             # same key -> same NTK weights as the baseline: the gap is the noise only
-                            model = R.fit(key, xtr, ytr, epsilon=eps, delta=float(opts["delta"]),
-                                          beta=float(opts["beta"]), eta_min=float(opts["eta_min"]),
-                                          n_classes=n_classes, **common)
+                            model = R.fit(
+                                key,
+                                xtr,
+                                ytr,
+                                epsilon=eps,
+                                delta=float(opts["delta"]),
+                                beta=float(opts["beta"]),
+                                eta_min=float(opts["eta_min"]),
+                                n_classes=n_classes,
+                                **common,
+                            )
                             accs = (_acc(model, xtr, ytr), _acc(model, xte, yte))
                     except ValueError as err:
                         errors[eps] = str(err)
                         continue
                     ks.setdefault(eps, []).append(int(model.k or 0))
-                    for metric, v in zip(("private_train_acc", "private_test_acc"), accs, strict=True):
+                    for metric, v in zip(
+                        ("private_train_acc", "private_test_acc"), accs, strict=True
+                    ):
                         per_seed.setdefault((eps, metric), []).append(v)
                         times.setdefault((eps, metric), []).append(t.seconds)
         if skipped:
-            rows.append(dict(dataset=name, epsilon=None, metric="skipped", value=None, paper_value=None,
-                             seconds=0.0, gap=None, note="data files not found"))
+            rows.append(
+                dict(
+                    dataset=name,
+                    epsilon=None,
+                    metric="skipped",
+                    value=None,
+                    paper_value=None,
+                    seconds=0.0,
+                    gap=None,
+                    note="data files not found",
+                )
+            )
             continue
-        base_mean = {m: float(np.mean(per_seed[(None, m)])) for m in ("nonprivate_train_acc", "nonprivate_test_acc")}
+        base_mean = {
+            m: float(np.mean(per_seed[(None, m)]))
+            for m in ("nonprivate_train_acc", "nonprivate_test_acc")
+        }
         for metric in ("nonprivate_train_acc", "nonprivate_test_acc"):
             base_vals = per_seed[(None, metric)]
-            rows.append(dict(dataset=name, epsilon=None, metric=metric, value=base_mean[metric],
-                             value_std=float(np.std(base_vals)), paper_value=None,
-                             seconds=float(np.mean(times[(None, metric)])), gap=None, k=None,
-                             n_train=n_train, runs=len(base_vals), eta_min=opts["eta_min"], eta_source=eta_note))
+            rows.append(
+                dict(
+                    dataset=name,
+                    epsilon=None,
+                    metric=metric,
+                    value=base_mean[metric],
+                    value_std=float(np.std(base_vals)),
+                    paper_value=None,
+                    seconds=float(np.mean(times[(None, metric)])),
+                    gap=None,
+                    k=None,
+                    n_train=n_train,
+                    runs=len(base_vals),
+                    eta_min=opts["eta_min"],
+                    eta_source=eta_note,
+                )
+            )
         for eps in map(float, eps_grid):
             for metric in ("private_train_acc", "private_test_acc"):
                 vals = per_seed.get((eps, metric))
                 ref = base_mean["nonprivate_" + metric.split("_", 1)[1]]
                 if not vals:
-                    rows.append(dict(dataset=name, epsilon=eps, metric=metric, value=None, value_std=None,
-                                     paper_value=None, seconds=None, gap=None, k=None, n_train=n_train,
-                                     runs=0, eta_min=opts["eta_min"], eta_source=eta_note,
-                                     error=errors.get(eps, "")[:300]))
+                    rows.append(
+                        dict(
+                            dataset=name,
+                            epsilon=eps,
+                            metric=metric,
+                            value=None,
+                            value_std=None,
+                            paper_value=None,
+                            seconds=None,
+                            gap=None,
+                            k=None,
+                            n_train=n_train,
+                            runs=0,
+                            eta_min=opts["eta_min"],
+                            eta_source=eta_note,
+                            error=errors.get(eps, "")[:300],
+                        )
+                    )
                     continue
                 mean = float(np.mean(vals))
-                rows.append(dict(dataset=name, epsilon=eps, metric=metric, value=mean,
-                                 value_std=float(np.std(vals)), paper_value=None,
-                                 seconds=float(np.mean(times[(eps, metric)])), gap=ref - mean,
-                                 k=int(np.min(ks[eps])), n_train=n_train, runs=len(vals),
-                                 eta_min=opts["eta_min"], eta_source=eta_note))
+                rows.append(
+                    dict(
+                        dataset=name,
+                        epsilon=eps,
+                        metric=metric,
+                        value=mean,
+                        value_std=float(np.std(vals)),
+                        paper_value=None,
+                        seconds=float(np.mean(times[(eps, metric)])),
+                        gap=ref - mean,
+                        k=int(np.min(ks[eps])),
+                        n_train=n_train,
+                        runs=len(vals),
+                        eta_min=opts["eta_min"],
+                        eta_source=eta_note,
+                    )
+                )
     png = _plot(rows, Path(ctx.out) / f"dp_ntk_regression_fig1_{ctx.profile}.png", opts)
     if png is not None and opts.get("copy_plot_to"):
         dest = Path(str(opts["copy_plot_to"]))
@@ -272,10 +371,15 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
 def _summarize_gap(rows: list[dict[str, Any]]) -> None:
     """Print whether the private-vs-non-private test gap closes as epsilon grows."""
     for name in dict.fromkeys(r["dataset"] for r in rows):
-        gaps = [(r["epsilon"], r["gap"]) for r in rows
-                if r["dataset"] == name and r["metric"] == "private_test_acc" and r["gap"] is not None]
+        gaps = [
+            (r["epsilon"], r["gap"])
+            for r in rows
+            if r["dataset"] == name and r["metric"] == "private_test_acc" and r["gap"] is not None
+        ]
         if len(gaps) >= 2:
             first, last = gaps[0], gaps[-1]
             trend = "closes" if abs(last[1]) <= abs(first[1]) else "does not close"
-            print(f"[dp-ntk-regression-fig1] {name}: test gap {first[1]:+.3f} at eps={first[0]:.3g} -> "
-                  f"{last[1]:+.3f} at eps={last[0]:.3g} ({trend})")
+            print(
+                f"[dp-ntk-regression-fig1] {name}: test gap {first[1]:+.3f} at eps={first[0]:.3g} -> "
+                f"{last[1]:+.3f} at eps={last[0]:.3g} ({trend})"
+            )

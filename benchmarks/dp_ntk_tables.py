@@ -94,11 +94,23 @@ def _opt(ctx: RunContext, name: str, default: Any, cast: Any = str) -> Any:
 
 def _image_settings(ctx: RunContext) -> dict[str, Any]:
     if ctx.profile == "paper":
-        base = {"iterations": 2000, "batch_size": 5000, "n_synthetic": 60000, "max_train": None,
-                "max_test": None, "mlp_max_iter": 200}
+        base = {
+            "iterations": 2000,
+            "batch_size": 5000,
+            "n_synthetic": 60000,
+            "max_train": None,
+            "max_test": None,
+            "mlp_max_iter": 200,
+        }
     else:
-        base = {"iterations": 60, "batch_size": 500, "n_synthetic": 6000, "max_train": 6000,
-                "max_test": None, "mlp_max_iter": 30}
+        base = {
+            "iterations": 60,
+            "batch_size": 500,
+            "n_synthetic": 6000,
+            "max_train": 6000,
+            "max_test": None,
+            "mlp_max_iter": 30,
+        }
     for k in ("iterations", "batch_size", "n_synthetic", "mlp_max_iter"):
         base[k] = _opt(ctx, k, base[k], int)
     for k in ("max_train", "max_test"):
@@ -111,12 +123,21 @@ def _load_images(ctx: RunContext, name: str) -> tuple[Any, Any]:
     from privkernels import data
 
     root = resolve_data_dir(ctx.data_dir)
-    return data.load(name, data_dir=root, split="train"), data.load(name, data_dir=root, split="test")
+    return data.load(name, data_dir=root, split="train"), data.load(
+        name, data_dir=root, split="test"
+    )
 
 
 def _run_image(
-    ctx: RunContext, dataset: str, width: int, epsilon: float, seed: int, settings: dict[str, Any],
-    train: Any, test: Any, tag: str,
+    ctx: RunContext,
+    dataset: str,
+    width: int,
+    epsilon: float,
+    seed: int,
+    settings: dict[str, Any],
+    train: Any,
+    test: Any,
+    tag: str,
 ) -> tuple[dict[str, float], float, Any]:
     import jax
 
@@ -126,21 +147,42 @@ def _run_image(
     t0 = time.perf_counter()
     net = features.fc_1l(width, out_features=train.n_classes, layer_norm=True)
     res = dp_ntk.fit(
-        jax.random.key(seed), train.x, train.y, epsilon=epsilon, delta=DELTA, network=net,
-        iterations=settings["iterations"], batch_size=settings["batch_size"], learning_rate=0.01,
-        n_classes=train.n_classes, d_code=5, label_mode="uniform", chunk_size=1000, progress=True,
+        jax.random.key(seed),
+        train.x,
+        train.y,
+        epsilon=epsilon,
+        delta=DELTA,
+        network=net,
+        iterations=settings["iterations"],
+        batch_size=settings["batch_size"],
+        learning_rate=0.01,
+        n_classes=train.n_classes,
+        d_code=5,
+        label_mode="uniform",
+        chunk_size=1000,
+        progress=True,
     )
     xs, ys = dp_ntk.sample(jax.random.key(seed + 10_000), res, settings["n_synthetic"])
     acc = evaluate_images(
-        xs, ys, test.x, test.y, seed=seed, max_train=settings["max_train"], max_test=settings["max_test"],
+        xs,
+        ys,
+        test.x,
+        test.y,
+        seed=seed,
+        max_train=settings["max_train"],
+        max_test=settings["max_test"],
         overrides={"mlp": {"max_iter": settings["mlp_max_iter"]}},
     )
     seconds = time.perf_counter() - t0
     grid_labels = np.repeat(np.arange(train.n_classes), 8)
     gx, gy = dp_ntk.sample(jax.random.key(seed + 20_000), res, len(grid_labels), labels=grid_labels)
     Path(ctx.out).mkdir(parents=True, exist_ok=True)
-    save_image_grid(Path(ctx.out) / f"dp_ntk_{tag}.png", gx, gy,
-                    title=f"DP-NTK {dataset} eps={epsilon} w={width}")
+    save_image_grid(
+        Path(ctx.out) / f"dp_ntk_{tag}.png",
+        gx,
+        gy,
+        title=f"DP-NTK {dataset} eps={epsilon} w={width}",
+    )
     return acc, seconds, res
 
 
@@ -160,16 +202,32 @@ def _image_rows(ctx: RunContext, table: str) -> list[dict[str, Any]]:
             for eps in epsilons:
                 for seed in ctx.seeds:
                     tag = f"{table}_{dataset}_w{width}_eps{eps:g}_seed{seed}"
-                    acc, seconds, res = _run_image(ctx, dataset, width, eps, seed, settings, train, test, tag)
-                    paper = PAPER_TABLE1.get((dataset, width)) if table == "table1" else PAPER_TABLE2.get((dataset, eps))
+                    acc, seconds, res = _run_image(
+                        ctx, dataset, width, eps, seed, settings, train, test, tag
+                    )
+                    paper = (
+                        PAPER_TABLE1.get((dataset, width))
+                        if table == "table1"
+                        else PAPER_TABLE2.get((dataset, eps))
+                    )
                     for j, metric in enumerate(("logreg", "mlp")):
-                        rows.append({
-                            "dataset": dataset, "epsilon": eps, "width": width, "metric": f"{metric}_accuracy",
-                            "value": acc[metric], "paper_value": None if paper is None else paper[j],
-                            "seconds": seconds, "seed": seed, "profile": ctx.profile,
-                            "iterations": settings["iterations"], "batch_size": settings["batch_size"],
-                            "final_loss": float(res.loss_history[-1]), "report_epsilon": res.report.epsilon,
-                        })
+                        rows.append(
+                            {
+                                "dataset": dataset,
+                                "epsilon": eps,
+                                "width": width,
+                                "metric": f"{metric}_accuracy",
+                                "value": acc[metric],
+                                "paper_value": None if paper is None else paper[j],
+                                "seconds": seconds,
+                                "seed": seed,
+                                "profile": ctx.profile,
+                                "iterations": settings["iterations"],
+                                "batch_size": settings["batch_size"],
+                                "final_loss": float(res.loss_history[-1]),
+                                "report_epsilon": res.report.epsilon,
+                            }
+                        )
                     print(rows[-2:], flush=True)
     return rows
 
@@ -179,7 +237,10 @@ def run_table1(ctx: RunContext) -> list[dict[str, Any]]:
     return _image_rows(ctx, "table1")
 
 
-@register("dp-ntk-table2", "DP-NTK Table 2: MNIST/FMNIST LogReg+MLP accuracy, width 800, eps in {0.2,1,10}")
+@register(
+    "dp-ntk-table2",
+    "DP-NTK Table 2: MNIST/FMNIST LogReg+MLP accuracy, width 800, eps in {0.2,1,10}",
+)
 def run_table2(ctx: RunContext) -> list[dict[str, Any]]:
     return _image_rows(ctx, "table2")
 
@@ -197,7 +258,10 @@ def _network(spec: tuple[Any, ...], n_classes: int) -> Any:
     raise ValueError(f"unknown network kind {kind!r}")
 
 
-@register("dp-ntk-table4", "DP-NTK Table 4: tabular (adult, cervical, epileptic, intrusion) at (1, 1e-5)-DP")
+@register(
+    "dp-ntk-table4",
+    "DP-NTK Table 4: tabular (adult, cervical, epileptic, intrusion) at (1, 1e-5)-DP",
+)
 def run_table4(ctx: RunContext) -> list[dict[str, Any]]:
     import jax
 
@@ -221,27 +285,50 @@ def run_table4(ctx: RunContext) -> list[dict[str, Any]]:
         test = data.load(name, data_dir=root, split="test")
         d = train.x.shape[1]
         groups = column_groups_from_schema(train.schema, d)
-        gen = TabularGenerator(n_classes=train.n_classes, n_features=d, groups=groups, hidden=(4 * d, 2 * d))
+        gen = TabularGenerator(
+            n_classes=train.n_classes, n_features=d, groups=groups, hidden=(4 * d, 2 * d)
+        )
         for seed in ctx.seeds:
             t0 = time.perf_counter()
             res = dp_ntk.fit(
-                jax.random.key(seed), train.x, train.y, epsilon=eps, delta=DELTA,
-                network=_network(s["net"], train.n_classes), generator=gen,
-                iterations=s["iterations"], batch_size=s["batch_size"], learning_rate=0.01,
-                n_classes=train.n_classes, d_code=s["d_code"], label_mode="released",
-                label_budget_fraction=0.1, progress=True,
+                jax.random.key(seed),
+                train.x,
+                train.y,
+                epsilon=eps,
+                delta=DELTA,
+                network=_network(s["net"], train.n_classes),
+                generator=gen,
+                iterations=s["iterations"],
+                batch_size=s["batch_size"],
+                learning_rate=0.01,
+                n_classes=train.n_classes,
+                d_code=s["d_code"],
+                label_mode="released",
+                label_budget_fraction=0.1,
+                progress=True,
             )
             xs, ys = dp_ntk.sample(jax.random.key(seed + 10_000), res, min(len(train.x), 20000))
-            ev = evaluate_tabular(xs, ys, test.x, test.y, seed=seed, max_train=max_train, max_test=max_test)
+            ev = evaluate_tabular(
+                xs, ys, test.x, test.y, seed=seed, max_train=max_train, max_test=max_test
+            )
             seconds = time.perf_counter() - t0
             paper = PAPER_TABLE4.get(name, {})
             for metric, value in ev["mean"].items():
-                rows.append({
-                    "dataset": name, "epsilon": eps, "metric": metric, "value": value,
-                    "paper_value": paper.get(metric), "paper_real": paper.get(f"real_{metric}"),
-                    "seconds": seconds, "seed": seed, "profile": ctx.profile,
-                    "iterations": s["iterations"], "network": "_".join(map(str, s["net"])),
-                    "report_epsilon": res.report.epsilon,
-                })
+                rows.append(
+                    {
+                        "dataset": name,
+                        "epsilon": eps,
+                        "metric": metric,
+                        "value": value,
+                        "paper_value": paper.get(metric),
+                        "paper_real": paper.get(f"real_{metric}"),
+                        "seconds": seconds,
+                        "seed": seed,
+                        "profile": ctx.profile,
+                        "iterations": s["iterations"],
+                        "network": "_".join(map(str, s["net"])),
+                        "report_epsilon": res.report.epsilon,
+                    }
+                )
             print(rows[-1], flush=True)
     return rows

@@ -56,8 +56,14 @@ def test_clopper_pearson_vectorised_and_coverage():
 
 @pytest.mark.parametrize(
     "k,n,alpha,err",
-    [(-1, 10, 0.05, ValueError), (11, 10, 0.05, ValueError), (1, 0, 0.05, ValueError),
-     (1, 10, 0.0, ValueError), (1, 10, 1.0, ValueError), (1.5, 10, 0.05, TypeError)],
+    [
+        (-1, 10, 0.05, ValueError),
+        (11, 10, 0.05, ValueError),
+        (1, 0, 0.05, ValueError),
+        (1, 10, 0.0, ValueError),
+        (1, 10, 1.0, ValueError),
+        (1.5, 10, 0.05, TypeError),
+    ],
 )
 def test_clopper_pearson_rejects_bad_input(k, n, alpha, err):
     """Invalid counts or levels raise a clear error."""
@@ -102,7 +108,9 @@ def test_lower_bound_formula_matches_hand_computation():
     alpha1 = 1 - conf  # two-sided alpha whose upper tail is (1 - conf) / 2
     fpr_hi = audit.clopper_pearson(100, 1000, alpha1)[1]
     fnr_hi = audit.clopper_pearson(300, 1000, alpha1)[1]
-    expect = max(math.log((1 - delta - fnr_hi) / fpr_hi), math.log((1 - delta - fpr_hi) / fnr_hi), 0)
+    expect = max(
+        math.log((1 - delta - fnr_hi) / fpr_hi), math.log((1 - delta - fpr_hi) / fnr_hi), 0
+    )
     assert res.epsilon_lower_bound == pytest.approx(expect, rel=1e-9)
     assert res.fpr_upper == pytest.approx(fpr_hi)
     assert res.fnr_upper == pytest.approx(fnr_hi)
@@ -121,8 +129,9 @@ def test_zero_error_counts_give_finite_bound():
 def test_identical_distributions_give_near_zero_bound():
     """M(D) and M(D') identically distributed: the bound must stay ~0 (no false alarm)."""
     rng = np.random.default_rng(2)
-    res = audit.epsilon_lower_bound(rng.normal(size=20_000), rng.normal(size=20_000), delta=1e-5,
-                                    claimed_epsilon=0.1)
+    res = audit.epsilon_lower_bound(
+        rng.normal(size=20_000), rng.normal(size=20_000), delta=1e-5, claimed_epsilon=0.1
+    )
     assert res.epsilon_lower_bound < 0.1
     assert res.passed
 
@@ -234,10 +243,12 @@ def test_audit_gaussian_release_passes_calibrated_and_catches_quarter_noise():
     d, dp = jnp.zeros(4), jnp.array([0.0, 0.6, 0.8, 0.0])  # ||d - d'|| = 1
     import jax
 
-    ok = audit.audit_gaussian_release(jax.random.key(0), _gaussian_mech(sigma), d, dp,
-                                      epsilon=1.0, delta=1e-5, trials=20_000)
-    bad = audit.audit_gaussian_release(jax.random.key(0), _gaussian_mech(sigma / 4), d, dp,
-                                       epsilon=1.0, delta=1e-5, trials=20_000)
+    ok = audit.audit_gaussian_release(
+        jax.random.key(0), _gaussian_mech(sigma), d, dp, epsilon=1.0, delta=1e-5, trials=20_000
+    )
+    bad = audit.audit_gaussian_release(
+        jax.random.key(0), _gaussian_mech(sigma / 4), d, dp, epsilon=1.0, delta=1e-5, trials=20_000
+    )
     assert ok.passed and ok.epsilon_lower_bound < 1.0
     assert not bad.passed and bad.epsilon_lower_bound > 1.5
     assert ok.claimed_epsilon == 1.0 and ok.trials == 20_000
@@ -261,26 +272,44 @@ def test_audit_gaussian_release_fixed_direction_and_validation():
     import jax.numpy as jnp
 
     d, dp = jnp.zeros(3), jnp.array([1.0, 0.0, 0.0])
-    res = audit.audit_gaussian_release(jax.random.key(1), _gaussian_mech(0.2), d, dp,
-                                       epsilon=1.0, delta=1e-5, trials=4000,
-                                       direction=np.array([1.0, 0.0, 0.0]))
+    res = audit.audit_gaussian_release(
+        jax.random.key(1),
+        _gaussian_mech(0.2),
+        d,
+        dp,
+        epsilon=1.0,
+        delta=1e-5,
+        trials=4000,
+        direction=np.array([1.0, 0.0, 0.0]),
+    )
     assert not res.passed  # noise std 0.2 at sensitivity 1 is far from eps=1
     with pytest.raises(ValueError):
-        audit.audit_gaussian_release(jax.random.key(1), _gaussian_mech(1.0), d, dp, epsilon=1.0,
-                                     delta=1e-5, trials=100, direction=np.ones(2))
+        audit.audit_gaussian_release(
+            jax.random.key(1),
+            _gaussian_mech(1.0),
+            d,
+            dp,
+            epsilon=1.0,
+            delta=1e-5,
+            trials=100,
+            direction=np.ones(2),
+        )
     with pytest.raises(TypeError):
         audit.audit_gaussian_release(0, _gaussian_mech(1.0), d, dp, epsilon=1.0, delta=1e-5)
     with pytest.raises(ValueError):
-        audit.audit_gaussian_release(jax.random.key(1), _gaussian_mech(1.0), d, dp, epsilon=0.0,
-                                     delta=1e-5)
+        audit.audit_gaussian_release(
+            jax.random.key(1), _gaussian_mech(1.0), d, dp, epsilon=0.0, delta=1e-5
+        )
     with pytest.raises(ValueError):
-        audit.audit_gaussian_release(jax.random.key(1), _gaussian_mech(1.0), d, dp, epsilon=1.0,
-                                     delta=1e-5, trials=5)
+        audit.audit_gaussian_release(
+            jax.random.key(1), _gaussian_mech(1.0), d, dp, epsilon=1.0, delta=1e-5, trials=5
+        )
 
 
 def test_audit_result_summary_mentions_verdict():
     """AuditResult.summary states the bound, the claim and the verdict."""
-    res = audit.epsilon_lower_bound(np.zeros(100), np.ones(100), delta=0.0, threshold=0.5,
-                                    claimed_epsilon=1.0)
+    res = audit.epsilon_lower_bound(
+        np.zeros(100), np.ones(100), delta=0.0, threshold=0.5, claimed_epsilon=1.0
+    )
     s = res.summary()
     assert "FAIL" in s and "claimed eps=1" in s

@@ -77,8 +77,20 @@ def no_leak_warning(fn):
 # --------------------------------------------------------------------------- registry
 def test_list_datasets():
     names = data.list_datasets()
-    for n in ("mnist", "fashion_mnist", "digits", "cifar10", "adult", "census", "cervical", "credit",
-              "epileptic", "isolet", "covtype", "intrusion"):
+    for n in (
+        "mnist",
+        "fashion_mnist",
+        "digits",
+        "cifar10",
+        "adult",
+        "census",
+        "cervical",
+        "credit",
+        "epileptic",
+        "isolet",
+        "covtype",
+        "intrusion",
+    ):
         assert n in names
     assert set(data.list_datasets("image")) | set(data.list_datasets("tabular")) == set(names)
     with pytest.raises(ValueError, match="unknown dataset"):

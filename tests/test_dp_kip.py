@@ -39,8 +39,17 @@ def _small(seed: int = 0, n: int = 120, shape=(8, 8), c: int = 3):
 
 
 BASE = dict(
-    kernel="fc_ntk", support_per_class=2, epsilon=2.0, delta=1e-5, clip_norm=0.1, batch_size=20,
-    epochs=1, learning_rate=1e-2, n_classes=3, accountant="rdp", progress=False,
+    kernel="fc_ntk",
+    support_per_class=2,
+    epsilon=2.0,
+    delta=1e-5,
+    clip_norm=0.1,
+    batch_size=20,
+    epochs=1,
+    learning_rate=1e-2,
+    n_classes=3,
+    accountant="rdp",
+    progress=False,
 )
 
 
@@ -59,14 +68,18 @@ def test_per_example_grads_match_python_loop(kernel, digits):
 
     @jax.jit
     def single_grad(xs_, xi, yi):  # the loss of ONE target example, differentiated alone
-        return jax.grad(lambda s: dp_kip.krr_loss(spec, s, ys, xi[None], yi[None], reg=1e-3)[0])(xs_)
+        return jax.grad(lambda s: dp_kip.krr_loss(spec, s, ys, xi[None], yi[None], reg=1e-3)[0])(
+            xs_
+        )
 
     for i in range(5):  # Python loop reference
         ref = np.asarray(single_grad(xs, xt[i], yt[i]))
         np.testing.assert_allclose(got[i], ref, rtol=2e-3, atol=1e-6 * np.abs(ref).max())
     # the summed loss gradient equals the sum of per-example gradients
     tot = jax.jit(jax.grad(lambda s: jnp.sum(dp_kip.krr_loss(spec, s, ys, xt, yt, reg=1e-3))))(xs)
-    np.testing.assert_allclose(got.sum(0), np.asarray(tot), rtol=2e-3, atol=1e-6 * np.abs(tot).max())
+    np.testing.assert_allclose(
+        got.sum(0), np.asarray(tot), rtol=2e-3, atol=1e-6 * np.abs(tot).max()
+    )
 
 
 def test_clipped_per_example_norms_bounded(digits):
@@ -76,8 +89,11 @@ def test_clipped_per_example_norms_bounded(digits):
     spec = dp_kip.make_kernel("fc_ntk", (8, 8), 10)
     xs = dp_kip.init_support(jax.random.key(0), 10, (8, 8))
     ys = jax.nn.one_hot(jnp.arange(10), 10) - 0.1
-    g = jax.jit(lambda s: dp_kip.per_example_grads(
-        spec, s, ys, jnp.asarray(x[:40]), jax.nn.one_hot(y[:40], 10) - 0.1))(xs)
+    g = jax.jit(
+        lambda s: dp_kip.per_example_grads(
+            spec, s, ys, jnp.asarray(x[:40]), jax.nn.one_hot(y[:40], 10) - 0.1
+        )
+    )(xs)
     norms = np.sqrt(np.sum(np.asarray(g).reshape(40, -1) ** 2, 1))
     c = float(np.median(norms))
     clipped, _ = clip_per_example({"x": g}, c)
@@ -108,8 +124,15 @@ def test_noise_scale_and_clipped_sum_through_fit():
 
     x, y = _small(1, n=100)
     key = jax.random.key(7)
-    kw = {**BASE, "epsilon": 1.0, "clip_norm": 0.05, "optimizer": optax.sgd(1.0), "max_steps": 1,
-          "support_per_class": 4, "kernel_options": {"depth": 1}}
+    kw = {
+        **BASE,
+        "epsilon": 1.0,
+        "clip_norm": 0.05,
+        "optimizer": optax.sgd(1.0),
+        "max_steps": 1,
+        "support_per_class": 4,
+        "kernel_options": {"depth": 1},
+    }
     res = dp_kip.fit(key, x, y, **kw)
     sigma = res.report.mechanisms[0].param_dict["noise_multiplier"]
     q = 20 / 100
@@ -121,8 +144,11 @@ def test_noise_scale_and_clipped_sum_through_fit():
     idx = np.asarray(batch.indices)[np.asarray(batch.mask)]
     spec = dp_kip.make_kernel("fc_ntk", (8, 8), 3, options={"depth": 1})
     ys = jax.nn.one_hot(jnp.asarray(dp_kip.support_labels(3, 4)), 3) - 1 / 3
-    g = jax.jit(lambda s: dp_kip.per_example_grads(
-        spec, s, ys, jnp.asarray(x[idx]), jax.nn.one_hot(y[idx], 3) - 1 / 3, reg=1e-6))(x0)
+    g = jax.jit(
+        lambda s: dp_kip.per_example_grads(
+            spec, s, ys, jnp.asarray(x[idx]), jax.nn.one_hot(y[idx], 3) - 1 / 3, reg=1e-6
+        )
+    )(x0)
     clipped, _ = clip_per_example({"x": g}, 0.05)
     exact = np.asarray(clipped["x"]).sum(0)
     noisy = (np.asarray(x0) - res.support_x) * (q * 100)
@@ -137,8 +163,9 @@ def test_sampler_inclusion_rate_and_epsilon_matches_dp_accounting():
 
     x, y = _small(2, n=200)
     with pytest.warns(PrivacyLeakWarning):
-        res = dp_kip.fit(jax.random.key(1), x, y, **{**BASE, "epochs": 3, "accountant": "pld"},
-                         diagnostics=True)
+        res = dp_kip.fit(
+            jax.random.key(1), x, y, **{**BASE, "epochs": 3, "accountant": "pld"}, diagnostics=True
+        )
     q = 20 / 200
     steps = 3 * round(1 / q)
     sizes = np.concatenate([np.asarray(s) for s in res.history["batch_sizes"]])
@@ -151,8 +178,11 @@ def test_sampler_inclusion_rate_and_epsilon_matches_dp_accounting():
     acc = dp_accounting.pld.PLDAccountant(
         dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4
     )
-    acc.compose(dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    acc.compose(
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
+        )
+    )
     eps_ref = acc.get_epsilon(1e-5)
     assert res.report.epsilon == pytest.approx(eps_ref, rel=1e-6)
     assert eps_ref <= 2.0 * (1 + 1e-3)  # calibrated for the target
@@ -268,13 +298,17 @@ def test_checkpoint_resume_keeps_accountant_state(tmp_path):
     with pytest.raises(ValueError, match="exists"):  # a fresh run would reset the budget
         dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck)
     with pytest.raises(ValueError, match="differs"):  # other accountant state
-        dp_kip.fit(jax.random.key(2), x, y, **{**kw, "epsilon": 3.0}, checkpoint_path=ck, resume=True)
+        dp_kip.fit(
+            jax.random.key(2), x, y, **{**kw, "epsilon": 3.0}, checkpoint_path=ck, resume=True
+        )
     done = dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck, resume=True)
     assert done.steps_done == full.steps_done == 2 * round(120 / 20)
     np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
     assert done.report.epsilon == pytest.approx(full.report.epsilon, rel=1e-9)
-    assert done.report.mechanisms[0].param_dict["noise_multiplier"] == \
-        full.report.mechanisms[0].param_dict["noise_multiplier"]
+    assert (
+        done.report.mechanisms[0].param_dict["noise_multiplier"]
+        == full.report.mechanisms[0].param_dict["noise_multiplier"]
+    )
     # resuming a finished run takes no further step and never resets the count
     again = dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck, resume=True)
     assert again.steps_done == done.steps_done
@@ -288,9 +322,19 @@ def test_feature_clip_space_runs(kern):
     x = rng.normal(size=(60, 12, 12)).astype(np.float32) + y[:, None, None]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        res = dp_kip.fit(jax.random.key(0), x, y, **{**BASE, "kernel": kern, "n_classes": 2,
-                                                      "clip_space": "feature", "batch_size": 15,
-                                                      "support_per_class": 1})
+        res = dp_kip.fit(
+            jax.random.key(0),
+            x,
+            y,
+            **{
+                **BASE,
+                "kernel": kern,
+                "n_classes": 2,
+                "clip_space": "feature",
+                "batch_size": 15,
+                "support_per_class": 1,
+            },
+        )
     assert np.all(np.isfinite(res.support_x))
     assert res.support_x.shape == (2, 12, 12)
     assert any("feature" in n for n in res.report.notes)

@@ -80,7 +80,9 @@ def test_noise_scale_matches_sigma(digits, net) -> None:
     key = jax.random.key(11)
     eps, delta = 1.0, 1e-5
     exact = _exact(key, x, y, net)
-    noisy, rep = dp_ntk.private_embedding(key, x, y, n_classes=C, epsilon=eps, delta=delta, network=net)
+    noisy, rep = dp_ntk.private_embedding(
+        key, x, y, n_classes=C, epsilon=eps, delta=delta, network=net
+    )
     noise = (np.asarray(noisy, np.float64) - exact).ravel()
     expected = privacy.gaussian_sigma(eps, delta) * 2.0 / n
     assert noise.size > 1000
@@ -97,17 +99,32 @@ def test_noise_scale_matches_sigma(digits, net) -> None:
 
 def test_same_key_same_output(digits, net) -> None:
     x, y = digits
-    a, _ = dp_ntk.private_embedding(jax.random.key(5), x, y, n_classes=C, epsilon=1.0, delta=1e-5, network=net)
-    b, _ = dp_ntk.private_embedding(jax.random.key(5), x, y, n_classes=C, epsilon=1.0, delta=1e-5, network=net)
-    c, _ = dp_ntk.private_embedding(jax.random.key(6), x, y, n_classes=C, epsilon=1.0, delta=1e-5, network=net)
+    a, _ = dp_ntk.private_embedding(
+        jax.random.key(5), x, y, n_classes=C, epsilon=1.0, delta=1e-5, network=net
+    )
+    b, _ = dp_ntk.private_embedding(
+        jax.random.key(5), x, y, n_classes=C, epsilon=1.0, delta=1e-5, network=net
+    )
+    c, _ = dp_ntk.private_embedding(
+        jax.random.key(6), x, y, n_classes=C, epsilon=1.0, delta=1e-5, network=net
+    )
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert not np.allclose(np.asarray(a), np.asarray(c))
 
 
 def test_epsilon_none_is_non_private(digits, net) -> None:
     x, y = digits
-    res = dp_ntk.fit(jax.random.key(0), x, y, epsilon=None, network=net, iterations=2, batch_size=12,
-                     n_classes=C, progress=False)
+    res = dp_ntk.fit(
+        jax.random.key(0),
+        x,
+        y,
+        epsilon=None,
+        network=net,
+        iterations=2,
+        batch_size=12,
+        n_classes=C,
+        progress=False,
+    )
     assert not res.report.private
     assert math.isinf(res.report.epsilon)
     assert "non-private" in res.report.summary().lower() or "NON-PRIVATE" in res.report.summary()
@@ -115,9 +132,20 @@ def test_epsilon_none_is_non_private(digits, net) -> None:
 
 def test_class_proportion_release_composes(digits, net) -> None:
     x, y = digits
-    res = dp_ntk.fit(jax.random.key(1), x, y, epsilon=2.0, delta=1e-5, network=net, iterations=2,
-                     batch_size=12, n_classes=C, label_mode="released", label_budget_fraction=0.25,
-                     progress=False)
+    res = dp_ntk.fit(
+        jax.random.key(1),
+        x,
+        y,
+        epsilon=2.0,
+        delta=1e-5,
+        network=net,
+        iterations=2,
+        batch_size=12,
+        n_classes=C,
+        label_mode="released",
+        label_budget_fraction=0.25,
+        progress=False,
+    )
     rep = res.report
     assert len(rep.mechanisms) == 2
     emb_m, lab_m = rep.mechanisms
@@ -136,10 +164,14 @@ def test_class_proportions_noise(digits) -> None:
     true = np.bincount(y, minlength=C) / n
     eps, delta = 1.0, 1e-5
     std = privacy.gaussian_sigma(eps, delta) * math.sqrt(2) / n
-    draws = np.stack([
-        dp_ntk.private_class_proportions(jax.random.key(i), y, n_classes=C, epsilon=eps, delta=delta)[0]
-        for i in range(200)
-    ])
+    draws = np.stack(
+        [
+            dp_ntk.private_class_proportions(
+                jax.random.key(i), y, n_classes=C, epsilon=eps, delta=delta
+            )[0]
+            for i in range(200)
+        ]
+    )
     # noise is small relative to the proportions here, so clipping never acts and
     # renormalisation only rescales; the spread must match sigma * sqrt(2)/n
     assert np.all(draws > 0)
@@ -200,11 +232,20 @@ def test_bad_input_raises_before_noise(digits, net, no_noise, change) -> None:
     if change.get("x_1d"):
         x = x[:, 0, 0]
     with pytest.raises(ValueError):
-        dp_ntk.fit(jax.random.key(0), x, y, network=net, batch_size=8, n_classes=C, progress=False, **kw)
+        dp_ntk.fit(
+            jax.random.key(0), x, y, network=net, batch_size=8, n_classes=C, progress=False, **kw
+        )
     if "iterations" not in change and "label_budget_fraction" not in change:
         with pytest.raises(ValueError):
-            dp_ntk.private_embedding(jax.random.key(0), x, y, n_classes=C, epsilon=kw["epsilon"],
-                                     delta=kw["delta"], network=net)
+            dp_ntk.private_embedding(
+                jax.random.key(0),
+                x,
+                y,
+                n_classes=C,
+                epsilon=kw["epsilon"],
+                delta=kw["delta"],
+                network=net,
+            )
 
 
 def test_bad_key_type(digits, net) -> None:
@@ -225,8 +266,15 @@ def _mmd2(net, params, x_real, y_real, x_gen, y_gen) -> float:
 def test_training_decreases_mmd(digits, net) -> None:
     x, y = digits
     gen = ConvCondGenerator(n_classes=C, output_shape=(8, 8), hidden=(32,), channels=(8, 4))
-    kw = dict(epsilon=None, network=net, generator=gen, batch_size=60, learning_rate=0.01,
-              n_classes=C, progress=False)
+    kw = dict(
+        epsilon=None,
+        network=net,
+        generator=gen,
+        batch_size=60,
+        learning_rate=0.01,
+        n_classes=C,
+        progress=False,
+    )
     res0 = dp_ntk.fit(jax.random.key(2), x, y, iterations=1, **kw)
     res = dp_ntk.fit(jax.random.key(2), x, y, iterations=60, **kw)
     assert res.loss_history.shape == (60,)
@@ -244,18 +292,38 @@ def test_training_decreases_mmd(digits, net) -> None:
 
 def test_fit_deterministic(digits, net) -> None:
     x, y = digits
-    kw = dict(epsilon=1.0, delta=1e-5, network=net, iterations=3, batch_size=12, n_classes=C, progress=False)
+    kw = dict(
+        epsilon=1.0,
+        delta=1e-5,
+        network=net,
+        iterations=3,
+        batch_size=12,
+        n_classes=C,
+        progress=False,
+    )
     a = dp_ntk.fit(jax.random.key(4), x, y, **kw)
     b = dp_ntk.fit(jax.random.key(4), x, y, **kw)
     np.testing.assert_array_equal(a.loss_history, b.loss_history)
-    for la, lb in zip(jax.tree_util.tree_leaves(a.generator_params), jax.tree_util.tree_leaves(b.generator_params), strict=True):
+    for la, lb in zip(
+        jax.tree_util.tree_leaves(a.generator_params),
+        jax.tree_util.tree_leaves(b.generator_params),
+        strict=True,
+    ):
         np.testing.assert_array_equal(np.asarray(la), np.asarray(lb))
 
 
 def test_checkpoint_resume_does_not_respend(digits, net, tmp_path, monkeypatch) -> None:
     x, y = digits
-    kw = dict(epsilon=1.0, delta=1e-5, network=net, iterations=6, batch_size=12, n_classes=C,
-              label_mode="released", progress=False)
+    kw = dict(
+        epsilon=1.0,
+        delta=1e-5,
+        network=net,
+        iterations=6,
+        batch_size=12,
+        n_classes=C,
+        label_mode="released",
+        progress=False,
+    )
     full = dp_ntk.fit(jax.random.key(8), x, y, **kw)
 
     path = tmp_path / "ck.npz"
@@ -265,7 +333,15 @@ def test_checkpoint_resume_does_not_respend(digits, net, tmp_path, monkeypatch) 
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        dp_ntk.fit(jax.random.key(8), x, y, checkpoint_path=path, checkpoint_every=2, callback=interrupt, **kw)
+        dp_ntk.fit(
+            jax.random.key(8),
+            x,
+            y,
+            checkpoint_path=path,
+            checkpoint_every=2,
+            callback=interrupt,
+            **kw,
+        )
     ck = dp_ntk.load_checkpoint(path)
     assert ck["meta"]["iteration"] == 4
     assert ck["meta"]["report"] == full.report
@@ -281,12 +357,19 @@ def test_checkpoint_resume_does_not_respend(digits, net, tmp_path, monkeypatch) 
     assert resumed.report == full.report  # same releases, nothing re-spent
     assert resumed.report.epsilon == pytest.approx(1.0) and len(resumed.report.mechanisms) == 2
     np.testing.assert_allclose(resumed.loss_history, full.loss_history, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(resumed.noisy_embedding), np.asarray(full.noisy_embedding))
-    for la, lb in zip(jax.tree_util.tree_leaves(resumed.generator_params),
-                      jax.tree_util.tree_leaves(full.generator_params), strict=True):
+    np.testing.assert_allclose(
+        np.asarray(resumed.noisy_embedding), np.asarray(full.noisy_embedding)
+    )
+    for la, lb in zip(
+        jax.tree_util.tree_leaves(resumed.generator_params),
+        jax.tree_util.tree_leaves(full.generator_params),
+        strict=True,
+    ):
         np.testing.assert_allclose(np.asarray(la), np.asarray(lb), rtol=1e-5, atol=1e-6)
     # also via fit(resume_from=...), extending the run, with x=None
-    more = dp_ntk.fit(None, None, None, epsilon=1.0, network=net, resume_from=path, iterations=8, progress=False)
+    more = dp_ntk.fit(
+        None, None, None, epsilon=1.0, network=net, resume_from=path, iterations=8, progress=False
+    )
     assert more.iteration == 8 and more.report == full.report
 
 
@@ -300,11 +383,26 @@ def test_sample_labels_released_proportions() -> None:
     x = np.concatenate([rng.uniform(size=(n, 3)), np.eye(2)[y]], axis=1).astype(np.float32)
     from privkernels.generators import ColumnGroup
 
-    gen = TabularGenerator(n_classes=2, n_features=5, groups=(ColumnGroup("numeric", 0, 3),
-                                                             ColumnGroup("categorical", 3, 5)), hidden=(8,))
-    res = dp_ntk.fit(jax.random.key(0), x, y, epsilon=5.0, delta=1e-5, network=features.fc_1l(8),
-                     generator=gen, iterations=2, batch_size=20, n_classes=2, label_mode="released",
-                     progress=False)
+    gen = TabularGenerator(
+        n_classes=2,
+        n_features=5,
+        groups=(ColumnGroup("numeric", 0, 3), ColumnGroup("categorical", 3, 5)),
+        hidden=(8,),
+    )
+    res = dp_ntk.fit(
+        jax.random.key(0),
+        x,
+        y,
+        epsilon=5.0,
+        delta=1e-5,
+        network=features.fc_1l(8),
+        generator=gen,
+        iterations=2,
+        batch_size=20,
+        n_classes=2,
+        label_mode="released",
+        progress=False,
+    )
     p = res.noisy_proportions
     assert abs(p[1] - y.mean()) < 0.05
     xs, ys = dp_ntk.sample(jax.random.key(1), res, 4000)
@@ -317,8 +415,18 @@ def test_sample_labels_released_proportions() -> None:
 
 def test_sample_labels_uniform(digits, net) -> None:
     x, y = digits
-    res = dp_ntk.fit(jax.random.key(0), x, y, epsilon=1.0, delta=1e-5, network=net, iterations=1,
-                     batch_size=12, n_classes=C, progress=False)
+    res = dp_ntk.fit(
+        jax.random.key(0),
+        x,
+        y,
+        epsilon=1.0,
+        delta=1e-5,
+        network=net,
+        iterations=1,
+        batch_size=12,
+        n_classes=C,
+        progress=False,
+    )
     xs, ys = dp_ntk.sample(jax.random.key(3), res, 3000)
     assert xs.shape == (3000, 8, 8)
     assert stats.chisquare(np.bincount(ys, minlength=C)).pvalue > 1e-3

@@ -19,8 +19,9 @@ def _blobs(n: int, d: int, n_classes: int, sep: float, seed: int) -> tuple[np.nd
 def test_images_separable_and_chance() -> None:
     x, y = _blobs(400, 10, 3, sep=8.0, seed=0)
     xt, yt = _blobs(300, 10, 3, sep=8.0, seed=1)
-    acc = evaluation.evaluate_images(x.reshape(-1, 2, 5), y, xt.reshape(-1, 2, 5), yt,
-                                     overrides={"mlp": {"max_iter": 50}})
+    acc = evaluation.evaluate_images(
+        x.reshape(-1, 2, 5), y, xt.reshape(-1, 2, 5), yt, overrides={"mlp": {"max_iter": 50}}
+    )
     assert set(acc) == {"logreg", "mlp"}
     assert acc["logreg"] > 0.95 and acc["mlp"] > 0.95
     # labels unrelated to inputs -> about chance
@@ -45,7 +46,9 @@ def test_single_class_training_data() -> None:
     xt, yt = _blobs(80, 4, 2, sep=1.0, seed=1)
     acc = evaluation.evaluate_images(x, np.zeros(50, int), xt, yt)
     assert acc["logreg"] == pytest.approx(np.mean(yt == 0))
-    res = evaluation.evaluate_tabular(x, np.zeros(50, int), xt, yt, classifiers=("logreg", "gaussian_nb"))
+    res = evaluation.evaluate_tabular(
+        x, np.zeros(50, int), xt, yt, classifiers=("logreg", "gaussian_nb")
+    )
     assert res["mean"]["roc_auc"] == pytest.approx(0.5)
 
 

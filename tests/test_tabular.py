@@ -21,12 +21,15 @@ from privkernels.privacy.warnings import PrivacyLeakWarning
 
 
 def small_schema(nullable: bool = True) -> TabularSchema:
-    return TabularSchema.from_columns("toy", [
-        numeric("a", 0, 10, nullable=nullable),
-        numeric("b", 0, 1000, transform="log"),
-        categorical("c", ["x", "y", "z"], nullable=nullable),
-        categorical("flag", ["0", "1"]),
-    ])
+    return TabularSchema.from_columns(
+        "toy",
+        [
+            numeric("a", 0, 10, nullable=nullable),
+            numeric("b", 0, 1000, transform="log"),
+            categorical("c", ["x", "y", "z"], nullable=nullable),
+            categorical("flag", ["0", "1"]),
+        ],
+    )
 
 
 # --------------------------------------------------------------------------- schema
@@ -34,8 +37,17 @@ def test_schema_layout_and_names():
     s = small_schema()
     assert [(c.start, c.stop) for c in s.columns] == [(0, 2), (2, 3), (3, 7), (7, 9)]
     assert s.n_features == 9
-    assert s.feature_names() == ["a", "a[missing]", "b", "c=x", "c=y", "c=z", f"c={MISSING_LEVEL}",
-                                 "flag=0", "flag=1"]
+    assert s.feature_names() == [
+        "a",
+        "a[missing]",
+        "b",
+        "c=x",
+        "c=y",
+        "c=z",
+        f"c={MISSING_LEVEL}",
+        "flag=0",
+        "flag=1",
+    ]
     assert s.categorical_slices == (slice(3, 7), slice(7, 9))
     assert s.numeric_value_indices().tolist() == [0, 2]
     assert "toy: d=9" in s.describe()
@@ -52,16 +64,18 @@ def test_schema_encode_rules():
     table = {
         "a": np.array([-5.0, 5.0, 20.0, np.nan]),
         "b": np.array([0.0, 1000.0, 31.0, 5000.0]),
-        "c": np.array(["x", "z", "?", "w"]),          # '?' -> <missing>, 'w' unseen -> zeros
-        "flag": np.array(["1.0", "0", "1", "0.0"]),    # float-written codes are canonicalised
+        "c": np.array(["x", "z", "?", "w"]),  # '?' -> <missing>, 'w' unseen -> zeros
+        "flag": np.array(["1.0", "0", "1", "0.0"]),  # float-written codes are canonicalised
         "extra": np.array(["ignored"] * 4),
     }
     x, info = s.encode(table)
     assert x.dtype == np.float32 and x.shape == (4, 9)
-    np.testing.assert_allclose(x[:, 0], [0.0, 0.5, 1.0, 0.0])            # clipped to [0, 10]
-    np.testing.assert_array_equal(x[:, 1], [0, 0, 0, 1])                  # missing indicator
+    np.testing.assert_allclose(x[:, 0], [0.0, 0.5, 1.0, 0.0])  # clipped to [0, 10]
+    np.testing.assert_array_equal(x[:, 1], [0, 0, 0, 1])  # missing indicator
     np.testing.assert_allclose(x[:, 2], [0.0, 1.0, np.log1p(31) / np.log1p(1000), 1.0], rtol=1e-6)
-    np.testing.assert_array_equal(x[:, 3:7], [[1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(
+        x[:, 3:7], [[1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]]
+    )
     np.testing.assert_array_equal(x[:, 7:9], [[0, 1], [1, 0], [0, 1], [1, 0]])
     assert info["unseen_categories"] == {"c": {"w": 1}}
     with pytest.raises(ValueError, match="not in the public category list"):
@@ -84,8 +98,10 @@ def test_schema_project_and_decode_roundtrip():
         np.testing.assert_array_equal(p[:, sl].sum(1), 1.0)
     np.testing.assert_array_equal(s.project(p), p)  # idempotent
     dec = s.decode(p)
-    table = {k: (v if k in ("a", "b") else np.where(v == MISSING_LEVEL, "?", v).astype(str))
-             for k, v in dec.items()}
+    table = {
+        k: (v if k in ("a", "b") else np.where(v == MISSING_LEVEL, "?", v).astype(str))
+        for k, v in dec.items()
+    }
     x, _ = s.encode(table)
     np.testing.assert_allclose(x, p, atol=1e-5)
 
@@ -127,8 +143,11 @@ def test_census_layout(tmp_path):
             row_a.append("Alpha")
             row_b.append("?")
     (folder / "census-income.names").write_text("\n".join(names) + "\n")
-    body = [", ".join([*row_a, "- 50000."]), ", ".join([*row_b, "50000+."]),
-            ", ".join([*row_a[:-1], "Gamma", "50000+."])]
+    body = [
+        ", ".join([*row_a, "- 50000."]),
+        ", ".join([*row_b, "50000+."]),
+        ", ".join([*row_a[:-1], "Gamma", "50000+."]),
+    ]
     _write_gz(folder / "census-income.data.gz", "\n".join(body) + "\n")
     (folder / "census-income.test").write_text(body[0] + "\n")
     tr = data.load("census", data_dir=tmp_path)
@@ -168,7 +187,9 @@ def test_isolet_layout(tmp_path):
     rng = np.random.default_rng(0)
 
     def rows(letters):
-        return "\n".join(", ".join([*(f"{v:.4f}" for v in rng.uniform(-1, 1, 617)), f"{k}."]) for k in letters)
+        return "\n".join(
+            ", ".join([*(f"{v:.4f}" for v in rng.uniform(-1, 1, 617)), f"{k}."]) for k in letters
+        )
 
     (folder / "isolet1+2+3+4.data").write_text(rows(range(1, 27)) + "\n")
     _write_gz(folder / "isolet5.data.gz", rows([1, 2]) + "\n")
@@ -181,10 +202,17 @@ def test_isolet_layout(tmp_path):
 def test_credit_layout(tmp_path):
     folder = tmp_path / "tabular" / "credit"
     folder.mkdir(parents=True)
-    header = ",".join(f'"{c}"' for c in ["Time", *(f"V{i}" for i in range(1, 29)), "Amount", "Class"])
+    header = ",".join(
+        f'"{c}"' for c in ["Time", *(f"V{i}" for i in range(1, 29)), "Amount", "Class"]
+    )
     lines = [header]
     for i in range(30):
-        vals = [str(i), *(f"{(-1) ** i * 0.5 * j:.3f}" for j in range(28)), f"{i * 10.5:.2f}", f'"{int(i % 5 == 0)}"']
+        vals = [
+            str(i),
+            *(f"{(-1) ** i * 0.5 * j:.3f}" for j in range(28)),
+            f"{i * 10.5:.2f}",
+            f'"{int(i % 5 == 0)}"',
+        ]
         lines.append(",".join(vals))
     (folder / "creditcard.csv").write_text("\n".join(lines) + "\n")
     ds = data.load("credit", split="all", data_dir=tmp_path)
@@ -218,7 +246,9 @@ def test_cifar10_layout_and_safe_unpickling(tmp_path):
     # channel-major rows -> HWC: red plane first
     np.testing.assert_allclose(tr.x[0, :, :, 0], arr0[0, :1024].reshape(32, 32) / 255.0)
     np.testing.assert_allclose(tr.x[0, :, :, 2], arr0[0, 2048:].reshape(32, 32) / 255.0)
-    assert data.load("cifar10", split="test", data_dir=tmp_path).y.tolist() == batches["test_batch"][1]
+    assert (
+        data.load("cifar10", split="test", data_dir=tmp_path).y.tolist() == batches["test_batch"][1]
+    )
 
     class Evil:
         def __reduce__(self):
@@ -262,7 +292,9 @@ def test_synthetic_images_learnable():
 
 
 def test_synthetic_tabular_schema():
-    ds = synthetic_tabular(0, 300, n_numeric=3, categorical_sizes=(2, 4), n_classes=3, missing_rate=0.1)
+    ds = synthetic_tabular(
+        0, 300, n_numeric=3, categorical_sizes=(2, 4), n_classes=3, missing_rate=0.1
+    )
     assert ds.x.shape == (300, ds.schema.n_features) == (300, 3 * 2 + 3 + 5)
     assert ds.x.min() >= 0 and ds.x.max() <= 1
     for sl in ds.schema.categorical_slices:

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def lazy_exports(package: str, mapping: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, mapping: dict[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """Return ``(__getattr__, __dir__)`` resolving ``name -> package.module.name``."""
 
     def __getattr__(name: str) -> Any:

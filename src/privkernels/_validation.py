@@ -117,7 +117,9 @@ def check_array(
                 f"got shape {tuple(arr.shape)}"
             )
     if arr.ndim >= 1 and arr.shape[0] < min_rows:
-        raise ValueError(f"{name} must have at least {min_rows} row(s), got shape {tuple(arr.shape)}")
+        raise ValueError(
+            f"{name} must have at least {min_rows} row(s), got shape {tuple(arr.shape)}"
+        )
     if arr.size == 0 and min_rows > 0:
         raise ValueError(f"{name} is empty (shape {tuple(arr.shape)})")
     if finite and np.issubdtype(arr.dtype, np.floating):

@@ -123,8 +123,10 @@ def clopper_pearson(k: Any, n: Any, alpha: float = 0.05) -> tuple[Any, Any]:
     k_arr = np.asarray(k)
     n_arr = np.asarray(n)
     for arr, name in ((k_arr, "k"), (n_arr, "n")):
-        if not (np.issubdtype(arr.dtype, np.integer) or (np.issubdtype(arr.dtype, np.floating)
-                                                           and np.all(arr == np.round(arr)))):
+        if not (
+            np.issubdtype(arr.dtype, np.integer)
+            or (np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr)))
+        ):
             raise TypeError(f"{name} must hold integer counts, got dtype {arr.dtype}")
     k_arr = k_arr.astype(np.float64)
     n_arr = n_arr.astype(np.float64)
@@ -154,8 +156,16 @@ def _cp_upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
 def _eps_from_rates(fpr_hi: np.ndarray, fnr_hi: np.ndarray, delta: float) -> np.ndarray:
     """``max(0, log((1-delta-FNR)/FPR), log((1-delta-FPR)/FNR))`` elementwise."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.where(1 - delta - fnr_hi > 0, np.log(np.maximum(1 - delta - fnr_hi, 1e-300)) - np.log(fpr_hi), -np.inf)
-        b = np.where(1 - delta - fpr_hi > 0, np.log(np.maximum(1 - delta - fpr_hi, 1e-300)) - np.log(fnr_hi), -np.inf)
+        a = np.where(
+            1 - delta - fnr_hi > 0,
+            np.log(np.maximum(1 - delta - fnr_hi, 1e-300)) - np.log(fpr_hi),
+            -np.inf,
+        )
+        b = np.where(
+            1 - delta - fpr_hi > 0,
+            np.log(np.maximum(1 - delta - fpr_hi, 1e-300)) - np.log(fnr_hi),
+            -np.inf,
+        )
     return np.maximum(0.0, np.maximum(a, b))
 
 
@@ -176,8 +186,9 @@ def _bound_at(s_d: np.ndarray, s_dp: np.ndarray, t: Any, delta: float, level: fl
     return _eps_from_rates(fpr_hi, fnr_hi, delta), fp, fn, fpr_hi, fnr_hi
 
 
-def _select_threshold(s_d: np.ndarray, s_dp: np.ndarray, delta: float, level: float,
-                      max_candidates: int = 2048) -> tuple[float, int]:
+def _select_threshold(
+    s_d: np.ndarray, s_dp: np.ndarray, delta: float, level: float, max_candidates: int = 2048
+) -> tuple[float, int]:
     """Best (threshold, orientation) on the selection split (maximises the CP bound there)."""
     best = (-1.0, 0.0, 1)
     for orient in (1, -1):
@@ -261,7 +272,9 @@ def epsilon_lower_bound(
     elif isinstance(threshold, str):
         raise ValueError(f"threshold must be a number, 'auto' or None, got {threshold!r}")
     else:
-        t = float(check_array(np.asarray(threshold, dtype=np.float64), "threshold", ndim=0, min_rows=0))
+        t = float(
+            check_array(np.asarray(threshold, dtype=np.float64), "threshold", ndim=0, min_rows=0)
+        )
         orient = 1
         ev_d, ev_dp = s_d, s_dp
 
@@ -325,14 +338,16 @@ def run_trials(
     trials = check_int(trials, "trials", minimum=1)
     keys = jax.random.split(key, trials)
     if not vectorize:
-        outs = [_flatten_outputs(jax.tree_util.tree_map(lambda a: a[None], mechanism_fn(k, dataset)), 1)
-                for k in keys]
+        outs = [
+            _flatten_outputs(jax.tree_util.tree_map(lambda a: a[None], mechanism_fn(k, dataset)), 1)
+            for k in keys
+        ]
         return np.concatenate(outs, axis=0)
     bs = min(trials, 32768) if batch_size is None else check_int(batch_size, "batch_size")
     fn = jax.vmap(lambda k: mechanism_fn(k, dataset))
     chunks = []
     for start in range(0, trials, bs):
-        kk = keys[start:start + bs]
+        kk = keys[start : start + bs]
         chunks.append(_flatten_outputs(fn(kk), kk.shape[0]))
     return np.concatenate(chunks, axis=0)
 
@@ -390,7 +405,9 @@ def audit_gaussian_release(
     claimed = None if epsilon is None else check_positive(epsilon, "epsilon")
     k_d, k_dp = jax.random.split(key)
     out_d = run_trials(k_d, mechanism_fn, d, trials, batch_size=batch_size, vectorize=vectorize)
-    out_dp = run_trials(k_dp, mechanism_fn, d_prime, trials, batch_size=batch_size, vectorize=vectorize)
+    out_dp = run_trials(
+        k_dp, mechanism_fn, d_prime, trials, batch_size=batch_size, vectorize=vectorize
+    )
     if out_d.shape[1] != out_dp.shape[1]:
         raise ValueError(
             f"mechanism outputs differ in size on d ({out_d.shape[1]}) and d_prime ({out_dp.shape[1]})"
@@ -399,17 +416,27 @@ def audit_gaussian_release(
         if direction != "auto":
             raise ValueError(f"direction must be 'auto' or an array, got {direction!r}")
         if not (threshold is None or threshold == "auto"):
-            raise ValueError("direction='auto' needs threshold='auto' (both chosen on the first half)")
+            raise ValueError(
+                "direction='auto' needs threshold='auto' (both chosen on the first half)"
+            )
         h = trials // 2
         u = out_dp[:h].mean(axis=0) - out_d[:h].mean(axis=0)
     else:
-        u = np.asarray(check_array(direction, "direction", min_rows=1), dtype=np.float64).reshape(-1)
+        u = np.asarray(check_array(direction, "direction", min_rows=1), dtype=np.float64).reshape(
+            -1
+        )
         if u.size != out_d.shape[1]:
-            raise ValueError(f"direction has {u.size} entries, mechanism output has {out_d.shape[1]}")
+            raise ValueError(
+                f"direction has {u.size} entries, mechanism output has {out_d.shape[1]}"
+            )
     norm = np.linalg.norm(u)
     u = u / norm if norm > 0 else u
     return epsilon_lower_bound(
-        out_d @ u, out_dp @ u, delta=delta, threshold=threshold, confidence=confidence,
+        out_d @ u,
+        out_dp @ u,
+        delta=delta,
+        threshold=threshold,
+        confidence=confidence,
         claimed_epsilon=claimed,
     )
 
@@ -494,8 +521,16 @@ def audit_dpsgd_step(
         return out["a"][0]
 
     return audit_gaussian_release(
-        k_audit, mech, mask_d, mask_dp, epsilon=epsilon, delta=delta_f, trials=trials,
-        confidence=confidence, direction=np.ones(1), batch_size=batch_size,
+        k_audit,
+        mech,
+        mask_d,
+        mask_dp,
+        epsilon=epsilon,
+        delta=delta_f,
+        trials=trials,
+        confidence=confidence,
+        direction=np.ones(1),
+        batch_size=batch_size,
     )
 
 

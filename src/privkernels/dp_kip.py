@@ -167,8 +167,11 @@ def make_kernel(
 
         def kfn(a: jax.Array, b: jax.Array) -> jax.Array:
             return features.fc_ntk_kernel(
-                a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1),
-                depth=int(full["depth"]), W_std=float(full["W_std"]), b_std=float(full["b_std"]),
+                a.reshape(a.shape[0], -1),
+                b.reshape(b.shape[0], -1),
+                depth=int(full["depth"]),
+                W_std=float(full["W_std"]),
+                b_std=float(full["b_std"]),
             )
 
         return KernelSpec(name, "kernel", full, kernel_fn=kfn)
@@ -179,7 +182,9 @@ def make_kernel(
         if unknown:
             raise ValueError(f"unknown kernel_options for scatternet: {sorted(unknown)}")
         if len(input_shape) not in (2, 3):
-            raise ValueError(f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}")
+            raise ValueError(
+                f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}"
+            )
         J, L = int(full["J"]), int(full["L"])
         if min(input_shape[:2]) < 2**J:
             raise ValueError(
@@ -205,7 +210,9 @@ def make_kernel(
     module = features.lenet(out_features=n_classes)
     if params is None:
         if key is None:
-            raise ValueError("make_kernel('entk') needs a key (or params) for the LeNet initialisation")
+            raise ValueError(
+                "make_kernel('entk') needs a key (or params) for the LeNet initialisation"
+            )
         params = features.init_params(key, module, tuple(input_shape))
     normalize = bool(full["normalize"])
 
@@ -277,7 +284,9 @@ def _feature_clipped_sum(
     chol0 = jnp.linalg.cholesky(mat)
     ok = jnp.all(jnp.isfinite(chol0))
     rho = jnp.where(ok, ridge, ridge + FALLBACK_JITTER)
-    chol = jax.lax.cond(ok, lambda: chol0, lambda: jnp.linalg.cholesky(mat + FALLBACK_JITTER * scale * eye))
+    chol = jax.lax.cond(
+        ok, lambda: chol0, lambda: jnp.linalg.cholesky(mat + FALLBACK_JITTER * scale * eye)
+    )
     a = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)
     k_t = phi @ s.T  # (b, m)
     r = k_t @ a - y_t  # (b, c)
@@ -299,8 +308,15 @@ def _feature_clipped_sum(
     )
     norms = jnp.sqrt(jnp.maximum(sq, 0.0))
     finite = jnp.isfinite(norms)
-    factor = jnp.where(finite, 1.0 / jnp.maximum(1.0, jnp.where(finite, norms, 0.0) / clip_norm), 0.0) * mask
-    total = 2.0 * (v * factor[:, None]).T @ e - 2.0 * (u * factor[:, None]).T @ w - jnp.sum(factor * gamma) * s
+    factor = (
+        jnp.where(finite, 1.0 / jnp.maximum(1.0, jnp.where(finite, norms, 0.0) / clip_norm), 0.0)
+        * mask
+    )
+    total = (
+        2.0 * (v * factor[:, None]).T @ e
+        - 2.0 * (u * factor[:, None]).T @ w
+        - jnp.sum(factor * gamma) * s
+    )
     loss_sum = jnp.sum(jnp.sum(r * r, -1) * mask)
     n_clipped = jnp.sum(mask * (norms > clip_norm))
     return total, loss_sum, n_clipped
@@ -368,7 +384,12 @@ def krr_loss(
       x_t: ``(b, *input_shape)`` targets; y_t: ``(b, c)`` target label vectors.
     """
     pred = _krr_predict_repr(
-        spec.kind, spec.kernel_fn, _support_repr(spec, x_s), y_s, _target_repr(spec, x_t), reg + jitter
+        spec.kind,
+        spec.kernel_fn,
+        _support_repr(spec, x_s),
+        y_s,
+        _target_repr(spec, x_t),
+        reg + jitter,
     )
     return jnp.sum((pred - y_t) ** 2, axis=-1)
 
@@ -425,7 +446,9 @@ def support_labels(n_classes: int, support_per_class: int) -> np.ndarray:
     return np.repeat(np.arange(n_classes, dtype=np.int32), support_per_class)
 
 
-def init_support(key: Any, n_support: int, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+def init_support(
+    key: Any, n_support: int, input_shape: tuple[int, ...], dtype: Any = jnp.float32
+) -> jax.Array:
     """Support inputs ``(m, *input_shape)`` drawn i.i.d. from ``N(0, 1)`` (Alg. 1, step 1).
 
     Depends only on ``key`` and the shape: no real example is ever used.
@@ -486,8 +509,11 @@ class DPKIPResult:
 def _spec_of(result: DPKIPResult) -> KernelSpec:
     cfg = result.config
     return make_kernel(
-        cfg["kernel"], tuple(cfg["input_shape"]), int(cfg["n_classes"]),
-        options=cfg["kernel_options"], params=result.kernel_params,
+        cfg["kernel"],
+        tuple(cfg["input_shape"]),
+        int(cfg["n_classes"]),
+        options=cfg["kernel_options"],
+        params=result.kernel_params,
     )
 
 
@@ -497,7 +523,9 @@ def _make_predict_fn(spec: KernelSpec, ridge: float) -> Callable[..., jax.Array]
     @jax.jit
     def run(x_s: jax.Array, y_s: jax.Array, xb: jax.Array) -> jax.Array:
         s_repr = _support_repr(spec, x_s)
-        return _krr_predict_repr(spec.kind, spec.kernel_fn, s_repr, y_s, _target_repr(spec, xb), ridge)
+        return _krr_predict_repr(
+            spec.kind, spec.kernel_fn, s_repr, y_s, _target_repr(spec, xb), ridge
+        )
 
     return run
 
@@ -510,7 +538,7 @@ def _chunked_predict(
     chunk_size = min(chunk_size, n)
     outs = []
     for start in range(0, n, chunk_size):
-        xb = x[start:start + chunk_size]
+        xb = x[start : start + chunk_size]
         pad = chunk_size - xb.shape[0]
         if pad:
             xb = jnp.concatenate([xb, jnp.zeros((pad, *xb.shape[1:]), xb.dtype)])
@@ -527,19 +555,31 @@ def predict(result: DPKIPResult, x: Any, *, chunk_size: int = 1000) -> np.ndarra
     x = check_array(x, "x")
     shape = tuple(result.config["input_shape"])
     if tuple(x.shape[1:]) != shape:
-        raise ValueError(f"x must have shape (n, {', '.join(map(str, shape))}), got {tuple(x.shape)}")
+        raise ValueError(
+            f"x must have shape (n, {', '.join(map(str, shape))}), got {tuple(x.shape)}"
+        )
     check_int(chunk_size, "chunk_size")
     spec = _spec_of(result)
     ridge = float(result.config["reg"]) + float(result.config["jitter"])
     cfg = result.config
     run = _cached(
-        ("predict", cfg["kernel"], json.dumps(spec.options, sort_keys=True), tuple(cfg["input_shape"]), ridge)
-        if cfg["kernel"] != "entk" else None,
+        (
+            "predict",
+            cfg["kernel"],
+            json.dumps(spec.options, sort_keys=True),
+            tuple(cfg["input_shape"]),
+            ridge,
+        )
+        if cfg["kernel"] != "entk"
+        else None,
         lambda: _make_predict_fn(spec, ridge),
     )
     return _chunked_predict(
-        run, jnp.asarray(result.support_x),
-        jnp.asarray(result.support_targets), jnp.asarray(x, jnp.float32), chunk_size,
+        run,
+        jnp.asarray(result.support_x),
+        jnp.asarray(result.support_targets),
+        jnp.asarray(x, jnp.float32),
+        chunk_size,
     )
 
 
@@ -608,7 +648,9 @@ def _make_step(
         pe_grad = jax.vmap(jax.grad(loss_fn), in_axes=(None, None, 0, 0))
     batch_loss = jax.vmap(loss_fn, in_axes=(None, None, 0, 0))
 
-    def masked_sum_loss(p: Any, y_s: jax.Array, t: jax.Array, yt: jax.Array, mk: jax.Array) -> jax.Array:
+    def masked_sum_loss(
+        p: Any, y_s: jax.Array, t: jax.Array, yt: jax.Array, mk: jax.Array
+    ) -> jax.Array:
         return jnp.sum(batch_loss(p, y_s, t, yt) * mk)
 
     def step(state: dict[str, Any], x: jax.Array, y_enc: jax.Array, key: jax.Array):
@@ -738,7 +780,9 @@ def _load_checkpoint(path: Path, template: dict[str, Any]) -> tuple[dict[str, An
         for i, lt in enumerate(leaves_t):
             arr = data[f"leaf_{i}"]
             if arr.shape != np.shape(lt):
-                raise ValueError(f"checkpoint {path} does not match this configuration (leaf {i} shape)")
+                raise ValueError(
+                    f"checkpoint {path} does not match this configuration (leaf {i} shape)"
+                )
             leaves.append(jnp.asarray(arr, dtype=jnp.asarray(lt).dtype))
     return jax.tree_util.tree_unflatten(treedef, leaves), meta
 
@@ -855,7 +899,9 @@ def fit(
         delta = check_delta(delta)
         clip_norm = check_positive(clip_norm, "clip_norm")
         if learn_labels:
-            raise ValueError("learn_labels=True is only allowed with epsilon=None (labels stay fixed in DP-KIP)")
+            raise ValueError(
+                "learn_labels=True is only allowed with epsilon=None (labels stay fixed in DP-KIP)"
+            )
     support_per_class = check_int(support_per_class, "support_per_class", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     if batch_size > n:
@@ -882,7 +928,9 @@ def fit(
     else:
         space = clip_space
     if space == "feature" and kernel == "fc_ntk":
-        raise ValueError("clip_space='feature' needs a linear-feature kernel (scatternet or entk), not fc_ntk")
+        raise ValueError(
+            "clip_space='feature' needs a linear-feature kernel (scatternet or entk), not fc_ntk"
+        )
     if space == "feature" and learn_labels:
         raise ValueError("learn_labels is only supported with clip_space='input'")
     has_test = x_test is not None or y_test is not None
@@ -891,7 +939,9 @@ def fit(
             raise ValueError("give both x_test and y_test, or neither")
         x_test = check_array(x_test, "x_test")
         if tuple(x_test.shape[1:]) != input_shape:
-            raise ValueError(f"x_test must have shape (n, {input_shape}), got {tuple(x_test.shape)}")
+            raise ValueError(
+                f"x_test must have shape (n, {input_shape}), got {tuple(x_test.shape)}"
+            )
         y_test = check_labels(y_test, n_classes, "y_test", n_rows=int(x_test.shape[0]))
     if checkpoint_path is not None:
         checkpoint_path = Path(checkpoint_path)
@@ -926,7 +976,11 @@ def fit(
     x_s0 = init_support(k_init, m, input_shape)
     labels_s = support_labels(n_classes, support_per_class)
     y_s0 = _encode_labels(jnp.asarray(labels_s), n_classes)
-    corrupted = corruption_mask(k_corrupt, (m, *input_shape), cf) if cf > 0 else np.zeros((m, *input_shape), bool)
+    corrupted = (
+        corruption_mask(k_corrupt, (m, *input_shape), cf)
+        if cf > 0
+        else np.zeros((m, *input_shape), bool)
+    )
 
     optimizer_given = optimizer is not None
     if optimizer is None:
@@ -978,7 +1032,9 @@ def fit(
         if private:
             from privkernels.privacy.warnings import warn_privacy_leak
 
-            warn_privacy_leak("diagnostics=True: the training loss, clip fraction and Poisson batch sizes")
+            warn_privacy_leak(
+                "diagnostics=True: the training loss, clip fraction and Poisson batch sizes"
+            )
 
     if resume:
         assert checkpoint_path is not None
@@ -999,8 +1055,19 @@ def fit(
 
     cacheable = kernel != "entk" and not optimizer_given
     base_key = (
-        kernel, json.dumps(spec.options, sort_keys=True), input_shape, space, private, learn_labels,
-        reg + jitter, float(clip_norm) if private else 0.0, sigma, n, q, chunk_size, learning_rate,
+        kernel,
+        json.dumps(spec.options, sort_keys=True),
+        input_shape,
+        space,
+        private,
+        learn_labels,
+        reg + jitter,
+        float(clip_norm) if private else 0.0,
+        sigma,
+        n,
+        q,
+        chunk_size,
+        learning_rate,
         n_classes,
     )
 
@@ -1009,12 +1076,23 @@ def fit(
             step_fns[pad] = _cached(
                 ("step", *base_key, pad) if cacheable else None,
                 lambda: _make_step(
-                    spec, space=space, private=private, learn_labels=learn_labels, ridge=reg + jitter,
-                    clip_norm=float(clip_norm) if private else 0.0, noise_multiplier=sigma, n=n, q=q,
-                    pad_to=pad, chunk_size=chunk_size, optimizer=optimizer, n_classes=n_classes,
+                    spec,
+                    space=space,
+                    private=private,
+                    learn_labels=learn_labels,
+                    ridge=reg + jitter,
+                    clip_norm=float(clip_norm) if private else 0.0,
+                    noise_multiplier=sigma,
+                    n=n,
+                    q=q,
+                    pad_to=pad,
+                    chunk_size=chunk_size,
+                    optimizer=optimizer,
+                    n_classes=n_classes,
                 ),
             )
         return step_fns[pad]
+
     x_dev = jnp.asarray(x, jnp.float32)
     y_dev = _encode_labels(jnp.asarray(y), n_classes)
 
@@ -1026,7 +1104,8 @@ def fit(
         yt_enc = np.asarray(_encode_labels(jnp.asarray(yt_np), n_classes))
         run_eval = _cached(
             ("predict", kernel, json.dumps(spec.options, sort_keys=True), input_shape, reg + jitter)
-            if kernel != "entk" else None,
+            if kernel != "entk"
+            else None,
             lambda: _make_predict_fn(spec, reg + jitter),
         )
 
@@ -1040,8 +1119,13 @@ def fit(
     def save(st: dict[str, Any], done: int) -> None:
         if checkpoint_path is not None:
             meta = {
-                "fingerprint": fingerprint, "steps_done": done, "noise_multiplier": sigma,
-                "sampling_rate": q, "planned_steps": planned_steps, "history": history, "config": cfg,
+                "fingerprint": fingerprint,
+                "steps_done": done,
+                "noise_multiplier": sigma,
+                "sampling_rate": q,
+                "planned_steps": planned_steps,
+                "history": history,
+                "config": cfg,
             }
             _save_checkpoint(checkpoint_path, st, meta)
 
@@ -1051,7 +1135,12 @@ def fit(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=epochs, initial=steps_done // steps_per_epoch, desc=f"DP-KIP[{kernel}]", unit="epoch")
+        bar = tqdm(
+            total=epochs,
+            initial=steps_done // steps_per_epoch,
+            desc=f"DP-KIP[{kernel}]",
+            unit="epoch",
+        )
     ep_loss, ep_clip, ep_count, ep_sizes = 0.0, 0.0, 0.0, []
     try:
         while steps_done < stop_at:
@@ -1108,17 +1197,24 @@ def fit(
 
     # ---------------- report ----------------
     data_indep = (
-        "support initialisation: N(0, 1) from the key (no real example used)",
-        "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
-        f"kernel: {kernel} {spec.options} (fixed feature map; e-NTK weights drawn from the key)",
-        "n (dataset size): treated as public (sets q = batch_size/n and the normaliser q*n)",
-    ) + (("corrupted-pixel mask: drawn from the key",) if cf > 0 else ()) + (
-        ("n_classes: inferred as max(y) + 1, treated as public (pass n_classes to avoid this)",)
-        if n_classes_inferred else ()
+        (
+            "support initialisation: N(0, 1) from the key (no real example used)",
+            "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
+            f"kernel: {kernel} {spec.options} (fixed feature map; e-NTK weights drawn from the key)",
+            "n (dataset size): treated as public (sets q = batch_size/n and the normaliser q*n)",
+        )
+        + (("corrupted-pixel mask: drawn from the key",) if cf > 0 else ())
+        + (
+            ("n_classes: inferred as max(y) + 1, treated as public (pass n_classes to avoid this)",)
+            if n_classes_inferred
+            else ()
+        )
     )
     notes: tuple[str, ...] = ()
     if has_test:
-        notes += ("history test accuracy uses x_test/y_test, assumed public / not part of the private data",)
+        notes += (
+            "history test accuracy uses x_test/y_test, assumed public / not part of the private data",
+        )
     if space == "feature":
         notes += (
             "clip_space='feature': per-example gradients are clipped w.r.t. the support features and "
@@ -1128,7 +1224,9 @@ def fit(
         notes += ("diagnostics=True: history holds un-noised training statistics (not covered)",)
     if private:
         eps_spent = float(
-            privacy.dpsgd_epsilon(sigma, delta, sampling_rate=q, steps=steps_done, accountant=accountant)
+            privacy.dpsgd_epsilon(
+                sigma, delta, sampling_rate=q, steps=steps_done, accountant=accountant
+            )
         )
         rec = MechanismRecord.make(
             "poisson_subsampled_gaussian",

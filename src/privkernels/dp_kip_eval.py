@@ -108,6 +108,6 @@ def convnet_accuracy(module: Any, params: Any, x: Any, y: Any, *, chunk_size: in
     apply = jax.jit(module.apply)
     correct = 0
     for s in range(0, x.shape[0], chunk_size):
-        logits = apply(params, jnp.asarray(x[s:s + chunk_size]))
-        correct += int(np.sum(np.argmax(np.asarray(logits), -1) == y[s:s + chunk_size]))
+        logits = apply(params, jnp.asarray(x[s : s + chunk_size]))
+        correct += int(np.sum(np.argmax(np.asarray(logits), -1) == y[s : s + chunk_size]))
     return correct / x.shape[0]

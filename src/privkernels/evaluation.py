@@ -43,7 +43,10 @@ __all__ = [
 #: name -> (sklearn class path, fixed keyword arguments) for image data.
 IMAGE_CLASSIFIERS: dict[str, tuple[str, dict[str, Any]]] = {
     "logreg": ("sklearn.linear_model.LogisticRegression", {"max_iter": 1000, "C": 1.0}),
-    "mlp": ("sklearn.neural_network.MLPClassifier", {"hidden_layer_sizes": (100,), "max_iter": 100}),
+    "mlp": (
+        "sklearn.neural_network.MLPClassifier",
+        {"hidden_layer_sizes": (100,), "max_iter": 100},
+    ),
 }
 
 #: The paper's 12 tabular classifiers (DP-NTK Table 4 / DP-MERF Sec. 5.3).
@@ -58,7 +61,10 @@ TABULAR_CLASSIFIERS: dict[str, tuple[str, dict[str, Any]]] = {
     "bagging": ("sklearn.ensemble.BaggingClassifier", {"n_estimators": 10}),
     "random_forest": ("sklearn.ensemble.RandomForestClassifier", {"n_estimators": 100}),
     "gradient_boosting": ("sklearn.ensemble.GradientBoostingClassifier", {"n_estimators": 100}),
-    "mlp": ("sklearn.neural_network.MLPClassifier", {"hidden_layer_sizes": (100,), "max_iter": 300}),
+    "mlp": (
+        "sklearn.neural_network.MLPClassifier",
+        {"hidden_layer_sizes": (100,), "max_iter": 300},
+    ),
     "hist_gradient_boosting": ("sklearn.ensemble.HistGradientBoostingClassifier", {}),
 }
 
@@ -162,7 +168,9 @@ def evaluate_images(
         if len(np.unique(ytr)) < 2:
             out[name] = float(np.mean(yte == ytr[0]))
             continue
-        clf = make_classifier(name, seed=seed, table=IMAGE_CLASSIFIERS, **(overrides or {}).get(name, {}))
+        clf = make_classifier(
+            name, seed=seed, table=IMAGE_CLASSIFIERS, **(overrides or {}).get(name, {})
+        )
         _fit_quietly(clf, xtr, ytr)
         out[name] = float(np.mean(clf.predict(xte) == yte))
     return out

@@ -56,9 +56,13 @@ class ColumnGroup:
 
     def __post_init__(self) -> None:
         if self.kind not in ("numeric", "categorical"):
-            raise ValueError(f"ColumnGroup.kind must be 'numeric' or 'categorical', got {self.kind!r}")
+            raise ValueError(
+                f"ColumnGroup.kind must be 'numeric' or 'categorical', got {self.kind!r}"
+            )
         if not (0 <= self.start < self.stop):
-            raise ValueError(f"ColumnGroup needs 0 <= start < stop, got [{self.start}, {self.stop})")
+            raise ValueError(
+                f"ColumnGroup needs 0 <= start < stop, got [{self.start}, {self.stop})"
+            )
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -109,7 +113,9 @@ def column_groups_from_schema(schema: Any, n_features: int) -> tuple[ColumnGroup
     pos = 0
     for start, stop in cat:
         if start < pos or stop > n_features:
-            raise ValueError(f"categorical slice [{start}, {stop}) overlaps or exceeds {n_features} columns")
+            raise ValueError(
+                f"categorical slice [{start}, {stop}) overlaps or exceeds {n_features} columns"
+            )
         if start > pos:
             groups.append(ColumnGroup("numeric", pos, start))
         groups.append(ColumnGroup("categorical", start, stop))
@@ -198,7 +204,9 @@ class TabularGenerator(nn.Module):
         return jnp.concatenate(parts, axis=-1)
 
 
-def make_code(key: jax.Array, labels: jax.Array, *, d_code: int, n_classes: int) -> tuple[jax.Array, jax.Array]:
+def make_code(
+    key: jax.Array, labels: jax.Array, *, d_code: int, n_classes: int
+) -> tuple[jax.Array, jax.Array]:
     """Generator input for given labels: ``z ~ N(0, I_{d_code})`` and one-hot labels.
 
     Returns ``(z (b, d_code) float32, onehot (b, n_classes) float32)``.

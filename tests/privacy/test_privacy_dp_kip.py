@@ -36,8 +36,14 @@ TRIALS = 20_000
 
 
 def _krr_pred(spec, x_s, y_s, xt):
-    return dp_kip._krr_predict_repr(spec.kind, spec.kernel_fn, dp_kip._support_repr(spec, x_s), y_s,
-                                    dp_kip._target_repr(spec, xt), RIDGE)
+    return dp_kip._krr_predict_repr(
+        spec.kind,
+        spec.kernel_fn,
+        dp_kip._support_repr(spec, x_s),
+        y_s,
+        dp_kip._target_repr(spec, xt),
+        RIDGE,
+    )
 
 
 def _setup(seed=0):
@@ -60,8 +66,12 @@ def _setup(seed=0):
     y_dp = y_enc.at[-1].set(pred_c + 50.0 * jnp.asarray([1.0, -1.0]))
     opt = optax.sgd(1.0)
     params = {"x": x_s0}
-    state = {"params": params, "opt_state": opt.init(params), "grad_mask": jnp.zeros_like(x_s0),
-             "y_s": y_s0}
+    state = {
+        "params": params,
+        "opt_state": opt.init(params),
+        "grad_mask": jnp.zeros_like(x_s0),
+        "y_s": y_s0,
+    }
     return spec, state, opt, x, y_d, y_dp
 
 
@@ -69,13 +79,27 @@ def _reference_clipped_sum(spec, state, x, y_enc, clip=CLIP):
     """Reference: loop-free sum_i clip(g_i) from dp_kip.per_example_grads + privacy.clip_per_example."""
     g = dp_kip.per_example_grads(spec, state["params"]["x"], state["y_s"], x, y_enc, reg=RIDGE)
     clipped, norms = privacy.clip_per_example({"x": g}, clip)
-    return np.asarray(jnp.sum(clipped["x"], axis=0), np.float64), np.asarray(clipped["x"]), np.asarray(norms)
+    return (
+        np.asarray(jnp.sum(clipped["x"], axis=0), np.float64),
+        np.asarray(clipped["x"]),
+        np.asarray(norms),
+    )
 
 
 def _step_fn(spec, opt, n, *, noise_multiplier):
     return dp_kip._make_step(
-        spec, space="input", private=True, learn_labels=False, ridge=RIDGE, clip_norm=CLIP,
-        noise_multiplier=noise_multiplier, n=n, q=1.0, pad_to=8, chunk_size=8, optimizer=opt,
+        spec,
+        space="input",
+        private=True,
+        learn_labels=False,
+        ridge=RIDGE,
+        clip_norm=CLIP,
+        noise_multiplier=noise_multiplier,
+        n=n,
+        q=1.0,
+        pad_to=8,
+        chunk_size=8,
+        optimizer=opt,
         n_classes=C_CLASSES,
     )
 
@@ -114,9 +138,20 @@ def _run_variant(sigma_scale=1.0, no_clip=False):
     # claimed eps of one full-batch step (accountant), for the actual pair distance <= C + ||null||
     claimed = privacy.dpsgd_epsilon(sigma, DELTA, sampling_rate=1.0, steps=1)
     claimed_pair = privacy.gaussian_epsilon(sigma * CLIP / (CLIP + null_norm), DELTA)
-    res = audit.epsilon_lower_bound(out_d @ u, out_dp @ u, delta=DELTA, claimed_epsilon=claimed_pair)
-    return dict(res=res, claimed=claimed, claimed_pair=claimed_pair, out_d=out_d, out_dp=out_dp,
-                ref_d=ref_d, ref_dp=ref_dp, null_norm=null_norm, sigma=sigma * sigma_scale)
+    res = audit.epsilon_lower_bound(
+        out_d @ u, out_dp @ u, delta=DELTA, claimed_epsilon=claimed_pair
+    )
+    return dict(
+        res=res,
+        claimed=claimed,
+        claimed_pair=claimed_pair,
+        out_d=out_d,
+        out_dp=out_dp,
+        ref_d=ref_d,
+        ref_dp=ref_dp,
+        null_norm=null_norm,
+        sigma=sigma * sigma_scale,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +181,9 @@ def test_per_example_clipped_contribution_is_at_most_C(seed, clip, scale):
     if _SPEC3 is None:
         spec = dp_kip.make_kernel("fc_ntk", (3,), 2)
         ys = dp_kip._encode_labels(jnp.asarray([0, 1]), 2)
-        _SPEC3 = jax.jit(lambda xs, xt, yt: dp_kip.per_example_grads(spec, xs, ys, xt, yt, reg=RIDGE))
+        _SPEC3 = jax.jit(
+            lambda xs, xt, yt: dp_kip.per_example_grads(spec, xs, ys, xt, yt, reg=RIDGE)
+        )
     rng = np.random.default_rng(seed)
     xs = jnp.asarray(rng.normal(size=(2, 3)), jnp.float32)
     xt = jnp.asarray(scale * rng.normal(size=(5, 3)), jnp.float32)
@@ -217,18 +254,31 @@ def test_privacy_core_dpsgd_step_audit():
     """privacy.clip_per_example + noisy_clipped_sum: canary audit passes; sigma/4 and removed clipping
     are refuted; an ignored mask makes both worlds contain the canary (no longer neighbours)."""
     sigma = privacy.gaussian_sigma(EPS, DELTA)
-    ok = audit.audit_dpsgd_step(jax.random.key(70), clip_norm=CLIP, noise_multiplier=sigma, delta=DELTA,
-                                trials=TRIALS)
+    ok = audit.audit_dpsgd_step(
+        jax.random.key(70), clip_norm=CLIP, noise_multiplier=sigma, delta=DELTA, trials=TRIALS
+    )
     assert ok.claimed_epsilon == pytest.approx(EPS, rel=1e-3)
     assert ok.passed, ok.summary()
     real_sum = privacy.noisy_clipped_sum
     quarter = audit.audit_dpsgd_step(
-        jax.random.key(70), clip_norm=CLIP, noise_multiplier=sigma, delta=DELTA, trials=TRIALS,
+        jax.random.key(70),
+        clip_norm=CLIP,
+        noise_multiplier=sigma,
+        delta=DELTA,
+        trials=TRIALS,
         noisy_sum_fn=lambda k, c, m, *, clip_norm, noise_multiplier: real_sum(
-            k, c, m, clip_norm=clip_norm, noise_multiplier=noise_multiplier / 4))
+            k, c, m, clip_norm=clip_norm, noise_multiplier=noise_multiplier / 4
+        ),
+    )
     assert not quarter.passed, quarter.summary()
-    noclip = audit.audit_dpsgd_step(jax.random.key(70), clip_norm=CLIP, noise_multiplier=sigma, delta=DELTA,
-                                    trials=TRIALS, clip_fn=lambda g, c: (g, None))
+    noclip = audit.audit_dpsgd_step(
+        jax.random.key(70),
+        clip_norm=CLIP,
+        noise_multiplier=sigma,
+        delta=DELTA,
+        trials=TRIALS,
+        clip_fn=lambda g, c: (g, None),
+    )
     assert not noclip.passed, noclip.summary()
     assert noclip.epsilon_lower_bound > 3 * EPS
 
@@ -236,8 +286,9 @@ def test_privacy_core_dpsgd_step_audit():
 def test_noisy_clipped_sum_excludes_masked_rows_even_if_nan():
     """Masked (padding) rows never enter the sum, even when they hold NaN or a huge canary."""
     g = {"a": jnp.asarray([[1.0, 0.0], [np.nan, 1e6]], jnp.float32)}
-    out = privacy.noisy_clipped_sum(jax.random.key(0), g, jnp.asarray([True, False]), clip_norm=1.0,
-                                    noise_multiplier=1e-6)
+    out = privacy.noisy_clipped_sum(
+        jax.random.key(0), g, jnp.asarray([True, False]), clip_norm=1.0, noise_multiplier=1e-6
+    )
     np.testing.assert_allclose(np.asarray(out["a"]), [1.0, 0.0], atol=1e-4)
 
 
@@ -250,9 +301,20 @@ def _fit_kwargs(path, **over):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, 4)).astype(np.float32)
     y = (np.arange(40) % 2).astype(np.int32)
-    kw = dict(kernel="fc_ntk", support_per_class=1, epsilon=2.0, delta=1e-5, clip_norm=1.0,
-              batch_size=10, epochs=2, accountant="rdp", progress=False, n_classes=2,
-              checkpoint_path=path, chunk_size=16)
+    kw = dict(
+        kernel="fc_ntk",
+        support_per_class=1,
+        epsilon=2.0,
+        delta=1e-5,
+        clip_norm=1.0,
+        batch_size=10,
+        epochs=2,
+        accountant="rdp",
+        progress=False,
+        n_classes=2,
+        checkpoint_path=path,
+        chunk_size=16,
+    )
     kw.update(over)
     return x, y, kw
 
@@ -281,17 +343,20 @@ def test_resume_continues_the_accountant(interrupted, tmp_path):
     assert part.steps_done == 3
     sigma = part.report.mechanisms[0].param_dict["noise_multiplier"]
     assert part.report.epsilon == pytest.approx(
-        privacy.dpsgd_epsilon(sigma, 1e-5, sampling_rate=0.25, steps=3, accountant="rdp"))
+        privacy.dpsgd_epsilon(sigma, 1e-5, sampling_rate=0.25, steps=3, accountant="rdp")
+    )
     x, y, kw = _fit_kwargs(_copy(path, tmp_path))
     full = dp_kip.fit(jax.random.key(0), x, y, resume=True, **kw)
     assert full.steps_done == 8
     rec = full.report.mechanisms[0]
     assert rec.param_dict["steps"] == 8
     assert full.report.epsilon == pytest.approx(
-        privacy.dpsgd_epsilon(sigma, 1e-5, sampling_rate=0.25, steps=8, accountant="rdp"))
+        privacy.dpsgd_epsilon(sigma, 1e-5, sampling_rate=0.25, steps=8, accountant="rdp")
+    )
     assert full.report.epsilon <= 2.0 + 1e-9
-    assert full.report.epsilon > privacy.dpsgd_epsilon(sigma, 1e-5, sampling_rate=0.25, steps=5,
-                                                       accountant="rdp")
+    assert full.report.epsilon > privacy.dpsgd_epsilon(
+        sigma, 1e-5, sampling_rate=0.25, steps=5, accountant="rdp"
+    )
 
 
 def test_resume_with_a_different_budget_is_refused(interrupted, tmp_path):
@@ -300,8 +365,13 @@ def test_resume_with_a_different_budget_is_refused(interrupted, tmp_path):
     path, _ = interrupted
     ck = _copy(path, tmp_path)
     x, y, kw = _fit_kwargs(ck)
-    for change in ({"epsilon": 8.0}, {"delta": 1e-3}, {"batch_size": 20}, {"epochs": 30},
-                   {"clip_norm": 5.0}):
+    for change in (
+        {"epsilon": 8.0},
+        {"delta": 1e-3},
+        {"batch_size": 20},
+        {"epochs": 30},
+        {"clip_norm": 5.0},
+    ):
         with pytest.raises(ValueError):
             dp_kip.fit(jax.random.key(0), x, y, resume=True, **{**kw, **change})
     with pytest.raises(ValueError, match="exists"):

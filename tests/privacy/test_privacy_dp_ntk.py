@@ -43,8 +43,9 @@ def _data(seed: int, n: int = N):
 
 def _exact(net, x, y):
     network, params = net
-    emb, rep = dp_ntk.private_embedding(jax.random.key(0), x, y, n_classes=C, epsilon=None,
-                                        network=network, params=params)
+    emb, rep = dp_ntk.private_embedding(
+        jax.random.key(0), x, y, n_classes=C, epsilon=None, network=network, params=params
+    )
     assert not rep.private
     return np.asarray(emb, np.float64)
 
@@ -72,7 +73,9 @@ def _worst_pair(net, seed=0, candidates=64):
 # --------------------------------------------------------------------------- #
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     seed=st.integers(0, 2**31 - 1),
     idx=st.integers(0, N - 1),
@@ -99,8 +102,16 @@ def test_embedding_chunk_padding_does_not_leak_into_the_sum(net):
     x, y = _data(7)
     ref = _exact(net, x, y)
     for chunk in (1, 3, 5):
-        emb, _ = dp_ntk.private_embedding(jax.random.key(0), x, y, n_classes=C, epsilon=None,
-                                          network=network, params=params, chunk_size=chunk)
+        emb, _ = dp_ntk.private_embedding(
+            jax.random.key(0),
+            x,
+            y,
+            n_classes=C,
+            epsilon=None,
+            network=network,
+            params=params,
+            chunk_size=chunk,
+        )
         np.testing.assert_allclose(np.asarray(emb, np.float64), ref, rtol=1e-5, atol=1e-7)
 
 
@@ -126,13 +137,23 @@ def test_reports_state_the_sensitivities(net):
     """The reports record sensitivity 2/n (embedding), sqrt(2)/n (proportions), replace-one."""
     network, params = net
     x, y = _data(0)
-    _, rep = dp_ntk.private_embedding(jax.random.key(1), x, y, n_classes=C, epsilon=EPS, delta=DELTA,
-                                      network=network, params=params)
+    _, rep = dp_ntk.private_embedding(
+        jax.random.key(1),
+        x,
+        y,
+        n_classes=C,
+        epsilon=EPS,
+        delta=DELTA,
+        network=network,
+        params=params,
+    )
     (m,) = rep.mechanisms
     assert rep.neighbouring == privacy.REPLACE_ONE
     assert m.sensitivity == pytest.approx(2.0 / N)
     assert m.param_dict["sigma"] == pytest.approx(privacy.gaussian_sigma(EPS, DELTA))
-    _, rep2 = dp_ntk.private_class_proportions(jax.random.key(1), y, n_classes=C, epsilon=EPS, delta=DELTA)
+    _, rep2 = dp_ntk.private_class_proportions(
+        jax.random.key(1), y, n_classes=C, epsilon=EPS, delta=DELTA
+    )
     assert rep2.mechanisms[0].sensitivity == pytest.approx(math.sqrt(2) / N)
 
 
@@ -150,8 +171,16 @@ def test_embedding_noise_is_gaussian_with_stated_scale(net):
     std = sigma * 2.0 / N
     noise = []
     for i in range(12):
-        noisy, _ = dp_ntk.private_embedding(jax.random.key(1000 + i), x, y, n_classes=C, epsilon=EPS,
-                                            delta=DELTA, network=network, params=params)
+        noisy, _ = dp_ntk.private_embedding(
+            jax.random.key(1000 + i),
+            x,
+            y,
+            n_classes=C,
+            epsilon=EPS,
+            delta=DELTA,
+            network=network,
+            params=params,
+        )
         noise.append(np.asarray(noisy, np.float64) - exact)
     z = np.concatenate([v.ravel() for v in noise]) / std
     assert stats.kstest(z, "norm").pvalue > 1e-3
@@ -163,7 +192,9 @@ def test_class_proportions_call_gaussian_mechanism_with_stated_scale(monkeypatch
     the analytic-Gaussian sigma, and only post-processes the result."""
     calls = spy_privacy(monkeypatch, "gaussian_mechanism")
     y = np.array([0, 0, 1, 1, 1, 2], np.int32)
-    out, rep = dp_ntk.private_class_proportions(jax.random.key(5), y, n_classes=3, epsilon=0.5, delta=1e-6)
+    out, rep = dp_ntk.private_class_proportions(
+        jax.random.key(5), y, n_classes=3, epsilon=0.5, delta=1e-6
+    )
     assert len(calls) == 1
     kw = calls[0].kwargs
     assert kw["sensitivity"] == pytest.approx(math.sqrt(2) / 6)
@@ -189,18 +220,23 @@ def _embedding_audit(net, key, pair, sigma_scale=1.0, sens_scale=1.0, monkeypatc
         real_mech = privacy.gaussian_mechanism
         patch_privacy(monkeypatch, "gaussian_sigma", lambda e, d: real_sigma(e, d) * sigma_scale)
         patch_privacy(
-            monkeypatch, "gaussian_mechanism",
-            lambda k, v, *, sensitivity, sigma: real_mech(k, v, sensitivity=sensitivity * sens_scale, sigma=sigma),
+            monkeypatch,
+            "gaussian_mechanism",
+            lambda k, v, *, sensitivity, sigma: real_mech(
+                k, v, sensitivity=sensitivity * sens_scale, sigma=sigma
+            ),
         )
 
     def mech(k, ds):
         xx, yy = ds
-        emb, _ = dp_ntk.private_embedding(k, xx, yy, n_classes=C, epsilon=EPS, delta=DELTA,
-                                          network=network, params=params)
+        emb, _ = dp_ntk.private_embedding(
+            k, xx, yy, n_classes=C, epsilon=EPS, delta=DELTA, network=network, params=params
+        )
         return jnp.vdot(emb.ravel(), jnp.asarray(u.ravel(), emb.dtype))
 
-    return audit.audit_gaussian_release(key, mech, (x, y), (x2, y2), epsilon=EPS, delta=DELTA,
-                                        trials=TRIALS, direction=np.ones(1))
+    return audit.audit_gaussian_release(
+        key, mech, (x, y), (x2, y2), epsilon=EPS, delta=DELTA, trials=TRIALS, direction=np.ones(1)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +261,9 @@ def test_embedding_audit_catches_noise_divided_by_4(net, pair, monkeypatch):
 
 def test_embedding_audit_catches_wrong_sensitivity(net, pair, monkeypatch):
     """Broken variant: noise calibrated to sensitivity 2/n^2 (n times too small) is refuted."""
-    res = _embedding_audit(net, jax.random.key(20), pair, sens_scale=1.0 / N, monkeypatch=monkeypatch)
+    res = _embedding_audit(
+        net, jax.random.key(20), pair, sens_scale=1.0 / N, monkeypatch=monkeypatch
+    )
     assert not res.passed, res.summary()
     assert res.epsilon_lower_bound > 2 * EPS
 
@@ -251,8 +289,9 @@ def _proportions_audit(key, sens_scale=1.0, monkeypatch=None):
 
     with pytest.MonkeyPatch.context() as mp:
         patch_privacy(mp, "gaussian_mechanism", capture)
-        dp_ntk.private_class_proportions(jax.random.key(0), np.asarray(y), n_classes=2, epsilon=EPS,
-                                         delta=DELTA)
+        dp_ntk.private_class_proportions(
+            jax.random.key(0), np.asarray(y), n_classes=2, epsilon=EPS, delta=DELTA
+        )
     assert recorded["sensitivity"] == pytest.approx(math.sqrt(2) / 10)
     sens = recorded["sensitivity"] * sens_scale  # broken variant: noise for a smaller sensitivity
 
@@ -264,8 +303,9 @@ def _proportions_audit(key, sens_scale=1.0, monkeypatch=None):
         p = jnp.where(total > 0, clipped / jnp.where(total > 0, total, 1.0), 0.5)
         return p[1] - p[0]
 
-    return audit.audit_gaussian_release(key, release, y, y2, epsilon=EPS, delta=DELTA,
-                                        trials=TRIALS, direction=np.ones(1))
+    return audit.audit_gaussian_release(
+        key, release, y, y2, epsilon=EPS, delta=DELTA, trials=TRIALS, direction=np.ones(1)
+    )
 
 
 def test_class_proportions_audit_passes_and_broken_is_caught():
@@ -289,8 +329,20 @@ def test_fit_releases_use_fresh_split_keys(net, monkeypatch):
     calls = spy_privacy(monkeypatch, "gaussian_mechanism")
     x, y = _data(2)
     user_key = jax.random.key(77)
-    res = dp_ntk.fit(user_key, x, y, epsilon=EPS, delta=DELTA, network=network, ntk_params=params,
-                     iterations=1, batch_size=8, n_classes=C, label_mode="released", progress=False)
+    res = dp_ntk.fit(
+        user_key,
+        x,
+        y,
+        epsilon=EPS,
+        delta=DELTA,
+        network=network,
+        ntk_params=params,
+        iterations=1,
+        batch_size=8,
+        n_classes=C,
+        label_mode="released",
+        progress=False,
+    )
     assert len(calls) == 2
     keys = [key_bytes(c.args[0]) for c in calls]
     assert len(set(keys)) == 2
@@ -316,8 +368,9 @@ def test_private_embedding_noise_not_reproducible_from_user_key(net):
     network, params = net
     x, y = _data(3)
     key = jax.random.key(123)
-    noisy, rep = dp_ntk.private_embedding(key, x, y, n_classes=C, epsilon=EPS, delta=DELTA,
-                                          network=network, params=params)
+    noisy, rep = dp_ntk.private_embedding(
+        key, x, y, n_classes=C, epsilon=EPS, delta=DELTA, network=network, params=params
+    )
     exact = _exact(net, x, y)
     std = rep.mechanisms[0].param_dict["noise_std"]
     realised = (np.asarray(noisy, np.float64) - exact) / std
@@ -337,20 +390,68 @@ def test_resume_keeps_budget_and_releases_nothing(net, tmp_path, monkeypatch):
     network, params = net
     x, y = _data(4)
     ck = tmp_path / "ck.npz"
-    first = dp_ntk.fit(jax.random.key(9), x, y, epsilon=EPS, delta=DELTA, network=network,
-                       ntk_params=params, iterations=2, batch_size=8, n_classes=C,
-                       checkpoint_path=ck, checkpoint_every=1, progress=False)
+    first = dp_ntk.fit(
+        jax.random.key(9),
+        x,
+        y,
+        epsilon=EPS,
+        delta=DELTA,
+        network=network,
+        ntk_params=params,
+        iterations=2,
+        batch_size=8,
+        n_classes=C,
+        checkpoint_path=ck,
+        checkpoint_every=1,
+        progress=False,
+    )
     assert ck.exists()
     calls = spy_privacy(monkeypatch, "gaussian_mechanism")
     resumed = dp_ntk.resume(ck, network=network, iterations=4, progress=False)
     assert calls == []  # nothing new released
     assert resumed.iteration == 4
     assert resumed.report == first.report
-    np.testing.assert_array_equal(np.asarray(resumed.noisy_embedding), np.asarray(first.noisy_embedding))
-    # adversarial: ask for a different budget on resume, with other (even invalid) data
-    again = dp_ntk.fit(jax.random.key(10), None, None, epsilon=50.0, delta=0.5, network=network,
-                       iterations=5, resume_from=ck, progress=False)
+    np.testing.assert_array_equal(
+        np.asarray(resumed.noisy_embedding), np.asarray(first.noisy_embedding)
+    )
+    # adversarial: asking for a different budget on resume, or passing data, is refused
+    with pytest.raises(ValueError, match="cannot change on resume"):
+        dp_ntk.fit(
+            jax.random.key(10),
+            None,
+            None,
+            epsilon=50.0,
+            delta=0.5,
+            network=network,
+            iterations=5,
+            resume_from=ck,
+            progress=False,
+        )
+    with pytest.raises(ValueError, match="never reads data"):
+        dp_ntk.fit(
+            jax.random.key(10),
+            x,
+            y,
+            epsilon=EPS,
+            delta=DELTA,
+            network=network,
+            iterations=5,
+            resume_from=ck,
+            progress=False,
+        )
     assert calls == []
-    assert again.report.epsilon == pytest.approx(EPS)
-    assert again.report.delta == pytest.approx(DELTA)
+    # the original budget resumes fine through fit and keeps the original report
+    again = dp_ntk.fit(
+        jax.random.key(10),
+        None,
+        None,
+        epsilon=EPS,
+        delta=DELTA,
+        network=network,
+        iterations=5,
+        resume_from=ck,
+        progress=False,
+    )
+    assert calls == []
+    assert again.report == first.report
     assert again.iteration == 5

@@ -66,9 +66,7 @@ class Dataset:
 
     def __post_init__(self) -> None:
         if self.x.shape[0] != self.y.shape[0]:
-            raise ValueError(
-                f"x has {self.x.shape[0]} rows but y has {self.y.shape[0]} labels"
-            )
+            raise ValueError(f"x has {self.x.shape[0]} rows but y has {self.y.shape[0]} labels")
         if self.class_names and len(self.class_names) != self.n_classes:
             raise ValueError(
                 f"class_names has {len(self.class_names)} entries, n_classes={self.n_classes}"
@@ -211,16 +209,26 @@ def take_rows(
     in file order) options."""
     info: dict[str, Any] = {}
     if max_rows is not None:
-        if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)) or max_rows < 1:
+        if (
+            isinstance(max_rows, bool)
+            or not isinstance(max_rows, (int, np.integer))
+            or max_rows < 1
+        ):
             raise ValueError(f"max_rows must be a positive integer, got {max_rows!r}")
         x, y = x[:max_rows], y[:max_rows]
         info["max_rows"] = int(max_rows)
     if subsample is not None:
-        if isinstance(subsample, bool) or not isinstance(subsample, (int, np.integer)) or subsample < 1:
+        if (
+            isinstance(subsample, bool)
+            or not isinstance(subsample, (int, np.integer))
+            or subsample < 1
+        ):
             raise ValueError(f"subsample must be a positive integer, got {subsample!r}")
         if subsample < x.shape[0]:
             keep = np.sort(
-                np.random.default_rng(subsample_seed).choice(x.shape[0], size=subsample, replace=False)
+                np.random.default_rng(subsample_seed).choice(
+                    x.shape[0], size=subsample, replace=False
+                )
             )
             x, y = x[keep], y[keep]
         info["subsample"] = int(subsample)

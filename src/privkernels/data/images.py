@@ -39,15 +39,38 @@ __all__ = [
 
 MNIST_CLASS_NAMES = tuple(str(i) for i in range(10))
 FASHION_MNIST_CLASS_NAMES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 CIFAR10_CLASS_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer",
-    "dog", "frog", "horse", "ship", "truck",
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
 )
 
-_IDX_DTYPES: dict[int, str] = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_DTYPES: dict[int, str] = {
+    0x08: "u1",
+    0x09: "i1",
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
 
 DIGITS_N_TRAIN = 1347  # first 1347 of 1797 (75 %) -> train, last 450 -> test
 
@@ -78,7 +101,9 @@ def read_idx(path: str | Path, *, expect_ndim: int | None = None) -> np.ndarray:
     offset = 4 + 4 * ndim
     size = int(np.prod(dims)) * dtype.itemsize
     if len(raw) - offset != size:
-        raise ValueError(f"{path}: header says {dims} ({size} bytes) but payload has {len(raw) - offset} bytes")
+        raise ValueError(
+            f"{path}: header says {dims} ({size} bytes) but payload has {len(raw) - offset} bytes"
+        )
     return np.frombuffer(raw, dtype=dtype, offset=offset).reshape(dims)
 
 
@@ -90,7 +115,9 @@ def idx_relpaths(folder: str, split: str) -> list[tuple[str, str]]:
     ]
 
 
-def load_idx_dataset(name: str, root: Path | None, split: str, class_names: tuple[str, ...]) -> Dataset:
+def load_idx_dataset(
+    name: str, root: Path | None, split: str, class_names: tuple[str, ...]
+) -> Dataset:
     """MNIST-format dataset from ``<root>/<name>/``: ``x`` (n, 28, 28) float32 in [0, 1]."""
     img_path, lab_path = require_files(name, root, idx_relpaths(name, split))
     images = read_idx(img_path, expect_ndim=3)
@@ -103,9 +130,17 @@ def load_idx_dataset(name: str, root: Path | None, split: str, class_names: tupl
         raise ValueError(f"{name}: label {labels.max()} outside 0..9")
     x = images.astype(np.float32) / np.float32(255.0)
     return Dataset(
-        x=x, y=labels.astype(np.int32), n_classes=10, name=name, split=split,
+        x=x,
+        y=labels.astype(np.int32),
+        n_classes=10,
+        name=name,
+        split=split,
         class_names=class_names,
-        info={"files": [str(img_path), str(lab_path)], "preprocessing": "pixel / 255", "data_dependent": []},
+        info={
+            "files": [str(img_path), str(lab_path)],
+            "preprocessing": "pixel / 255",
+            "data_dependent": [],
+        },
     )
 
 
@@ -118,11 +153,18 @@ def load_digits(split: str) -> Dataset:
     labels = np.asarray(bunch.target, dtype=np.int32)
     sl = slice(0, DIGITS_N_TRAIN) if split == "train" else slice(DIGITS_N_TRAIN, None)
     return Dataset(
-        x=np.ascontiguousarray(images[sl]), y=labels[sl].copy(), n_classes=10, name="digits", split=split,
+        x=np.ascontiguousarray(images[sl]),
+        y=labels[sl].copy(),
+        n_classes=10,
+        name="digits",
+        split=split,
         class_names=MNIST_CLASS_NAMES,
-        info={"source": "sklearn.datasets.load_digits", "preprocessing": "pixel / 16",
-              "split_rule": f"first {DIGITS_N_TRAIN} rows train, remaining 450 test (fixed, data-independent)",
-              "data_dependent": []},
+        info={
+            "source": "sklearn.datasets.load_digits",
+            "preprocessing": "pixel / 16",
+            "split_rule": f"first {DIGITS_N_TRAIN} rows train, remaining 450 test (fixed, data-independent)",
+            "data_dependent": [],
+        },
     )
 
 
@@ -155,7 +197,9 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     data = np.asarray(data, dtype=np.uint8)
     labels = np.asarray(labels, dtype=np.int64)
     if data.ndim != 2 or data.shape[1] != 3072 or data.shape[0] != labels.shape[0]:
-        raise ValueError(f"{path}: data {data.shape} / labels {labels.shape} are not CIFAR-10 batches")
+        raise ValueError(
+            f"{path}: data {data.shape} / labels {labels.shape} are not CIFAR-10 batches"
+        )
     return data, labels
 
 
@@ -169,7 +213,9 @@ def cifar10_relpaths(split: str) -> list[str]:
 def load_cifar10(root: Path | None, split: str) -> Dataset:
     """CIFAR-10 python batches -> ``x`` (n, 32, 32, 3) float32 in [0, 1], HWC."""
     paths = require_files(
-        "cifar10", root, cifar10_relpaths(split),
+        "cifar10",
+        root,
+        cifar10_relpaths(split),
         note="Use the 'CIFAR-10 python version' (cifar-10-python.tar.gz) extracted under <root>/cifar10/.",
     )
     parts = [_read_cifar_batch(p) for p in paths]
@@ -179,7 +225,15 @@ def load_cifar10(root: Path | None, split: str) -> Dataset:
         raise ValueError("cifar10: labels outside 0..9")
     x = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).astype(np.float32) / np.float32(255.0)
     return Dataset(
-        x=np.ascontiguousarray(x), y=labels.astype(np.int32), n_classes=10, name="cifar10", split=split,
+        x=np.ascontiguousarray(x),
+        y=labels.astype(np.int32),
+        n_classes=10,
+        name="cifar10",
+        split=split,
         class_names=CIFAR10_CLASS_NAMES,
-        info={"files": [str(p) for p in paths], "preprocessing": "pixel / 255, CHW -> HWC", "data_dependent": []},
+        info={
+            "files": [str(p) for p in paths],
+            "preprocessing": "pixel / 255, CHW -> HWC",
+            "data_dependent": [],
+        },
     )

@@ -13,7 +13,16 @@ from privkernels.data.base import Dataset, resolve_data_dir, take_rows
 __all__ = ["IMAGE_DATASETS", "TABULAR_DATASETS", "list_datasets", "load", "required_files"]
 
 IMAGE_DATASETS = ("mnist", "fashion_mnist", "digits", "cifar10")
-TABULAR_DATASETS = ("adult", "census", "cervical", "credit", "epileptic", "isolet", "covtype", "intrusion")
+TABULAR_DATASETS = (
+    "adult",
+    "census",
+    "cervical",
+    "credit",
+    "epileptic",
+    "isolet",
+    "covtype",
+    "intrusion",
+)
 
 
 def list_datasets(kind: str | None = None) -> list[str]:
@@ -128,6 +137,16 @@ def load(
         ds = images.load_idx_dataset(name, root, split, class_names)
     if max_rows is None and subsample is None:
         return ds
-    x, y, info = take_rows(ds.x, ds.y, max_rows=max_rows, subsample=subsample, subsample_seed=subsample_seed)
-    return Dataset(x=np.ascontiguousarray(x), y=y, n_classes=ds.n_classes, name=ds.name, split=ds.split,
-                   schema=None, class_names=ds.class_names, info={**ds.info, **info})
+    x, y, info = take_rows(
+        ds.x, ds.y, max_rows=max_rows, subsample=subsample, subsample_seed=subsample_seed
+    )
+    return Dataset(
+        x=np.ascontiguousarray(x),
+        y=y,
+        n_classes=ds.n_classes,
+        name=ds.name,
+        split=ds.split,
+        schema=None,
+        class_names=ds.class_names,
+        info={**ds.info, **info},
+    )

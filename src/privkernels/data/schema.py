@@ -78,7 +78,9 @@ class ColumnSpec:
                 raise ValueError(f"numeric column {self.name!r} needs public bounds")
             lo, hi = self.bounds
             if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
-                raise ValueError(f"column {self.name!r}: bounds must be finite with hi > lo, got {self.bounds}")
+                raise ValueError(
+                    f"column {self.name!r}: bounds must be finite with hi > lo, got {self.bounds}"
+                )
             if self.transform not in ("linear", "log"):
                 raise ValueError(f"column {self.name!r}: unknown transform {self.transform!r}")
         elif self.kind == "categorical":
@@ -129,15 +131,23 @@ def numeric(
     note: str = "",
 ) -> ColumnSpec:
     """Shorthand for a numeric :class:`ColumnSpec` with public bounds ``[lo, hi]``."""
-    return ColumnSpec(name, "numeric", bounds=(float(lo), float(hi)), transform=transform,
-                      nullable=nullable, note=note)
+    return ColumnSpec(
+        name,
+        "numeric",
+        bounds=(float(lo), float(hi)),
+        transform=transform,
+        nullable=nullable,
+        note=note,
+    )
 
 
 def categorical(
     name: str, categories: Sequence[str], *, nullable: bool = False, note: str = ""
 ) -> ColumnSpec:
     """Shorthand for a categorical :class:`ColumnSpec` over a public category list."""
-    return ColumnSpec(name, "categorical", categories=tuple(categories), nullable=nullable, note=note)
+    return ColumnSpec(
+        name, "categorical", categories=tuple(categories), nullable=nullable, note=note
+    )
 
 
 def _canonical_token(tok: str) -> str | None:
@@ -166,7 +176,12 @@ class TabularSchema:
 
     @classmethod
     def from_columns(
-        cls, name: str, columns: Sequence[ColumnSpec], *, label: str = "label", description: str = ""
+        cls,
+        name: str,
+        columns: Sequence[ColumnSpec],
+        *,
+        label: str = "label",
+        description: str = "",
     ) -> TabularSchema:
         """Assign consecutive slices to ``columns`` (in order)."""
         placed = []
@@ -291,7 +306,9 @@ class TabularSchema:
                         lo, hi = c.bounds  # type: ignore[misc]
                     else:
                         if data_bounds is None or c.name not in data_bounds:
-                            raise ValueError(f"scale='data' needs data_bounds for column {c.name!r}")
+                            raise ValueError(
+                                f"scale='data' needs data_bounds for column {c.name!r}"
+                            )
                         lo, hi = data_bounds[c.name]
                     z = _scale(np.where(miss, lo, v), lo, hi, c.transform)
                     z[miss] = 0.0
@@ -303,7 +320,7 @@ class TabularSchema:
             else:
                 idx = self._category_codes(c, col, unknown, unseen, missing_bad)
                 ok = idx >= 0
-                block = xt[c.start:c.stop]
+                block = xt[c.start : c.stop]
                 block[idx[ok], np.flatnonzero(ok)] = 1.0
         x = np.ascontiguousarray(xt.T)
         info = {"unseen_categories": unseen, "missing_in_non_nullable": missing_bad, "scale": scale}
@@ -321,8 +338,10 @@ class TabularSchema:
         levels = {lv: i for i, lv in enumerate(c.categories)}
         if np.issubdtype(col.dtype, np.number):  # numeric-coded categories (e.g. 0/1 flags)
             uniq_num, inv = np.unique(col, return_inverse=True)
-            uniq = ["?" if np.isnan(u) else (str(int(u)) if float(u) == int(u) else repr(float(u)))
-                    for u in uniq_num.astype(np.float64).tolist()]
+            uniq = [
+                "?" if np.isnan(u) else (str(int(u)) if float(u) == int(u) else repr(float(u)))
+                for u in uniq_num.astype(np.float64).tolist()
+            ]
         elif col.dtype.kind == "S":  # fixed-width bytes: vectorised factorisation
             uniq_b, inv = np.unique(col, return_inverse=True)
             uniq = [u.decode("latin-1") for u in uniq_b.tolist()]
@@ -333,7 +352,9 @@ class TabularSchema:
             inv = np.fromiter((pos[v] for v in values), dtype=np.int64, count=len(values))
         inv = np.asarray(inv).reshape(-1)
         codes = np.full(len(uniq), -1, dtype=np.int64)
-        counts = np.bincount(inv, minlength=len(uniq)) if inv.size else np.zeros(len(uniq), np.int64)
+        counts = (
+            np.bincount(inv, minlength=len(uniq)) if inv.size else np.zeros(len(uniq), np.int64)
+        )
         for j, tok in enumerate(uniq):
             t = str(tok).strip()
             if t in levels:
@@ -394,7 +415,11 @@ class TabularSchema:
             if c.kind == "numeric":
                 lo, hi = c.bounds  # type: ignore[misc]
                 z = np.clip(x[:, c.start], 0.0, 1.0)
-                v = lo + z * (hi - lo) if c.transform == "linear" else lo + np.expm1(z * math.log1p(hi - lo))
+                v = (
+                    lo + z * (hi - lo)
+                    if c.transform == "linear"
+                    else lo + np.expm1(z * math.log1p(hi - lo))
+                )
                 if c.nullable:
                     v = np.where(x[:, c.start + 1] >= 0.5, np.nan, v)
                 out[c.name] = v

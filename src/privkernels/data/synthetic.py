@@ -74,9 +74,15 @@ def gaussian_blobs(
     means = float(separation) * u
     y = _balanced_labels(rng, n, n_classes)
     x = means[y] + float(scale) * rng.standard_normal((n, d))
-    return Dataset(x=x.astype(np.float32), y=y, n_classes=n_classes, name="gaussian_blobs",
-                   split="train", class_names=tuple(str(c) for c in range(n_classes)),
-                   info={"synthetic": True, "means": means.astype(np.float32), "data_dependent": []})
+    return Dataset(
+        x=x.astype(np.float32),
+        y=y,
+        n_classes=n_classes,
+        name="gaussian_blobs",
+        split="train",
+        class_names=tuple(str(c) for c in range(n_classes)),
+        info={"synthetic": True, "means": means.astype(np.float32), "data_dependent": []},
+    )
 
 
 def _prototypes(shape2d: tuple[int, int], n_classes: int) -> np.ndarray:
@@ -119,18 +125,34 @@ def synthetic_images(
     rng = rng_from(seed_or_key)
     protos = _prototypes((shape[0], shape[1]), n_classes)
     y = _balanced_labels(rng, n, n_classes)
-    shifts = rng.integers(-max_shift, max_shift + 1, size=(n, 2)) if max_shift > 0 else np.zeros((n, 2), int)
+    shifts = (
+        rng.integers(-max_shift, max_shift + 1, size=(n, 2))
+        if max_shift > 0
+        else np.zeros((n, 2), int)
+    )
     x = np.empty((n, *shape[:2]))
     for i in range(n):
         x[i] = np.roll(protos[y[i]], tuple(shifts[i]), axis=(0, 1))
     if len(shape) == 3:
-        tint = 0.5 + 0.5 * np.cos(2 * np.pi * (np.arange(n_classes)[:, None] / n_classes
-                                               + np.arange(shape[2])[None, :] / max(shape[2], 1)))
+        tint = 0.5 + 0.5 * np.cos(
+            2
+            * np.pi
+            * (
+                np.arange(n_classes)[:, None] / n_classes
+                + np.arange(shape[2])[None, :] / max(shape[2], 1)
+            )
+        )
         x = x[..., None] * tint[y][:, None, None, :]
     x = np.clip(x + float(noise) * rng.standard_normal(x.shape), 0.0, 1.0)
-    return Dataset(x=x.astype(np.float32), y=y, n_classes=n_classes, name="synthetic_images",
-                   split="train", class_names=tuple(str(c) for c in range(n_classes)),
-                   info={"synthetic": True, "data_dependent": []})
+    return Dataset(
+        x=x.astype(np.float32),
+        y=y,
+        n_classes=n_classes,
+        name="synthetic_images",
+        split="train",
+        class_names=tuple(str(c) for c in range(n_classes)),
+        info={"synthetic": True, "data_dependent": []},
+    )
 
 
 def synthetic_tabular(
@@ -156,8 +178,10 @@ def synthetic_tabular(
     rng = rng_from(seed_or_key)
     nullable = missing_rate > 0
     cols = [numeric(f"num{j}", 0, 10 * (j + 1), nullable=nullable) for j in range(n_numeric)]
-    cols += [categorical(f"cat{k}", [f"c{i}" for i in range(int(s))], nullable=nullable)
-             for k, s in enumerate(categorical_sizes)]
+    cols += [
+        categorical(f"cat{k}", [f"c{i}" for i in range(int(s))], nullable=nullable)
+        for k, s in enumerate(categorical_sizes)
+    ]
     schema = TabularSchema.from_columns("synthetic_tabular", cols, label="label")
     table: dict[str, np.ndarray] = {}
     for j in range(n_numeric):
@@ -173,6 +197,13 @@ def synthetic_tabular(
     x, _ = schema.encode(table)
     w = rng.standard_normal((schema.n_features, n_classes)) * 2.0
     y = np.argmax((x - x.mean(axis=0)) @ w, axis=1).astype(np.int32)
-    return Dataset(x=x, y=y, n_classes=n_classes, name="synthetic_tabular", split="train",
-                   schema=schema, class_names=tuple(str(c) for c in range(n_classes)),
-                   info={"synthetic": True, "data_dependent": []})
+    return Dataset(
+        x=x,
+        y=y,
+        n_classes=n_classes,
+        name="synthetic_tabular",
+        split="train",
+        schema=schema,
+        class_names=tuple(str(c) for c in range(n_classes)),
+        info={"synthetic": True, "data_dependent": []},
+    )

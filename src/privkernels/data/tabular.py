@@ -109,31 +109,129 @@ def _split_fields(lines: Sequence[str], n_fields: int, path: Path) -> list[list[
 # --------------------------------------------------------------------------- adult
 ADULT_CATEGORIES: dict[str, tuple[str, ...]] = {
     # category lists verbatim from adult.names (UCI)
-    "workclass": ("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov",
-                  "State-gov", "Without-pay", "Never-worked"),
-    "education": ("Bachelors", "Some-college", "11th", "HS-grad", "Prof-school", "Assoc-acdm",
-                  "Assoc-voc", "9th", "7th-8th", "12th", "Masters", "1st-4th", "10th", "Doctorate",
-                  "5th-6th", "Preschool"),
-    "marital-status": ("Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed",
-                       "Married-spouse-absent", "Married-AF-spouse"),
-    "occupation": ("Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial",
-                   "Prof-specialty", "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical",
-                   "Farming-fishing", "Transport-moving", "Priv-house-serv", "Protective-serv",
-                   "Armed-Forces"),
-    "relationship": ("Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"),
+    "workclass": (
+        "Private",
+        "Self-emp-not-inc",
+        "Self-emp-inc",
+        "Federal-gov",
+        "Local-gov",
+        "State-gov",
+        "Without-pay",
+        "Never-worked",
+    ),
+    "education": (
+        "Bachelors",
+        "Some-college",
+        "11th",
+        "HS-grad",
+        "Prof-school",
+        "Assoc-acdm",
+        "Assoc-voc",
+        "9th",
+        "7th-8th",
+        "12th",
+        "Masters",
+        "1st-4th",
+        "10th",
+        "Doctorate",
+        "5th-6th",
+        "Preschool",
+    ),
+    "marital-status": (
+        "Married-civ-spouse",
+        "Divorced",
+        "Never-married",
+        "Separated",
+        "Widowed",
+        "Married-spouse-absent",
+        "Married-AF-spouse",
+    ),
+    "occupation": (
+        "Tech-support",
+        "Craft-repair",
+        "Other-service",
+        "Sales",
+        "Exec-managerial",
+        "Prof-specialty",
+        "Handlers-cleaners",
+        "Machine-op-inspct",
+        "Adm-clerical",
+        "Farming-fishing",
+        "Transport-moving",
+        "Priv-house-serv",
+        "Protective-serv",
+        "Armed-Forces",
+    ),
+    "relationship": (
+        "Wife",
+        "Own-child",
+        "Husband",
+        "Not-in-family",
+        "Other-relative",
+        "Unmarried",
+    ),
     "race": ("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"),
     "sex": ("Female", "Male"),
-    "native-country": ("United-States", "Cambodia", "England", "Puerto-Rico", "Canada", "Germany",
-                       "Outlying-US(Guam-USVI-etc)", "India", "Japan", "Greece", "South", "China",
-                       "Cuba", "Iran", "Honduras", "Philippines", "Italy", "Poland", "Jamaica",
-                       "Vietnam", "Mexico", "Portugal", "Ireland", "France", "Dominican-Republic",
-                       "Laos", "Ecuador", "Taiwan", "Haiti", "Columbia", "Hungary", "Guatemala",
-                       "Nicaragua", "Scotland", "Thailand", "Yugoslavia", "El-Salvador",
-                       "Trinadad&Tobago", "Peru", "Hong", "Holand-Netherlands"),
+    "native-country": (
+        "United-States",
+        "Cambodia",
+        "England",
+        "Puerto-Rico",
+        "Canada",
+        "Germany",
+        "Outlying-US(Guam-USVI-etc)",
+        "India",
+        "Japan",
+        "Greece",
+        "South",
+        "China",
+        "Cuba",
+        "Iran",
+        "Honduras",
+        "Philippines",
+        "Italy",
+        "Poland",
+        "Jamaica",
+        "Vietnam",
+        "Mexico",
+        "Portugal",
+        "Ireland",
+        "France",
+        "Dominican-Republic",
+        "Laos",
+        "Ecuador",
+        "Taiwan",
+        "Haiti",
+        "Columbia",
+        "Hungary",
+        "Guatemala",
+        "Nicaragua",
+        "Scotland",
+        "Thailand",
+        "Yugoslavia",
+        "El-Salvador",
+        "Trinadad&Tobago",
+        "Peru",
+        "Hong",
+        "Holand-Netherlands",
+    ),
 }
-ADULT_FIELDS = ("age", "workclass", "fnlwgt", "education", "education-num", "marital-status",
-                "occupation", "relationship", "race", "sex", "capital-gain", "capital-loss",
-                "hours-per-week", "native-country")
+ADULT_FIELDS = (
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education-num",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital-gain",
+    "capital-loss",
+    "hours-per-week",
+    "native-country",
+)
 # adult.names: unknown values are written '?'; in the distributed files they occur in
 # workclass, occupation and native-country (a long-published property of this
 # public benchmark), so only these get a <missing> level.
@@ -143,11 +241,19 @@ ADULT_NULLABLE = frozenset({"workclass", "occupation", "native-country"})
 def _adult_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
     cps = "CPS public-use conventions (top-codes)"
     num = {
-        "age": numeric("age", 17, 90, note="adult.names extraction rule AAGE>16; CPS top-codes age at 90"),
-        "fnlwgt": numeric("fnlwgt", 0, 1_500_000, note="CPS final weight; generous round bound chosen a priori"),
-        "education-num": numeric("education-num", 1, 16, note="16 education levels listed in adult.names"),
+        "age": numeric(
+            "age", 17, 90, note="adult.names extraction rule AAGE>16; CPS top-codes age at 90"
+        ),
+        "fnlwgt": numeric(
+            "fnlwgt", 0, 1_500_000, note="CPS final weight; generous round bound chosen a priori"
+        ),
+        "education-num": numeric(
+            "education-num", 1, 16, note="16 education levels listed in adult.names"
+        ),
         "capital-gain": numeric("capital-gain", 0, 99_999, transform="log", note=cps + ": 99999"),
-        "capital-loss": numeric("capital-loss", 0, 99_999, transform="log", note="5-digit CPS field"),
+        "capital-loss": numeric(
+            "capital-loss", 0, 99_999, transform="log", note="5-digit CPS field"
+        ),
         "hours-per-week": numeric("hours-per-week", 1, 99, note=cps + ": 99"),
     }
     cols = []
@@ -155,20 +261,33 @@ def _adult_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
         if f in num:
             cols.append(num[f])
         else:
-            cols.append(categorical(f, ADULT_CATEGORIES[f], nullable=f in ADULT_NULLABLE,
-                                    note="adult.names"))
-    return TabularSchema.from_columns("adult", cols, label="income>50K",
-                                      description="UCI Adult (Census Income), 14 attributes")
+            cols.append(
+                categorical(
+                    f, ADULT_CATEGORIES[f], nullable=f in ADULT_NULLABLE, note="adult.names"
+                )
+            )
+    return TabularSchema.from_columns(
+        "adult", cols, label="income>50K", description="UCI Adult (Census Income), 14 attributes"
+    )
 
 
-def _adult_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> tuple[Table, np.ndarray]:
+def _adult_read(
+    paths: Sequence[Path], which: str, opts: Mapping[str, Any]
+) -> tuple[Table, np.ndarray]:
     path = paths[0] if which == "train" else paths[1]
     lines = [ln for ln in _read_text(path).splitlines() if ln.strip() and not ln.startswith("|")]
     lines = _head(lines, opts)
     rows = _split_fields(lines, 15, path)
     cols = list(zip(*rows, strict=True)) if rows else [()] * 15
     table: Table = {}
-    schema_num = {"age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"}
+    schema_num = {
+        "age",
+        "fnlwgt",
+        "education-num",
+        "capital-gain",
+        "capital-loss",
+        "hours-per-week",
+    }
     for j, f in enumerate(ADULT_FIELDS):
         table[f] = _to_float(cols[j]) if f in schema_num else np.asarray(cols[j], dtype=str)
     labels = [s.rstrip(".").strip() for s in cols[14]]
@@ -182,21 +301,55 @@ def _adult_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> t
 # --------------------------------------------------------------------------- cervical
 CERVICAL_NUMERIC = {
     # public a-priori bounds (plausible human ranges), not read from the data
-    "Age": (10, 90), "Number of sexual partners": (0, 30), "First sexual intercourse": (10, 40),
-    "Num of pregnancies": (0, 15), "Smokes (years)": (0, 40), "Smokes (packs/year)": (0, 40),
-    "Hormonal Contraceptives (years)": (0, 30), "IUD (years)": (0, 20), "STDs (number)": (0, 12),
-    "STDs: Number of diagnosis": (0, 12), "STDs: Time since first diagnosis": (0, 30),
+    "Age": (10, 90),
+    "Number of sexual partners": (0, 30),
+    "First sexual intercourse": (10, 40),
+    "Num of pregnancies": (0, 15),
+    "Smokes (years)": (0, 40),
+    "Smokes (packs/year)": (0, 40),
+    "Hormonal Contraceptives (years)": (0, 30),
+    "IUD (years)": (0, 20),
+    "STDs (number)": (0, 12),
+    "STDs: Number of diagnosis": (0, 12),
+    "STDs: Time since first diagnosis": (0, 30),
     "STDs: Time since last diagnosis": (0, 30),
 }
 CERVICAL_COLUMNS = (
-    "Age", "Number of sexual partners", "First sexual intercourse", "Num of pregnancies", "Smokes",
-    "Smokes (years)", "Smokes (packs/year)", "Hormonal Contraceptives", "Hormonal Contraceptives (years)",
-    "IUD", "IUD (years)", "STDs", "STDs (number)", "STDs:condylomatosis", "STDs:cervical condylomatosis",
-    "STDs:vaginal condylomatosis", "STDs:vulvo-perineal condylomatosis", "STDs:syphilis",
-    "STDs:pelvic inflammatory disease", "STDs:genital herpes", "STDs:molluscum contagiosum", "STDs:AIDS",
-    "STDs:HIV", "STDs:Hepatitis B", "STDs:HPV", "STDs: Number of diagnosis",
-    "STDs: Time since first diagnosis", "STDs: Time since last diagnosis", "Dx:Cancer", "Dx:CIN",
-    "Dx:HPV", "Dx", "Hinselmann", "Schiller", "Citology",
+    "Age",
+    "Number of sexual partners",
+    "First sexual intercourse",
+    "Num of pregnancies",
+    "Smokes",
+    "Smokes (years)",
+    "Smokes (packs/year)",
+    "Hormonal Contraceptives",
+    "Hormonal Contraceptives (years)",
+    "IUD",
+    "IUD (years)",
+    "STDs",
+    "STDs (number)",
+    "STDs:condylomatosis",
+    "STDs:cervical condylomatosis",
+    "STDs:vaginal condylomatosis",
+    "STDs:vulvo-perineal condylomatosis",
+    "STDs:syphilis",
+    "STDs:pelvic inflammatory disease",
+    "STDs:genital herpes",
+    "STDs:molluscum contagiosum",
+    "STDs:AIDS",
+    "STDs:HIV",
+    "STDs:Hepatitis B",
+    "STDs:HPV",
+    "STDs: Number of diagnosis",
+    "STDs: Time since first diagnosis",
+    "STDs: Time since last diagnosis",
+    "Dx:Cancer",
+    "Dx:CIN",
+    "Dx:HPV",
+    "Dx",
+    "Hinselmann",
+    "Schiller",
+    "Citology",
 )
 CERVICAL_OTHER_TESTS = ("Hinselmann", "Schiller", "Citology")
 
@@ -214,11 +367,14 @@ def _cervical_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchem
             cols.append(categorical(c, ("0", "1"), nullable=True, note="binary indicator"))
     # UCI: "missing values due to privacy concerns of the patients" (no per-column
     # list is published), so every feature column is declared nullable.
-    return TabularSchema.from_columns("cervical", cols, label="Biopsy",
-                                      description="UCI Cervical cancer (Risk Factors)")
+    return TabularSchema.from_columns(
+        "cervical", cols, label="Biopsy", description="UCI Cervical cancer (Risk Factors)"
+    )
 
 
-def _cervical_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> tuple[Table, np.ndarray]:
+def _cervical_read(
+    paths: Sequence[Path], which: str, opts: Mapping[str, Any]
+) -> tuple[Table, np.ndarray]:
     path = paths[0]
     reader = csv.reader(io.StringIO(_read_text(path)))
     header = [h.strip() for h in next(reader)]
@@ -244,17 +400,25 @@ EPILEPTIC_COLUMNS = tuple(f"X{i}" for i in range(1, 179))
 def _epileptic_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
     note = "12-bit A/D converter range of the Bonn EEG recordings (Andrzejak et al. 2001)"
     cols = [numeric(c, -2048, 2047, note=note) for c in EPILEPTIC_COLUMNS]
-    return TabularSchema.from_columns("epileptic", cols, label="y",
-                                      description="UCI Epileptic Seizure Recognition, 178 EEG samples")
+    return TabularSchema.from_columns(
+        "epileptic",
+        cols,
+        label="y",
+        description="UCI Epileptic Seizure Recognition, 178 EEG samples",
+    )
 
 
-def _epileptic_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> tuple[Table, np.ndarray]:
+def _epileptic_read(
+    paths: Sequence[Path], which: str, opts: Mapping[str, Any]
+) -> tuple[Table, np.ndarray]:
     path = paths[0]
     text = _read_text(path).splitlines()
     header = [h.strip().strip('"') for h in text[0].split(",")]
     if header[1:180] != [*EPILEPTIC_COLUMNS, "y"]:
         raise ValueError(f"{path}: unexpected header {header[:3]}...{header[-2:]}")
-    arr = np.loadtxt(_head(text[1:], opts), delimiter=",", usecols=range(1, 180), dtype=np.float64, ndmin=2)
+    arr = np.loadtxt(
+        _head(text[1:], opts), delimiter=",", usecols=range(1, 180), dtype=np.float64, ndmin=2
+    )
     table = {c: arr[:, j] for j, c in enumerate(EPILEPTIC_COLUMNS)}
     raw_y = arr[:, 178].astype(np.int64)
     if not np.isin(raw_y, (1, 2, 3, 4, 5)).all():
@@ -269,43 +433,164 @@ INTRUSION_CATEGORIES = ("normal", "dos", "probe", "r2l", "u2r")
 # Attacks present only in the labelled test set (corrected.gz), mapped to their
 # categories as documented for the 1998/99 DARPA evaluation.
 TEST_ONLY_ATTACKS = {
-    "apache2": "dos", "mailbomb": "dos", "processtable": "dos", "udpstorm": "dos",
-    "mscan": "probe", "saint": "probe",
-    "named": "r2l", "sendmail": "r2l", "snmpgetattack": "r2l", "snmpguess": "r2l", "worm": "r2l",
-    "xlock": "r2l", "xsnoop": "r2l",
-    "httptunnel": "u2r", "ps": "u2r", "sqlattack": "u2r", "xterm": "u2r",
+    "apache2": "dos",
+    "mailbomb": "dos",
+    "processtable": "dos",
+    "udpstorm": "dos",
+    "mscan": "probe",
+    "saint": "probe",
+    "named": "r2l",
+    "sendmail": "r2l",
+    "snmpgetattack": "r2l",
+    "snmpguess": "r2l",
+    "worm": "r2l",
+    "xlock": "r2l",
+    "xsnoop": "r2l",
+    "httptunnel": "u2r",
+    "ps": "u2r",
+    "sqlattack": "u2r",
+    "xterm": "u2r",
 }
 KDD_FIELDS = (
-    "duration", "protocol_type", "service", "flag", "src_bytes", "dst_bytes", "land", "wrong_fragment",
-    "urgent", "hot", "num_failed_logins", "logged_in", "num_compromised", "root_shell", "su_attempted",
-    "num_root", "num_file_creations", "num_shells", "num_access_files", "num_outbound_cmds",
-    "is_host_login", "is_guest_login", "count", "srv_count", "serror_rate", "srv_serror_rate",
-    "rerror_rate", "srv_rerror_rate", "same_srv_rate", "diff_srv_rate", "srv_diff_host_rate",
-    "dst_host_count", "dst_host_srv_count", "dst_host_same_srv_rate", "dst_host_diff_srv_rate",
-    "dst_host_same_src_port_rate", "dst_host_srv_diff_host_rate", "dst_host_serror_rate",
-    "dst_host_srv_serror_rate", "dst_host_rerror_rate", "dst_host_srv_rerror_rate",
+    "duration",
+    "protocol_type",
+    "service",
+    "flag",
+    "src_bytes",
+    "dst_bytes",
+    "land",
+    "wrong_fragment",
+    "urgent",
+    "hot",
+    "num_failed_logins",
+    "logged_in",
+    "num_compromised",
+    "root_shell",
+    "su_attempted",
+    "num_root",
+    "num_file_creations",
+    "num_shells",
+    "num_access_files",
+    "num_outbound_cmds",
+    "is_host_login",
+    "is_guest_login",
+    "count",
+    "srv_count",
+    "serror_rate",
+    "srv_serror_rate",
+    "rerror_rate",
+    "srv_rerror_rate",
+    "same_srv_rate",
+    "diff_srv_rate",
+    "srv_diff_host_rate",
+    "dst_host_count",
+    "dst_host_srv_count",
+    "dst_host_same_srv_rate",
+    "dst_host_diff_srv_rate",
+    "dst_host_same_src_port_rate",
+    "dst_host_srv_diff_host_rate",
+    "dst_host_serror_rate",
+    "dst_host_srv_serror_rate",
+    "dst_host_rerror_rate",
+    "dst_host_srv_rerror_rate",
 )
 KDD_SERVICES = (
     # the 70 network services of the KDD Cup 99 feature extractor
-    "aol", "auth", "bgp", "courier", "csnet_ns", "ctf", "daytime", "discard", "domain", "domain_u",
-    "echo", "eco_i", "ecr_i", "efs", "exec", "finger", "ftp", "ftp_data", "gopher", "harvest",
-    "hostnames", "http", "http_2784", "http_443", "http_8001", "imap4", "IRC", "iso_tsap", "klogin",
-    "kshell", "ldap", "link", "login", "mtp", "name", "netbios_dgm", "netbios_ns", "netbios_ssn",
-    "netstat", "nnsp", "nntp", "ntp_u", "other", "pm_dump", "pop_2", "pop_3", "printer", "private",
-    "red_i", "remote_job", "rje", "shell", "smtp", "sql_net", "ssh", "sunrpc", "supdup", "systat",
-    "telnet", "tftp_u", "tim_i", "time", "urh_i", "urp_i", "uucp", "uucp_path", "vmnet", "whois",
-    "X11", "Z39_50",
+    "aol",
+    "auth",
+    "bgp",
+    "courier",
+    "csnet_ns",
+    "ctf",
+    "daytime",
+    "discard",
+    "domain",
+    "domain_u",
+    "echo",
+    "eco_i",
+    "ecr_i",
+    "efs",
+    "exec",
+    "finger",
+    "ftp",
+    "ftp_data",
+    "gopher",
+    "harvest",
+    "hostnames",
+    "http",
+    "http_2784",
+    "http_443",
+    "http_8001",
+    "imap4",
+    "IRC",
+    "iso_tsap",
+    "klogin",
+    "kshell",
+    "ldap",
+    "link",
+    "login",
+    "mtp",
+    "name",
+    "netbios_dgm",
+    "netbios_ns",
+    "netbios_ssn",
+    "netstat",
+    "nnsp",
+    "nntp",
+    "ntp_u",
+    "other",
+    "pm_dump",
+    "pop_2",
+    "pop_3",
+    "printer",
+    "private",
+    "red_i",
+    "remote_job",
+    "rje",
+    "shell",
+    "smtp",
+    "sql_net",
+    "ssh",
+    "sunrpc",
+    "supdup",
+    "systat",
+    "telnet",
+    "tftp_u",
+    "tim_i",
+    "time",
+    "urh_i",
+    "urp_i",
+    "uucp",
+    "uucp_path",
+    "vmnet",
+    "whois",
+    "X11",
+    "Z39_50",
 )
 KDD_SYMBOLIC: dict[str, tuple[str, ...]] = {
     "protocol_type": ("tcp", "udp", "icmp"),
     "service": KDD_SERVICES,
     "flag": ("OTH", "REJ", "RSTO", "RSTOS0", "RSTR", "S0", "S1", "S2", "S3", "SF", "SH"),
-    "land": ("0", "1"), "logged_in": ("0", "1"), "is_host_login": ("0", "1"), "is_guest_login": ("0", "1"),
+    "land": ("0", "1"),
+    "logged_in": ("0", "1"),
+    "is_host_login": ("0", "1"),
+    "is_guest_login": ("0", "1"),
 }
 _KDD_RATE = frozenset(f for f in KDD_FIELDS if f.endswith("_rate"))
-_KDD_LOG_COUNT = frozenset({"wrong_fragment", "urgent", "hot", "num_failed_logins", "num_compromised",
-                            "num_root", "num_file_creations", "num_shells", "num_access_files",
-                            "num_outbound_cmds"})
+_KDD_LOG_COUNT = frozenset(
+    {
+        "wrong_fragment",
+        "urgent",
+        "hot",
+        "num_failed_logins",
+        "num_compromised",
+        "num_root",
+        "num_file_creations",
+        "num_shells",
+        "num_access_files",
+        "num_outbound_cmds",
+    }
+)
 
 
 def _kdd_numeric(f: str) -> ColumnSpec:
@@ -328,12 +613,17 @@ def _kdd_numeric(f: str) -> ColumnSpec:
 
 def _intrusion_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
     cols = [
-        categorical(f, KDD_SYMBOLIC[f], note="kddcup.names (symbolic)") if f in KDD_SYMBOLIC
+        categorical(f, KDD_SYMBOLIC[f], note="kddcup.names (symbolic)")
+        if f in KDD_SYMBOLIC
         else _kdd_numeric(f)
         for f in KDD_FIELDS
     ]
-    return TabularSchema.from_columns("intrusion", cols, label="attack category",
-                                      description="KDD Cup 1999 (10% training data / corrected test)")
+    return TabularSchema.from_columns(
+        "intrusion",
+        cols,
+        label="attack category",
+        description="KDD Cup 1999 (10% training data / corrected test)",
+    )
 
 
 def _attack_table(path: Path) -> dict[str, str]:
@@ -347,7 +637,9 @@ def _attack_table(path: Path) -> dict[str, str]:
     return table
 
 
-def _intrusion_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> tuple[Table, np.ndarray]:
+def _intrusion_read(
+    paths: Sequence[Path], which: str, opts: Mapping[str, Any]
+) -> tuple[Table, np.ndarray]:
     path = paths[0] if which == "train" else paths[1]
     attacks = _attack_table(paths[2])
     lines = _head([ln for ln in _read_text(path).splitlines() if ln], opts)
@@ -371,8 +663,11 @@ def _intrusion_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) 
         if opts.get("unknown_attack", "drop") == "error":
             raise ValueError(f"{path}: attack names without a category: {unknown}")
         keep = y >= 0
-        warnings.warn(f"intrusion: dropping {int((~keep).sum())} rows with uncategorised attacks {unknown}",
-                      UserWarning, stacklevel=5)
+        warnings.warn(
+            f"intrusion: dropping {int((~keep).sum())} rows with uncategorised attacks {unknown}",
+            UserWarning,
+            stacklevel=5,
+        )
         table = {k: v[keep] for k, v in table.items()}
         y = y[keep]
     return table, y.astype(np.int32)
@@ -380,18 +675,47 @@ def _intrusion_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) 
 
 # --------------------------------------------------------------------------- census (KDD Census-Income)
 CENSUS_FIELDS = (
-    "age", "class of worker", "detailed industry recode", "detailed occupation recode", "education",
-    "wage per hour", "enroll in edu inst last wk", "marital stat", "major industry code",
-    "major occupation code", "race", "hispanic origin", "sex", "member of a labor union",
-    "reason for unemployment", "full or part time employment stat", "capital gains", "capital losses",
-    "dividends from stocks", "tax filer stat", "region of previous residence",
-    "state of previous residence", "detailed household and family stat",
-    "detailed household summary in household", "instance weight", "migration code-change in msa",
-    "migration code-change in reg", "migration code-move within reg", "live in this house 1 year ago",
-    "migration prev res in sunbelt", "num persons worked for employer", "family members under 18",
-    "country of birth father", "country of birth mother", "country of birth self", "citizenship",
-    "own business or self employed", "fill inc questionnaire for veteran's admin", "veterans benefits",
-    "weeks worked in year", "year",
+    "age",
+    "class of worker",
+    "detailed industry recode",
+    "detailed occupation recode",
+    "education",
+    "wage per hour",
+    "enroll in edu inst last wk",
+    "marital stat",
+    "major industry code",
+    "major occupation code",
+    "race",
+    "hispanic origin",
+    "sex",
+    "member of a labor union",
+    "reason for unemployment",
+    "full or part time employment stat",
+    "capital gains",
+    "capital losses",
+    "dividends from stocks",
+    "tax filer stat",
+    "region of previous residence",
+    "state of previous residence",
+    "detailed household and family stat",
+    "detailed household summary in household",
+    "instance weight",
+    "migration code-change in msa",
+    "migration code-change in reg",
+    "migration code-move within reg",
+    "live in this house 1 year ago",
+    "migration prev res in sunbelt",
+    "num persons worked for employer",
+    "family members under 18",
+    "country of birth father",
+    "country of birth mother",
+    "country of birth self",
+    "citizenship",
+    "own business or self employed",
+    "fill inc questionnaire for veteran's admin",
+    "veterans benefits",
+    "weeks worked in year",
+    "year",
 )
 CENSUS_NUMERIC = {
     "age": (0, 90, "linear", "CPS top-code 90"),
@@ -434,11 +758,17 @@ def _census_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
             if f not in cats:
                 raise ValueError(f"{paths[0]}: no category list for attribute {f!r}")
             cols.append(categorical(f, cats[f], nullable=True, note="census-income.names"))
-    return TabularSchema.from_columns("census", cols, label="income 50000+",
-                                      description="UCI KDD Census-Income (1994/95 CPS), 40 attributes")
+    return TabularSchema.from_columns(
+        "census",
+        cols,
+        label="income 50000+",
+        description="UCI KDD Census-Income (1994/95 CPS), 40 attributes",
+    )
 
 
-def _census_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> tuple[Table, np.ndarray]:
+def _census_read(
+    paths: Sequence[Path], which: str, opts: Mapping[str, Any]
+) -> tuple[Table, np.ndarray]:
     path = paths[0] if which == "train" else paths[1]
     lines = [ln for ln in _read_text(path).splitlines() if ln.strip() and not ln.startswith("|")]
     lines = _head(lines, opts)
@@ -472,16 +802,26 @@ COVTYPE_NUMERIC = (
 )
 COVTYPE_WILDERNESS = tuple(f"Wilderness_Area{i}" for i in range(1, 5))
 COVTYPE_SOIL = tuple(f"Soil_Type{i}" for i in range(1, 41))
-COVTYPE_CLASSES = ("Spruce/Fir", "Lodgepole Pine", "Ponderosa Pine", "Cottonwood/Willow", "Aspen",
-                   "Douglas-fir", "Krummholz")
+COVTYPE_CLASSES = (
+    "Spruce/Fir",
+    "Lodgepole Pine",
+    "Ponderosa Pine",
+    "Cottonwood/Willow",
+    "Aspen",
+    "Douglas-fir",
+    "Krummholz",
+)
 
 
 def _covtype_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
     cols = [numeric(n, lo, hi, note=note) for n, lo, hi, note in COVTYPE_NUMERIC]
-    cols.append(categorical("Wilderness_Area", COVTYPE_WILDERNESS, note="covtype.info (4 binary columns)"))
+    cols.append(
+        categorical("Wilderness_Area", COVTYPE_WILDERNESS, note="covtype.info (4 binary columns)")
+    )
     cols.append(categorical("Soil_Type", COVTYPE_SOIL, note="covtype.info (40 binary columns)"))
-    return TabularSchema.from_columns("covtype", cols, label="Cover_Type",
-                                      description="UCI Covertype (Roosevelt National Forest)")
+    return TabularSchema.from_columns(
+        "covtype", cols, label="Cover_Type", description="UCI Covertype (Roosevelt National Forest)"
+    )
 
 
 def _onehot_tokens(block: np.ndarray, names: Sequence[str]) -> np.ndarray:
@@ -490,7 +830,9 @@ def _onehot_tokens(block: np.ndarray, names: Sequence[str]) -> np.ndarray:
     return np.where(ok, tok, "?")  # not exactly one flag set -> missing (all-zero block)
 
 
-def _covtype_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> tuple[Table, np.ndarray]:
+def _covtype_read(
+    paths: Sequence[Path], which: str, opts: Mapping[str, Any]
+) -> tuple[Table, np.ndarray]:
     text = _read_text(paths[0]).splitlines()
     arr = np.loadtxt(_head([ln for ln in text if ln], opts), delimiter=",", dtype=np.int64, ndmin=2)
     if arr.shape[1] != 55:
@@ -511,11 +853,17 @@ ISOLET_VOWELS = (1, 5, 9, 15, 21)  # A E I O U (labels 1..26)
 
 def _isolet_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
     note = "isolet.names: features scaled into [-1, 1] by the dataset authors"
-    return TabularSchema.from_columns("isolet", [numeric(c, -1, 1, note=note) for c in ISOLET_COLUMNS],
-                                      label="letter", description="UCI ISOLET spoken letters")
+    return TabularSchema.from_columns(
+        "isolet",
+        [numeric(c, -1, 1, note=note) for c in ISOLET_COLUMNS],
+        label="letter",
+        description="UCI ISOLET spoken letters",
+    )
 
 
-def _isolet_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> tuple[Table, np.ndarray]:
+def _isolet_read(
+    paths: Sequence[Path], which: str, opts: Mapping[str, Any]
+) -> tuple[Table, np.ndarray]:
     path = paths[0] if which == "train" else paths[1]
     lines = _head([ln for ln in _read_text(path).splitlines() if ln.strip()], opts)
     arr = np.loadtxt(lines, delimiter=",", dtype=np.float64, ndmin=2)
@@ -535,14 +883,19 @@ CREDIT_COLUMNS = (*(f"V{i}" for i in range(1, 29)), "Amount")
 
 
 def _credit_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
-    cols = [numeric(f"V{i}", -10, 10, note="anonymised PCA component; symmetric bound chosen a priori")
-            for i in range(1, 29)]
+    cols = [
+        numeric(f"V{i}", -10, 10, note="anonymised PCA component; symmetric bound chosen a priori")
+        for i in range(1, 29)
+    ]
     cols.append(numeric("Amount", 0, 30_000, transform="log", note="euros; bound chosen a priori"))
-    return TabularSchema.from_columns("credit", cols, label="Class",
-                                      description="Kaggle/ULB credit card fraud (Time dropped)")
+    return TabularSchema.from_columns(
+        "credit", cols, label="Class", description="Kaggle/ULB credit card fraud (Time dropped)"
+    )
 
 
-def _credit_read(paths: Sequence[Path], which: str, opts: Mapping[str, Any]) -> tuple[Table, np.ndarray]:
+def _credit_read(
+    paths: Sequence[Path], which: str, opts: Mapping[str, Any]
+) -> tuple[Table, np.ndarray]:
     path = paths[0]
     lines = _read_text(path).splitlines()
     header = [h.strip().strip('"') for h in lines[0].split(",")]
@@ -573,45 +926,96 @@ class TabularDef:
 
 TABULAR: dict[str, TabularDef] = {
     "adult": TabularDef(
-        "adult", ("tabular/adult/adult.data", "tabular/adult/adult.test"), True,
-        _adult_schema, _adult_read, lambda o: ("<=50K", ">50K")),
+        "adult",
+        ("tabular/adult/adult.data", "tabular/adult/adult.test"),
+        True,
+        _adult_schema,
+        _adult_read,
+        lambda o: ("<=50K", ">50K"),
+    ),
     "cervical": TabularDef(
-        "cervical", ("tabular/cervical/kag_risk_factors_cervical_cancer.csv",), False,
-        _cervical_schema, _cervical_read, lambda o: ("biopsy negative", "biopsy positive"),
-        options=("include_other_tests",)),
+        "cervical",
+        ("tabular/cervical/kag_risk_factors_cervical_cancer.csv",),
+        False,
+        _cervical_schema,
+        _cervical_read,
+        lambda o: ("biopsy negative", "biopsy positive"),
+        options=("include_other_tests",),
+    ),
     "epileptic": TabularDef(
-        "epileptic", ("tabular/epileptic/Epileptic Seizure Recognition.csv",), False,
-        _epileptic_schema, _epileptic_read,
-        lambda o: ("no seizure", "seizure") if o.get("binary", True) else
-        ("seizure", "tumour area", "healthy area", "eyes closed", "eyes open"),
-        options=("binary",)),
-    "intrusion": TabularDef(
-        "intrusion", ("tabular/intrusion/kddcup.data_10_percent.gz", "tabular/intrusion/corrected.gz",
-                      "tabular/intrusion/training_attack_types.txt"), True,
-        _intrusion_schema, _intrusion_read, lambda o: INTRUSION_CATEGORIES,
-        options=("unknown_attack",)),
-    "census": TabularDef(
-        "census", (("tabular/census/census-income.data", "tabular/census/census-income.data.gz"),
-                   ("tabular/census/census-income.test", "tabular/census/census-income.test.gz"),
-                   "tabular/census/census-income.names"), True,
-        _census_schema, _census_read, lambda o: ("- 50000", "50000+"),
-        note="Files of the UCI 'Census-Income (KDD)' dataset (census-income.data.gz / .test.gz / .names)."),
-    "covtype": TabularDef(
-        "covtype", (("tabular/covtype/covtype.data.gz", "tabular/covtype/covtype.data"),), False,
-        _covtype_schema, _covtype_read, lambda o: COVTYPE_CLASSES,
-        note="covtype.data.gz of the UCI 'Covertype' dataset."),
-    "isolet": TabularDef(
-        "isolet", (("tabular/isolet/isolet1+2+3+4.data", "tabular/isolet/isolet1+2+3+4.data.gz"),
-                   ("tabular/isolet/isolet5.data", "tabular/isolet/isolet5.data.gz")), True,
-        _isolet_schema, _isolet_read,
-        lambda o: ("consonant", "vowel") if o.get("binary", True) else
-        tuple(chr(ord("A") + i) for i in range(26)),
+        "epileptic",
+        ("tabular/epileptic/Epileptic Seizure Recognition.csv",),
+        False,
+        _epileptic_schema,
+        _epileptic_read,
+        lambda o: (
+            ("no seizure", "seizure")
+            if o.get("binary", True)
+            else ("seizure", "tumour area", "healthy area", "eyes closed", "eyes open")
+        ),
         options=("binary",),
-        note="UCI ISOLET ships .Z files: decompress them (e.g. `uncompress` or `gzip -d`) first."),
+    ),
+    "intrusion": TabularDef(
+        "intrusion",
+        (
+            "tabular/intrusion/kddcup.data_10_percent.gz",
+            "tabular/intrusion/corrected.gz",
+            "tabular/intrusion/training_attack_types.txt",
+        ),
+        True,
+        _intrusion_schema,
+        _intrusion_read,
+        lambda o: INTRUSION_CATEGORIES,
+        options=("unknown_attack",),
+    ),
+    "census": TabularDef(
+        "census",
+        (
+            ("tabular/census/census-income.data", "tabular/census/census-income.data.gz"),
+            ("tabular/census/census-income.test", "tabular/census/census-income.test.gz"),
+            "tabular/census/census-income.names",
+        ),
+        True,
+        _census_schema,
+        _census_read,
+        lambda o: ("- 50000", "50000+"),
+        note="Files of the UCI 'Census-Income (KDD)' dataset (census-income.data.gz / .test.gz / .names).",
+    ),
+    "covtype": TabularDef(
+        "covtype",
+        (("tabular/covtype/covtype.data.gz", "tabular/covtype/covtype.data"),),
+        False,
+        _covtype_schema,
+        _covtype_read,
+        lambda o: COVTYPE_CLASSES,
+        note="covtype.data.gz of the UCI 'Covertype' dataset.",
+    ),
+    "isolet": TabularDef(
+        "isolet",
+        (
+            ("tabular/isolet/isolet1+2+3+4.data", "tabular/isolet/isolet1+2+3+4.data.gz"),
+            ("tabular/isolet/isolet5.data", "tabular/isolet/isolet5.data.gz"),
+        ),
+        True,
+        _isolet_schema,
+        _isolet_read,
+        lambda o: (
+            ("consonant", "vowel")
+            if o.get("binary", True)
+            else tuple(chr(ord("A") + i) for i in range(26))
+        ),
+        options=("binary",),
+        note="UCI ISOLET ships .Z files: decompress them (e.g. `uncompress` or `gzip -d`) first.",
+    ),
     "credit": TabularDef(
-        "credit", (("tabular/credit/creditcard.csv", "tabular/credit/creditcard.csv.gz"),), False,
-        _credit_schema, _credit_read, lambda o: ("legitimate", "fraud"),
-        note="creditcard.csv of the Kaggle 'Credit Card Fraud Detection' (ULB) dataset."),
+        "credit",
+        (("tabular/credit/creditcard.csv", "tabular/credit/creditcard.csv.gz"),),
+        False,
+        _credit_schema,
+        _credit_read,
+        lambda o: ("legitimate", "fraud"),
+        note="creditcard.csv of the Kaggle 'Credit Card Fraud Detection' (ULB) dataset.",
+    ),
 }
 
 
@@ -620,7 +1024,9 @@ def tabular_relpaths(name: str) -> list[str]:
     return [f if isinstance(f, str) else " or ".join(f) for f in TABULAR[name].files]
 
 
-def _override_bounds(schema: TabularSchema, bounds: Mapping[str, tuple[float, float]] | None) -> TabularSchema:
+def _override_bounds(
+    schema: TabularSchema, bounds: Mapping[str, tuple[float, float]] | None
+) -> TabularSchema:
     if not bounds:
         return schema
     cols = []
@@ -683,8 +1089,10 @@ def load_tabular(
     spec = TABULAR[name]
     bad = set(options) - set(spec.options)
     if bad:
-        raise TypeError(f"load({name!r}) got unexpected option(s) {sorted(bad)}; "
-                        f"dataset options: {list(spec.options)}")
+        raise TypeError(
+            f"load({name!r}) got unexpected option(s) {sorted(bad)}; "
+            f"dataset options: {list(spec.options)}"
+        )
     valid_splits = ("train", "test") if spec.official_split else ("train", "test", "all")
     if split not in valid_splits:
         raise ValueError(f"split must be one of {valid_splits} for {name!r}, got {split!r}")
@@ -712,13 +1120,17 @@ def load_tabular(
 
         train_table = table if split == "train" else read_split("train")[0]
         data_bounds = _data_bounds(schema, train_table)
-        warn_privacy_leak(f"scale='data' for {name!r}: the min/max of every numeric column of the "
-                          "training split", stacklevel=4)
+        warn_privacy_leak(
+            f"scale='data' for {name!r}: the min/max of every numeric column of the training split",
+            stacklevel=4,
+        )
         data_dependent.append("numeric min/max scaling from the training split")
 
     if subsample is not None:
         idx = np.arange(y.shape[0])
-        _, idx_kept, sub_info = take_rows(idx, idx, subsample=subsample, subsample_seed=subsample_seed)
+        _, idx_kept, sub_info = take_rows(
+            idx, idx, subsample=subsample, subsample_seed=subsample_seed
+        )
         table, y = _select(table, y, idx_kept)
     else:
         sub_info = {}
@@ -726,8 +1138,9 @@ def load_tabular(
     x, enc_info = schema.encode(table, scale=scale, data_bounds=data_bounds, unknown=unknown)  # type: ignore[arg-type]
     info: dict[str, Any] = {
         "files": [str(p) for p in paths],
-        "split_rule": "official" if spec.official_split else
-        f"stratified per-class permutation, numpy default_rng([split_seed={split_seed}, class]), "
+        "split_rule": "official"
+        if spec.official_split
+        else f"stratified per-class permutation, numpy default_rng([split_seed={split_seed}, class]), "
         f"test_fraction={test_fraction}",
         "data_dependent": data_dependent,
         **enc_info,
@@ -737,5 +1150,13 @@ def load_tabular(
         info["max_rows"] = int(max_rows)
     if data_bounds is not None:
         info["data_bounds"] = data_bounds
-    return Dataset(x=x, y=y.astype(np.int32), n_classes=len(spec.class_names(options)), name=name,
-                   split=split, schema=schema, class_names=spec.class_names(options), info=info)
+    return Dataset(
+        x=x,
+        y=y.astype(np.int32),
+        n_classes=len(spec.class_names(options)),
+        name=name,
+        split=split,
+        schema=schema,
+        class_names=spec.class_names(options),
+        info=info,
+    )

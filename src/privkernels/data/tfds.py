@@ -37,8 +37,14 @@ def import_tfds() -> Any:
     return tfds
 
 
-def load_tfds(name: str, root: Path | None, split: str, class_names: tuple[str, ...],
-              *, tfds_data_dir: str | None = None) -> Dataset:
+def load_tfds(
+    name: str,
+    root: Path | None,
+    split: str,
+    class_names: tuple[str, ...],
+    *,
+    tfds_data_dir: str | None = None,
+) -> Dataset:
     """Load ``name``/``split`` from a local, prepared TFDS directory (no download)."""
     if name not in TFDS_NAMES:
         raise ValueError(f"source='tfds' supports {sorted(TFDS_NAMES)}, not {name!r}")
@@ -51,7 +57,9 @@ def load_tfds(name: str, root: Path | None, split: str, class_names: tuple[str, 
             )
         tfds_data_dir = str(root / "tfds")
     try:
-        source = tfds.data_source(TFDS_NAMES[name], split=split, data_dir=tfds_data_dir, download=False)
+        source = tfds.data_source(
+            TFDS_NAMES[name], split=split, data_dir=tfds_data_dir, download=False
+        )
     except Exception as err:  # tfds raises its own AssertionError/DatasetNotFoundError types
         raise DatasetNotFoundError(
             f"TFDS dataset {TFDS_NAMES[name]!r} (split {split!r}) is not prepared under "
@@ -67,6 +75,12 @@ def load_tfds(name: str, root: Path | None, split: str, class_names: tuple[str, 
     x = np.stack(images).astype(np.float32) / np.float32(255.0) if n else np.zeros((0,), np.float32)
     if x.ndim == 4 and x.shape[-1] == 1:
         x = x[..., 0]
-    return Dataset(x=x, y=labels, n_classes=len(class_names), name=name, split=split,
-                   class_names=class_names,
-                   info={"source": "tfds", "tfds_data_dir": tfds_data_dir, "data_dependent": []})
+    return Dataset(
+        x=x,
+        y=labels,
+        n_classes=len(class_names),
+        name=name,
+        split=split,
+        class_names=class_names,
+        info={"source": "tfds", "tfds_data_dir": tfds_data_dir, "data_dependent": []},
+    )

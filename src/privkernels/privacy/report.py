@@ -205,7 +205,9 @@ class PrivacyReport:
             f"({self.composition} composition of {len(self.mechanisms)} release(s))"
         ]
         for m in self.mechanisms:
-            extra = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.params)
+            extra = ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.params
+            )
             lines.append(
                 f"  - {m.released}: {m.name}, eps={m.epsilon:.4g}, delta={m.delta:.3g}, "
                 f"accountant={m.accountant}" + (f", {extra}" if extra else "")
@@ -244,7 +246,9 @@ def compose(*reports: PrivacyReport) -> PrivacyReport:
         return non_private_report("composition includes a non-private release")
     relations = {r.neighbouring for r in reports}
     if len(relations) != 1:
-        raise ValueError(f"cannot compose reports under different neighbouring relations: {relations}")
+        raise ValueError(
+            f"cannot compose reports under different neighbouring relations: {relations}"
+        )
     mechs: tuple[MechanismRecord, ...] = tuple(m for r in reports for m in r.mechanisms)
     return PrivacyReport(
         epsilon=sum(r.epsilon for r in reports),
