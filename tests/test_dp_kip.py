@@ -56,15 +56,34 @@ BASE = dict(
 # ------------------------------------------------------------------ gradients
 
 
-@pytest.mark.parametrize("kernel", ["fc_ntk", pytest.param("scatternet", marks=pytest.mark.slow)])
-def test_per_example_grads_match_python_loop(kernel, digits):
+def _tanh_features_spec(d: int, f: int, seed: int = 0):
+    """A cheap non-linear feature kernel ``phi(x) = tanh(W x)`` (features kind, f features)."""
+    w = jnp.asarray(np.random.default_rng(seed).normal(size=(d, f)) / math.sqrt(d))
+    return dp_kip.KernelSpec(
+        "tanh", "features", {}, feature_fn=lambda z: jnp.tanh(z.reshape(z.shape[0], -1) @ w)
+    )
+
+
+@pytest.mark.parametrize("method", ["adjoint", "vmap"])
+@pytest.mark.parametrize(
+    "kernel",
+    ["fc_ntk", "tanh", pytest.param("scatternet", marks=pytest.mark.slow)],
+)
+def test_per_example_grads_match_python_loop(kernel, method, digits):
     x, y, _, _ = digits
-    spec = dp_kip.make_kernel(kernel, (8, 8), 10)
+    if kernel == "tanh":
+        spec = _tanh_features_spec(64, 16)
+    else:
+        spec = dp_kip.make_kernel(kernel, (8, 8), 10)
     xs = dp_kip.init_support(jax.random.key(3), 6, (8, 8))
     ys = jax.nn.one_hot(jnp.arange(6) % 10, 10) - 0.1
     xt = jnp.asarray(x[:5])
     yt = jax.nn.one_hot(jnp.asarray(y[:5]), 10) - 0.1
-    got = np.asarray(jax.jit(lambda s: dp_kip.per_example_grads(spec, s, ys, xt, yt, reg=1e-3))(xs))
+    got = np.asarray(
+        jax.jit(lambda s: dp_kip.per_example_grads(spec, s, ys, xt, yt, reg=1e-3, method=method))(
+            xs
+        )
+    )
 
     @jax.jit
     def single_grad(xs_, xi, yi):  # the loss of ONE target example, differentiated alone
@@ -80,6 +99,126 @@ def test_per_example_grads_match_python_loop(kernel, digits):
     np.testing.assert_allclose(
         got.sum(0), np.asarray(tot), rtol=2e-3, atol=1e-6 * np.abs(tot).max()
     )
+
+
+@pytest.mark.parametrize(
+    "kernel, f",
+    [("fc_ntk", None), ("tanh", 40), ("tanh", 5)],  # tanh f=5 < m: push-through fallback
+)
+def test_adjoint_grads_equal_vmap_grads_x64(kernel, f):
+    """The adjoint per-example gradients equal vmap(grad) to float64 rounding."""
+    rng = np.random.default_rng(5)
+    m, b, c = 9, 7, 3
+    with jax.enable_x64(True):
+        spec = (
+            dp_kip.make_kernel("fc_ntk", (3, 4), c, options={"depth": 2})
+            if kernel == "fc_ntk"
+            else _tanh_features_spec(12, f)
+        )
+        xs = jnp.asarray(rng.normal(size=(m, 3, 4)))
+        ys = jnp.asarray(rng.normal(size=(m, c)))
+        xt = jnp.asarray(rng.normal(size=(b, 3, 4)))
+        xt = xt.at[0].set(xs[2])  # a target equal to a support point (kernel kink)
+        yt = jnp.asarray(rng.normal(size=(b, c)))
+        kw = dict(reg=1e-3, jitter=1e-4)
+        adj = dp_kip.per_example_grads(spec, xs, ys, xt, yt, method="adjoint", **kw)
+        ref = dp_kip.per_example_grads(spec, xs, ys, xt, yt, method="vmap", **kw)
+        assert adj.dtype == jnp.float64 and adj.shape == (b, m, 3, 4)
+        # fc_ntk's capped kappa0 slope at c = 1 (diagonal of K_ss, x_t == x_s) amplifies
+        # float64 rounding to ~1e-9 relative; anything structural would be O(1).
+        np.testing.assert_allclose(
+            np.asarray(adj), np.asarray(ref), rtol=1e-6, atol=1e-8 * float(jnp.abs(ref).max())
+        )
+        # losses from the adjoint path are the KRR losses of eq. 3
+        t = dp_kip._target_repr(spec, xt)
+        _, losses = dp_kip._adjoint_grads(spec, xs, ys, t, yt, 1e-3 + 1e-4)
+        ref_l = dp_kip.krr_loss(spec, xs, ys, xt, yt, **kw)
+        # (fc_ntk's diagonal kappa1(c ~ 1) carries sqrt(eps64) ~ 1e-8 rounding noise)
+        np.testing.assert_allclose(np.asarray(losses), np.asarray(ref_l), rtol=1e-7)
+    with pytest.raises(ValueError, match="method"):
+        dp_kip.per_example_grads(spec, xs, ys, xt, yt, method="loop")  # type: ignore[arg-type]
+
+
+def test_adjoint_per_example_grads_do_not_mix_examples():
+    """Gradient i depends only on (x_i, y_i): replacing the other targets leaves it unchanged."""
+    rng = np.random.default_rng(6)
+    spec = dp_kip.make_kernel("fc_ntk", (8,), 3)
+    xs = jnp.asarray(rng.normal(size=(5, 8)), jnp.float32)
+    ys = jnp.asarray(rng.normal(size=(5, 3)), jnp.float32)
+    xt = jnp.asarray(rng.normal(size=(6, 8)), jnp.float32)
+    yt = jnp.asarray(rng.normal(size=(6, 3)), jnp.float32)
+    fn = jax.jit(lambda a, b: dp_kip.per_example_grads(spec, xs, ys, a, b, reg=1e-3))
+    g1 = np.asarray(fn(xt, yt))
+    xt2 = xt.at[1:].set(100.0 * jnp.asarray(rng.normal(size=(5, 8)), jnp.float32))
+    yt2 = yt.at[1:].set(-50.0)
+    g2 = np.asarray(fn(xt2, yt2))
+    np.testing.assert_array_equal(g1[0], g2[0])
+    assert not np.allclose(g1[1:], g2[1:])
+
+
+def test_step_adjoint_equals_vmap_padded_masked():
+    """_make_step's private input-space branch: adjoint == vmap(grad) == a per-example loop.
+
+    A padded Poisson batch (mask with zeros), frozen (corrupted) pixels and
+    active clipping; SGD(lr=1) and no noise, so the update is the clipped sum / (q n)
+    (the noise is added after the sum by code shared by both paths).
+    """
+    from privkernels.privacy import clip_per_example, poisson_batch
+
+    rng = np.random.default_rng(7)
+    n, m, c, shape = 40, 6, 3, (4, 5)
+    x = jnp.asarray(rng.normal(size=(n, *shape)), jnp.float32)
+    y_enc = dp_kip._encode_labels(jnp.asarray(np.arange(n) % c), c)
+    spec = dp_kip.make_kernel("fc_ntk", shape, c)
+    xs = dp_kip.init_support(jax.random.key(2), m, shape)
+    ys = dp_kip._encode_labels(jnp.asarray(dp_kip.support_labels(c, 2)), c)
+    gmask = jnp.asarray(dp_kip.corruption_mask(jax.random.key(4), (m, *shape), 0.3), jnp.float32)
+    xs = jnp.where(gmask > 0, 0.5, xs)
+    opt = optax.sgd(1.0)
+    state = {"params": {"x": xs}, "opt_state": opt.init({"x": xs}), "grad_mask": gmask, "y_s": ys}
+    q, pad, chunk, clip = 0.25, 24, 8, 0.05
+    out = {}
+    for meth in ("adjoint", "vmap"):
+        step = dp_kip._make_step(
+            spec,
+            space="input",
+            private=True,
+            learn_labels=False,
+            ridge=1e-3,
+            clip_norm=clip,
+            noise_multiplier=0.0,
+            n=n,
+            q=q,
+            pad_to=pad,
+            chunk_size=chunk,
+            optimizer=opt,
+            n_classes=c,
+            grad_method=meth,
+        )
+        new, aux = step(state, x, y_enc, jax.random.key(11))
+        out[meth] = (np.asarray(new["params"]["x"]), aux)
+    (xa, aux_a), (xv, aux_v) = out["adjoint"], out["vmap"]
+    np.testing.assert_allclose(xa, xv, rtol=1e-4, atol=1e-4 * np.abs(xs).max())
+    assert int(aux_a["n_clipped"]) == int(aux_v["n_clipped"]) > 0  # clipping active
+    assert float(aux_a["loss_sum"]) == pytest.approx(float(aux_v["loss_sum"]), rel=1e-4)
+    # independent reference for the noiseless step: loop over the sampled examples
+    k_batch, _ = jax.random.split(jax.random.key(11))
+    batch = poisson_batch(k_batch, n, q, pad_to=pad)
+    mk = np.asarray(batch.mask)
+    assert 0 < mk.sum() < pad  # padded rows present and masked out
+    idx = np.asarray(batch.indices)[mk]
+    single = jax.jit(
+        jax.grad(lambda s, xi, yi: dp_kip.krr_loss(spec, s, ys, xi[None], yi[None], reg=1e-3)[0])
+    )
+    ref = np.zeros(xs.shape, np.float32)
+    for i in idx:
+        g = np.asarray(single(xs, x[i], y_enc[i])) * (1.0 - np.asarray(gmask))
+        g = np.asarray(clip_per_example(jnp.asarray(g)[None], clip)[0][0])
+        ref += g
+    got = (np.asarray(xs) - xa) * (q * n)
+    np.testing.assert_allclose(got, ref, rtol=2e-3, atol=1e-3 * np.abs(ref).max())
+    assert np.asarray(gmask).sum() > 0
+    assert np.all(got[np.asarray(gmask) > 0] == 0.0)  # frozen pixels never move
 
 
 def test_clipped_per_example_norms_bounded(digits):

@@ -177,6 +177,20 @@ def test_structured_equals_generic(nets, name):
     _close(E.entk_kernel(f, params, x, x[:5], method="structured"), net.phi @ net.phi[:5].T)
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 4, 50])
+def test_class_layout_is_class_pure_without_empty_chunks(chunk):
+    labels = np.random.default_rng(7).integers(0, 5, size=37).astype(np.int32)
+    labels[labels == 2] = 1  # an absent class contributes no chunk
+    perm, mask, cls = E._class_layout(labels, 5, chunk)
+    counts = np.bincount(labels, minlength=5)
+    assert perm.shape == mask.shape == (sum(-(-k // chunk) for k in counts), chunk)
+    assert mask.any(axis=1).all()  # no empty chunk: the scan body is branch-free
+    n_base = -(-labels.size // chunk)
+    assert n_base <= perm.shape[0] <= n_base + 5 - 1
+    assert sorted(perm[mask].tolist()) == list(range(labels.size))  # each row once
+    assert (labels[perm] == cls[:, None]).all()  # padding repeats a row of the same class
+
+
 def test_sample_weights_and_label_matrix(nets):
     net = nets["cnn_2l_tab"]
     w = np.arange(1, 12) / 66.0

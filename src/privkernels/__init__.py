@@ -25,7 +25,10 @@ _SUBMODULES = (
     "dp_ntk_regression",
     "evaluation",
     "features",
+    "generators",
+    "linalg",
     "privacy",
+    "sharding",
 )
 
 __all__ = [*_SUBMODULES, "PrivacyReport", "PrivacyLeakWarning", "__version__"]

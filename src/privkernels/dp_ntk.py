@@ -247,7 +247,7 @@ def private_embedding(
       (Prop. 3.1), noise std ``gaussian_sigma(eps, delta) * 2/n`` per entry.
 
     Raises:
-      ValueError / TypeError on bad input, before any noise is drawn.
+      ValueError: on bad input (and TypeError on wrong kinds), before any noise is drawn.
     """
     key = check_key(key)
     x, y_np, n_classes = _validate_xy(x, y, n_classes)

@@ -438,8 +438,8 @@ def fit(
       ``weights (m, d)`` and ``report`` (beta-close relation, two mechanisms).
 
     Raises:
-      ValueError / TypeError on invalid input, before any noise is drawn; ValueError
-      when no k satisfies the privacy condition (see :func:`max_k`).
+      ValueError: on invalid input (TypeError on wrong kinds), before any noise is
+        drawn; also when no k satisfies the privacy condition (see :func:`max_k`).
     """
     # ---------------- validation (nothing random happens before this block ends) ----
     key = check_key(key)

@@ -47,7 +47,9 @@ integer labels the examples are laid out host-side in class-pure chunks, so each
 block costs ``n * in * out`` FLOPs (instead of ``n * in * out * C`` for a dense
 one-hot layout, used for traced labels, label matrices and inside ``vmap``);
 pass labels as NumPy arrays (also inside a jitted step, as closed-over
-constants) to get it. ``delta`` is
+constants) to get it. The number of class-pure chunks is ``sum_c ceil(n_c / chunk)``
+(no empty chunks, no branches), so at most ``n_classes`` programs compile per
+``n``; equal class counts (balanced batches) always share one. ``delta`` is
 obtained by one backward pass through the batch (perturbing each Dense output by
 zeros and differentiating w.r.t. the perturbation), so any parameter-free
 operation between Dense layers (ReLU, LayerNorm without affine, reshapes) is
@@ -106,13 +108,6 @@ def _inv_norm(sq: jax.Array) -> jax.Array:
     pos = sq > 0
     safe = jnp.where(pos, sq, jnp.ones_like(sq))
     return jnp.where(pos, jax.lax.rsqrt(safe), jnp.zeros_like(sq))
-
-
-def _ravel_rows(tree: Any, b: int) -> jax.Array:
-    """Pytree of ``(b, *leaf_shape)`` leaves -> ``(b, p)`` in tree_leaves order."""
-    return jnp.concatenate(
-        [leaf.reshape(b, -1) for leaf in jax.tree_util.tree_leaves(tree)], axis=1
-    )
 
 
 def _num_params(params: Any) -> int:
@@ -179,28 +174,40 @@ def _call_jitted(core: Callable[..., Any], static: dict[str, Any], *args: Any) -
 # --------------------------------------------------------------------------- generic path
 
 
-def _generic_grads(apply_fn: ApplyFn, params: Any, xb: jax.Array) -> jax.Array:
-    """``(b, p)`` raw per-example gradients of the summed outputs (vmap of grad)."""
+def _generic_leaf_grads(apply_fn: ApplyFn, params: Any, xb: jax.Array) -> list[jax.Array]:
+    """Raw per-example gradients of the summed outputs (vmap of grad): ``(b, p_leaf)`` leaves."""
 
     def f(p: Any, xi: jax.Array) -> jax.Array:
         return jnp.sum(apply_fn(p, xi[None]))
 
     grads = jax.vmap(jax.grad(f), in_axes=(None, 0))(params, xb)
-    return _ravel_rows(grads, xb.shape[0])
+    b = xb.shape[0]
+    return [leaf.reshape(b, -1) for leaf in jax.tree_util.tree_leaves(grads)]
+
+
+def _leaf_sqnorm(leaves: list[jax.Array]) -> jax.Array:
+    return sum((jnp.sum(g * g, axis=1) for g in leaves[1:]), jnp.sum(leaves[0] * leaves[0], axis=1))
 
 
 def _generic_features(apply_fn: ApplyFn, normalize: bool, params: Any, xb: jax.Array) -> jax.Array:
-    g = _generic_grads(apply_fn, params, xb)
+    leaves = _generic_leaf_grads(apply_fn, params, xb)
+    g = jnp.concatenate(leaves, axis=1)
     if normalize:
-        g = g * _inv_norm(jnp.sum(g * g, axis=1))[:, None]
+        g = g * _inv_norm(_leaf_sqnorm(leaves))[:, None]
     return g
 
 
 def _generic_embedding(
     apply_fn: ApplyFn, normalize: bool, params: Any, xb: jax.Array, lw: jax.Array
 ) -> jax.Array:
-    phi = _generic_features(apply_fn, normalize, params, xb)
-    return phi.T @ lw.astype(phi.dtype)
+    """``(p, C)`` = sum_i phi(x_i) lw_i^T; each gradient leaf is reduced on its own
+    (``g_leaf^T @ [lw / ||g||]``), so neither the ``(b, p)`` concatenation nor a
+    normalised copy of it is formed."""
+    leaves = _generic_leaf_grads(apply_fn, params, xb)
+    m = lw.astype(leaves[0].dtype)
+    if normalize:
+        m = m * _inv_norm(_leaf_sqnorm(leaves))[:, None]
+    return jnp.concatenate([g.T @ m for g in leaves], axis=0)
 
 
 # --------------------------------------------------------------------------- structured path
@@ -451,31 +458,34 @@ def _grouped_core(
 ) -> jax.Array:
     """Structured embedding over class-pure chunks (hard, concrete labels).
 
-    Chunk ``g`` holds examples ``perm[g]`` (``mask`` marks real rows), all of class
-    ``cls[g]``; its ``(p,)`` block ``sum_i w_i phi(x_i)`` is added to column
-    ``cls[g]``. The Dense products then cost ``n * in * out`` rather than
-    ``n * in * out * C`` for the dense one-hot layout. Chunks without a real row
-    (the layout has a label-independent number of chunks) are skipped by ``cond``.
+    Chunk ``g`` holds examples ``perm[g]`` (``mask`` marks real rows; padding
+    rows get weight 0), all of class ``cls[g]``; its ``(p,)`` block
+    ``sum_i w_i phi(x_i)`` is added to column ``cls[g]``. The Dense products then
+    cost ``n * in * out`` rather than ``n * in * out * C`` for the dense one-hot
+    layout. Every chunk holds at least one real row (see :func:`_class_layout`),
+    so the scan body is branch-free: a ``lax.cond`` skipping empty chunks made
+    the reverse pass several times slower than the work it saved.
     """
     p = _num_params(params)
     dtype = jnp.result_type(w.dtype, *jax.tree_util.tree_leaves(params))
+    # One gather outside the loop (one scatter-add in the reverse pass).
+    xs = x[perm]
+    ws = jnp.where(mask, w[perm], jnp.zeros((), w.dtype))
 
-    def chunk_vec(xb: jax.Array, wb: jax.Array, m: jax.Array) -> jax.Array:
-        return jax.lax.cond(
-            jnp.any(m),
-            lambda: _structured_embedding(apply_fn, plan, normalize, params, xb, wb[:, None])[:, 0],
-            lambda: jnp.zeros((p,), dtype),
-        ).astype(dtype)
+    def chunk_vec(xb: jax.Array, wb: jax.Array) -> jax.Array:
+        vec = _structured_embedding(apply_fn, plan, normalize, params, xb, wb[:, None])
+        return vec[:, 0].astype(dtype)
 
     chunk_fn = jax.checkpoint(chunk_vec)  # residuals: the chunk's inputs only
 
     def step(acc: jax.Array, inp: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, None]:
-        idx, m, c = inp
-        wb = jnp.where(m, w[idx], jnp.zeros((), w.dtype))
-        return acc.at[:, c].add(chunk_fn(x[idx], wb, m)), None
+        xb, wb, c = inp
+        return acc.at[c].add(chunk_fn(xb, wb)), None  # (C, p): contiguous row update
 
-    acc, _ = jax.lax.scan(step, jnp.zeros((p, n_classes), dtype), (perm, mask, cls))
-    return acc
+    if perm.shape[0] == 1:
+        return jnp.zeros((n_classes, p), dtype).at[cls[0]].add(chunk_fn(xs[0], ws[0])).T
+    acc, _ = jax.lax.scan(step, jnp.zeros((n_classes, p), dtype), (xs, ws, cls))
+    return acc.T
 
 
 def _class_layout(
@@ -483,22 +493,28 @@ def _class_layout(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host-side index layout of class-pure ``chunk``-row chunks (padding masked).
 
-    The number of chunks, ``ceil(n / chunk) + n_classes``, bounds
-    ``sum_c ceil(n_c / chunk)`` and depends only on ``(n, n_classes, chunk)``, so
-    new label draws of the same size reuse the compiled program. Unused chunks
-    are all-masked.
+    Returns ``perm (G, chunk)``, ``mask (G, chunk)`` and ``cls (G,)`` with
+    ``G = sum_c ceil(n_c / chunk)``: no chunk is empty. ``G`` depends on the class
+    counts only through that sum, which lies in ``[ceil(n / chunk),
+    ceil(n / chunk) + n_classes - 1]``, so a given ``(n, chunk)`` compiles at most
+    ``n_classes`` programs; label draws with the same class counts (e.g. the
+    balanced DP-NTK generator batches) always reuse one.
     """
-    n = labels.shape[0]
-    n_chunks = -(-n // chunk) + n_classes
+    counts = np.bincount(labels, minlength=n_classes)
+    n_chunks = int(sum(-(-int(k) // chunk) for k in counts))
     perm = np.zeros((n_chunks, chunk), np.int32)
     mask = np.zeros((n_chunks, chunk), bool)
     cls = np.zeros((n_chunks,), np.int32)
+    order = np.argsort(labels, kind="stable")
     g = 0
+    start = 0
     for c in range(n_classes):
-        idx = np.flatnonzero(labels == c)
-        for start in range(0, idx.size, chunk):
-            part = idx[start : start + chunk]
+        idx = order[start : start + int(counts[c])]
+        start += int(counts[c])
+        for lo in range(0, idx.size, chunk):
+            part = idx[lo : lo + chunk]
             perm[g, : part.size] = part
+            perm[g, part.size :] = part[-1]  # padding repeats a real (finite) row
             mask[g, : part.size] = True
             cls[g] = c
             g += 1
