@@ -242,13 +242,29 @@ def _cholesky_with_fallback(mat: jax.Array, scale: jax.Array) -> jax.Array:
     )
 
 
-def _ridge_solve(k_ss: jax.Array, y_s: jax.Array, ridge: float) -> jax.Array:
-    """``(K_ss + ridge * tr(K_ss)/m I)^{-1} Y_s`` by Cholesky; ``(m, m), (m, c) -> (m, c)``."""
+def _ridge_factor(k_ss: jax.Array, ridge: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Cholesky of ``K_ss + rho * tr(K_ss)/m I`` (paper eq. 3 ridge) with the jitter policy.
+
+    Returns ``(chol (m, m) lower, scale = tr(K_ss)/m, rho)``: ``rho`` is ``ridge``,
+    or ``ridge + FALLBACK_JITTER`` when the first factorisation was not finite.
+    """
     m = k_ss.shape[0]
     k_ss = 0.5 * (k_ss + k_ss.T)
     scale = jnp.trace(k_ss) / m
-    mat = k_ss + ridge * scale * jnp.eye(m, dtype=k_ss.dtype)
-    chol = _cholesky_with_fallback(mat, scale)
+    eye = jnp.eye(m, dtype=k_ss.dtype)
+    mat = k_ss + ridge * scale * eye
+    chol0 = jnp.linalg.cholesky(mat)
+    ok = jnp.all(jnp.isfinite(chol0))
+    rho = jnp.where(ok, ridge, ridge + FALLBACK_JITTER)
+    chol = jax.lax.cond(
+        ok, lambda: chol0, lambda: jnp.linalg.cholesky(mat + FALLBACK_JITTER * scale * eye)
+    )
+    return chol, scale, rho
+
+
+def _ridge_solve(k_ss: jax.Array, y_s: jax.Array, ridge: float) -> jax.Array:
+    """``(K_ss + ridge * tr(K_ss)/m I)^{-1} Y_s`` by Cholesky; ``(m, m), (m, c) -> (m, c)``."""
+    chol, _, _ = _ridge_factor(k_ss, ridge)
     return jax.scipy.linalg.cho_solve((chol, True), y_s)
 
 
@@ -279,17 +295,7 @@ def _feature_clipped_sum(
     Returns ``(clipped_sum (m, f), loss_sum, n_clipped)`` over ``mask``.
     """
     m = s.shape[0]
-    k_ss = s @ s.T
-    k_ss = 0.5 * (k_ss + k_ss.T)
-    scale = jnp.trace(k_ss) / m
-    eye = jnp.eye(m, dtype=s.dtype)
-    mat = k_ss + ridge * scale * eye
-    chol0 = jnp.linalg.cholesky(mat)
-    ok = jnp.all(jnp.isfinite(chol0))
-    rho = jnp.where(ok, ridge, ridge + FALLBACK_JITTER)
-    chol = jax.lax.cond(
-        ok, lambda: chol0, lambda: jnp.linalg.cholesky(mat + FALLBACK_JITTER * scale * eye)
-    )
+    chol, _, rho = _ridge_factor(s @ s.T, ridge)
     a = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)
     k_t = phi @ s.T  # (b, m)
     r = k_t @ a - y_t  # (b, c)
@@ -503,16 +509,8 @@ def _adjoint_grads(
         # X_s -> K(X_s, X_s) is twice that of a -> K(a, X_s) (halves the work).
         k_ss, pull_s = jax.vjp(lambda a: kernel_fn(a, x_s), x_s)
         k_t = kernel_fn(t, x_s)  # (b, m)
-    k_ss = 0.5 * (k_ss + k_ss.T)
-    scale = jnp.trace(k_ss) / m
+    chol, _, rho = _ridge_factor(k_ss, ridge)
     eye = jnp.eye(m, dtype=k_ss.dtype)
-    mat = k_ss + ridge * scale * eye
-    chol0 = jnp.linalg.cholesky(mat)
-    ok = jnp.all(jnp.isfinite(chol0))
-    rho = jnp.where(ok, ridge, ridge + FALLBACK_JITTER)
-    chol = jax.lax.cond(
-        ok, lambda: chol0, lambda: jnp.linalg.cholesky(mat + FALLBACK_JITTER * scale * eye)
-    )
     alpha = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)
     r = k_t @ alpha - y_t  # (b, c)
     losses = jnp.sum(r * r, axis=-1)

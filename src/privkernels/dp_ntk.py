@@ -180,7 +180,7 @@ def _mean_embedding(
     network: nn.Module,
     params: Any,
     x: jax.Array,
-    y: jax.Array,
+    y: jax.Array | np.ndarray,
     n_classes: int,
     *,
     chunk_size: int | None,
