@@ -1,4 +1,4 @@
-"""Every ```python block of every docs page runs, in order, one namespace per page.
+"""Every ```python block of the README and every docs page runs, in order, one namespace per page.
 
 Blocks meant only for reading use another fence (```bash, ```text, ```py).
 Pages get ``OUT_DIR`` pointing at a temporary directory.
@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def _pages_with_code() -> list[Path]:
-    pages = sorted(DOCS.rglob("*.md"))
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
     return [p for p in pages if FENCE.search(p.read_text())]
 
 
@@ -27,7 +28,7 @@ def test_docs_have_tutorials() -> None:
         assert FENCE.search(page.read_text()), f"{page.name} has no runnable ```python block"
 
 
-@pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(DOCS)))
+@pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_docs_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}", "OUT_DIR": str(tmp_path)}
