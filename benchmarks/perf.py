@@ -58,8 +58,7 @@ QUICK: dict[str, Any] = dict(
     entk_chunks=(32, 128, 512, 2048),
     gen_batch=500,
     gen_n_loop=8,
-    kip_batch=64,
-    kip_spc=2,
+    kip_sizes=((64, 2), (500, 10)),  # (target batch, support per class); 2nd = paper-like
     kip_n_loop=6,
     kip_entk_input_space=False,
     kip_kernels=("fc_ntk", "scatternet", "entk"),
@@ -80,8 +79,7 @@ FULL: dict[str, Any] = dict(
     entk_chunks=(32, 128, 512, 2048, 8192),
     gen_batch=5000,
     gen_n_loop=16,
-    kip_batch=256,
-    kip_spc=10,
+    kip_sizes=((256, 10), (2000, 10)),
     kip_n_loop=16,
     kip_entk_input_space=True,
     scat_n=1024,
@@ -642,6 +640,20 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def bench_dp_kip(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for i, (b, spc) in enumerate(cfg["kip_sizes"]):
+        rows += _bench_dp_kip_size(cfg, data_dir, b, spc, all_variants=i == 0)
+    return rows
+
+
+def _bench_dp_kip_size(
+    cfg: dict[str, Any], data_dir: str | None, b: int, spc: int, *, all_variants: bool
+) -> list[dict[str, Any]]:
+    """One DP-KIP step (per-example clipped gradient sum + noise) for each kernel vs a loop.
+
+    ``all_variants`` also times the input-space vmap/adjoint paths (slow for
+    ScatterNet at large ``b * m``: one feature-map VJP per (target, support) pair).
+    """
     import jax
     import jax.numpy as jnp
 
@@ -649,13 +661,12 @@ def bench_dp_kip(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, An
     from privkernels.privacy import clip_per_example
 
     reps = cfg["repeats"]
-    b = cfg["kip_batch"]
     x, y, source = _mnist_like(b, data_dir, seed=1)
     n_classes = 10
-    m = n_classes * cfg["kip_spc"]
+    m = n_classes * spc
     x_s = dp_kip.init_support(jax.random.key(0), m, (28, 28))
     y_s = (
-        jax.nn.one_hot(jnp.asarray(dp_kip.support_labels(n_classes, cfg["kip_spc"])), n_classes)
+        jax.nn.one_hot(jnp.asarray(dp_kip.support_labels(n_classes, spc)), n_classes)
         - 1.0 / n_classes
     )
     yt = jax.nn.one_hot(jnp.asarray(y), n_classes) - 1.0 / n_classes
@@ -663,8 +674,10 @@ def bench_dp_kip(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, An
     mask = jnp.ones((b,), jnp.float32)
     clip, sigma, ridge = 1.0, 1.0, 1e-6
     rows: list[dict[str, Any]] = []
+    size = f"b={b}, m={m}"
     for kname in cfg["kip_kernels"]:
         spec = dp_kip.make_kernel(kname, (28, 28), n_classes, key=jax.random.key(5))
+        case = f"{kname} ({size})"
 
         def clipped_step(grads_fn: Callable, spec: Any = spec) -> Callable:
             @jax.jit
@@ -702,20 +715,23 @@ def bench_dp_kip(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, An
         rows.append(
             _row(
                 "dp_kip",
-                kname,
+                case,
                 "per-example grad loop (input space)",
                 n=nl,
                 per_example_ms=1e3 * loop_pe,
-                note=f"m={m} support; jitted per-example grad + clip in a Python loop; {source}",
+                note=f"m={m} support; jitted per-example grad + clip in a Python loop, "
+                f"timed on {nl} targets and scaled to b={b}; {source}",
                 **t_loop,
             )
         )
 
-        def add(variant: str, t: dict[str, float], target: float | None, note: str = "") -> None:
+        def add(
+            variant: str, t: dict[str, float], target: float | None, note: str = "", case=case
+        ) -> None:
             rows.append(
                 _ratio_row(
                     "dp_kip",
-                    kname,
+                    case,
                     variant,
                     t["median_s"],
                     loop_pe * b,
@@ -729,38 +745,36 @@ def bench_dp_kip(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, An
                 )
             )
 
+        g_ref = None
+        input_space = all_variants or kname == "fc_ntk"
         if kname == "entk" and not cfg["kip_entk_input_space"]:
             rows.append(
                 _row(
                     "dp_kip",
-                    kname,
+                    case,
                     "input-space vmap / adjoint",
                     note="skipped in quick mode (second-order LeNet Jacobians, ~10 s per call); "
                     "the library uses clip_space='feature' for entk",
                 )
             )
-        else:
+        elif input_space:
+            g_ref = jax.jit(
+                lambda xs, ys, xb, yb, sp=spec: dp_kip.per_example_grads(
+                    sp, xs, ys, xb, yb, reg=ridge, method="vmap"
+                )
+            )(x_s, y_s, xt, yt)
             lib = clipped_step(
                 lambda sp, xs, ys, xb, yb: dp_kip.per_example_grads(
                     sp, xs, ys, xb, yb, reg=ridge, method="vmap"
                 )
             )
             t_lib = _time(lambda lib=lib: lib(x_s, y_s, xt, yt, jax.random.key(9)), reps)
-            add(
-                "vmap(grad) per_example_grads + clip (input space, reference path)",
-                t_lib,
-                TARGETS["dp_kip_vs_loop"],
-            )
+            add("vmap(grad) per_example_grads + clip (input space, reference path)", t_lib, None)
             adj = clipped_step(
                 lambda sp, xs, ys, xb, yb: dp_kip.per_example_grads(
                     sp, xs, ys, xb, yb, reg=ridge, method="adjoint"
                 )
             )
-            g_ref = jax.jit(
-                lambda xs, ys, xb, yb, sp=spec: dp_kip.per_example_grads(
-                    sp, xs, ys, xb, yb, reg=ridge, method="vmap"
-                )
-            )(x_s, y_s, xt, yt)
             g_adj = jax.jit(
                 lambda xs, ys, xb, yb, sp=spec: dp_kip.per_example_grads(
                     sp, xs, ys, xb, yb, reg=ridge, method="adjoint"
@@ -770,11 +784,43 @@ def bench_dp_kip(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, An
                 jnp.max(jnp.abs(g_ref - g_adj)) / jnp.maximum(jnp.max(jnp.abs(g_ref)), 1e-30)
             )
             t_adj = _time(lambda adj=adj: adj(x_s, y_s, xt, yt, jax.random.key(9)), reps)
+            default = "library default" if spec.gram_fn is None else "used with corrupted pixels"
             add(
-                "adjoint per-example grads + clip (input space, library default)",
+                f"adjoint per-example grads + clip (input space, {default})",
                 t_adj,
-                TARGETS["dp_kip_vs_loop"],
+                TARGETS["dp_kip_vs_loop"] if spec.gram_fn is None else None,
                 note=f"max |diff| / max |g| vs the vmap reference = {rel:.1e}",
+            )
+        if spec.gram_fn is not None:
+            gfn = spec.gram_fn
+
+            @jax.jit
+            def gram_step(xs: Any, ys: Any, xb: Any, yb: Any, key: Any, gfn: Any = gfn) -> Any:
+                total, _, _ = dp_kip._gram_clipped_sum(
+                    gfn, xs.reshape(m, -1), ys, xb.reshape(b, -1), yb, mask, ridge, clip
+                )
+                noisy = total + sigma * clip * jax.random.normal(key, total.shape, total.dtype)
+                return noisy.reshape(xs.shape)
+
+            note = "exact input-space clipping (paper's pixel space) for a dot-product kernel"
+            if g_ref is not None:
+                clipped, _ = clip_per_example(g_ref, clip)
+                ref_sum = jnp.sum(clipped, axis=0).reshape(m, -1)
+                got, _, _ = jax.jit(
+                    lambda xs, xb, gfn=gfn: dp_kip._gram_clipped_sum(
+                        gfn, xs.reshape(m, -1), y_s, xb.reshape(b, -1), yt, mask, ridge, clip
+                    )
+                )(x_s, xt)
+                rel = float(
+                    jnp.max(jnp.abs(got - ref_sum)) / jnp.maximum(jnp.max(jnp.abs(ref_sum)), 1e-30)
+                )
+                note += f"; max |diff| / max |sum| vs clip(vmap) = {rel:.1e}"
+            t_gram = _time(lambda: gram_step(x_s, y_s, xt, yt, jax.random.key(9)), reps)
+            add(
+                "Gram-form clipped sum (input space, library default)",
+                t_gram,
+                TARGETS["dp_kip_vs_loop"],
+                note=note,
             )
         fcs = getattr(dp_kip, "_feature_clipped_sum", None)
         if spec.kind == "features" and fcs is not None:
@@ -789,8 +835,9 @@ def bench_dp_kip(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, An
                 return vjp_fn(noisy)[0]
 
             t_feat = _time(lambda: feat_step(x_s, y_s, xt, yt, jax.random.key(9)), reps)
+            lib_default = " = library default" if kname == "entk" else ""
             add(
-                "closed-form clipped sum in feature space (library clip_space='feature')",
+                f"closed-form clipped sum in feature space (clip_space='feature'{lib_default})",
                 t_feat,
                 TARGETS["dp_kip_vs_loop"],
                 note="clips w.r.t. support features (not the paper's pixel space)",

@@ -156,11 +156,13 @@ def test_adjoint_per_example_grads_do_not_mix_examples():
     assert not np.allclose(g1[1:], g2[1:])
 
 
-def test_step_adjoint_equals_vmap_padded_masked():
+@pytest.mark.parametrize("corrupt", [0.3, 0.0])
+def test_step_adjoint_equals_vmap_padded_masked(corrupt):
     """_make_step's private input-space branch: adjoint == vmap(grad) == a per-example loop.
 
-    A padded Poisson batch (mask with zeros), frozen (corrupted) pixels and
-    active clipping; SGD(lr=1) and no noise, so the update is the clipped sum / (q n)
+    A padded Poisson batch (mask with zeros), active clipping, and frozen
+    (corrupted) pixels (adjoint path) or none (the FC-NTK then takes the Gram-form
+    clipped sum); SGD(lr=1) and no noise, so the update is the clipped sum / (q n)
     (the noise is added after the sum by code shared by both paths).
     """
     from privkernels.privacy import clip_per_example, poisson_batch
@@ -172,7 +174,9 @@ def test_step_adjoint_equals_vmap_padded_masked():
     spec = dp_kip.make_kernel("fc_ntk", shape, c)
     xs = dp_kip.init_support(jax.random.key(2), m, shape)
     ys = dp_kip._encode_labels(jnp.asarray(dp_kip.support_labels(c, 2)), c)
-    gmask = jnp.asarray(dp_kip.corruption_mask(jax.random.key(4), (m, *shape), 0.3), jnp.float32)
+    gmask = jnp.asarray(
+        dp_kip.corruption_mask(jax.random.key(4), (m, *shape), corrupt), jnp.float32
+    )
     xs = jnp.where(gmask > 0, 0.5, xs)
     opt = optax.sgd(1.0)
     state = {"params": {"x": xs}, "opt_state": opt.init({"x": xs}), "grad_mask": gmask, "y_s": ys}
@@ -194,6 +198,7 @@ def test_step_adjoint_equals_vmap_padded_masked():
             optimizer=opt,
             n_classes=c,
             grad_method=meth,
+            corrupted=corrupt > 0,
         )
         new, aux = step(state, x, y_enc, jax.random.key(11))
         out[meth] = (np.asarray(new["params"]["x"]), aux)
@@ -217,7 +222,7 @@ def test_step_adjoint_equals_vmap_padded_masked():
         ref += g
     got = (np.asarray(xs) - xa) * (q * n)
     np.testing.assert_allclose(got, ref, rtol=2e-3, atol=1e-3 * np.abs(ref).max())
-    assert np.asarray(gmask).sum() > 0
+    assert (np.asarray(gmask).sum() > 0) == (corrupt > 0)
     assert np.all(got[np.asarray(gmask) > 0] == 0.0)  # frozen pixels never move
 
 
@@ -500,6 +505,54 @@ def test_feature_space_closed_form_clipped_sum_matches_vmap():
     got, loss_sum, n_clipped = dp_kip._feature_clipped_sum(s, ys, phi, yt, mask, 1e-2, clip)
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-3, atol=2e-4 * np.abs(ref).max())
     assert int(n_clipped) == int(np.sum(np.asarray(mask) * (norms > clip)))
+
+
+@pytest.mark.parametrize(
+    "m,d,opts", [(7, 12, {}), (9, 4, {"depth": 2, "b_std": 0.3, "W_std": 1.5})]
+)
+def test_gram_form_clipped_sum_matches_vmap(m, d, opts):
+    """FC-NTK input-space clipping in Gram form == clip_per_example(vmap(grad)) summed over
+    the mask, for m <= d and m > d (both quadratic-form branches), with clipping active."""
+    from privkernels.privacy import clip_per_example
+
+    rng = np.random.default_rng(3)
+    b, c = 13, 3
+    spec = dp_kip.make_kernel("fc_ntk", (d,), c, options=opts)
+    xs = jnp.asarray(rng.normal(size=(m, d)), jnp.float32)
+    ys = dp_kip._encode_labels(jnp.asarray(np.arange(m) % c), c)
+    xt = jnp.asarray(0.7 * rng.normal(size=(b, d)), jnp.float32)
+    yt = dp_kip._encode_labels(jnp.asarray(rng.integers(0, c, b)), c)
+    mask = jnp.asarray(rng.random(b) < 0.7, jnp.float32)
+    g = dp_kip.per_example_grads(spec, xs, ys, xt, yt, reg=1e-3, method="vmap")
+    norms = np.sqrt(np.sum(np.asarray(g).reshape(b, -1) ** 2, 1))
+    srt = np.sort(norms)
+    for clip in (float(0.5 * (srt[b // 2] + srt[b // 2 + 1])), 1e6):  # no ties at the clip
+        clipped, _ = clip_per_example(g, clip)
+        ref = np.tensordot(np.asarray(mask), np.asarray(clipped), axes=1)
+        got, loss_sum, n_clipped = jax.jit(
+            lambda a, t, mk, clip=clip: dp_kip._gram_clipped_sum(
+                spec.gram_fn, a, ys, t, yt, mk, 1e-3, clip
+            )
+        )(xs, xt, mask)
+        # float32: the NTK's kink at c = 1 makes both sides carry ~sqrt(eps) rounding noise
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
+        assert int(n_clipped) == int(np.sum(np.asarray(mask) * (norms > clip)))
+        losses = dp_kip.krr_loss(spec, xs, ys, xt, yt, reg=1e-3)
+        assert float(loss_sum) == pytest.approx(float(jnp.sum(losses * mask)), rel=1e-4)
+
+
+def test_fc_ntk_kernel_from_gram_equals_kernel():
+    from privkernels import features
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(5, 7)).astype(np.float32)
+    b = rng.normal(size=(4, 7)).astype(np.float32)
+    kw = dict(depth=3, W_std=1.3, b_std=0.2)
+    ref = features.fc_ntk_kernel(a, b, **kw)
+    got = features.fc_ntk_kernel_from_gram(
+        jnp.asarray(a @ b.T), jnp.sum(a * a, 1), jnp.sum(b * b, 1), dim=7, **kw
+    )
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-6, atol=1e-6)
 
 
 def test_keyboard_interrupt_saves_checkpoint_and_resume_completes(tmp_path, monkeypatch):

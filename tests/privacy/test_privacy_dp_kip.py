@@ -127,6 +127,13 @@ def _run_variant(sigma_scale=1.0, no_clip=False):
                 return grads, norms
 
             patch_privacy(mp, "clip_per_example", identity_clip)
+            # the FC-NTK step clips in Gram form (no per-example gradients): unclip it too
+            real_gram = dp_kip._gram_clipped_sum
+            mp.setattr(
+                dp_kip,
+                "_gram_clipped_sum",
+                lambda *a: real_gram(*a[:-1], float("inf")),
+            )
         step = _step_fn(spec, opt, x.shape[0], noise_multiplier=sigma * sigma_scale)
         out_d = _noisy_sums(jax.random.key(60), step, state, x, y_d)
         out_dp = _noisy_sums(jax.random.key(61), step, state, x, y_dp)

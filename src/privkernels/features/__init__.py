@@ -22,6 +22,7 @@ _EXPORTS = {
     "init_params": "networks",
     # infinite-width FC-NTK (closed form; neural-tangents as optional backend)
     "fc_ntk_kernel": "fc_ntk",
+    "fc_ntk_kernel_from_gram": "fc_ntk",
     # ScatterNet (kymatio JAX backend)
     "scatternet_features": "scatternet",
     "scatternet_num_features": "scatternet",

@@ -93,7 +93,7 @@ ApplyFn = Callable[[Any, jax.Array], jax.Array]
 _METHODS = ("auto", "generic", "structured")
 # Memory budgets (bytes) used to pick chunk_size when it is None.
 _GENERIC_BUDGET = 1 << 28  # per-chunk per-example gradients (and a normalised copy)
-_STRUCTURED_BUDGET = 1 << 27  # per-chunk activations / deltas / scaled deltas
+_STRUCTURED_BUDGET = 1 << 24  # per-chunk activations / deltas / scaled deltas
 
 
 # --------------------------------------------------------------------------- helpers

@@ -50,7 +50,7 @@ import numpy as np
 
 from privkernels._validation import check_array, check_int, check_nonnegative, check_positive
 
-__all__ = ["fc_ntk_kernel", "NEURAL_TANGENTS_REQUIREMENT"]
+__all__ = ["fc_ntk_kernel", "fc_ntk_kernel_from_gram", "NEURAL_TANGENTS_REQUIREMENT"]
 
 #: Environment in which the optional neural-tangents backend is known to work.
 NEURAL_TANGENTS_REQUIREMENT = (
@@ -101,15 +101,20 @@ def _safe_sqrt(v: jax.Array) -> jax.Array:
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, v, 1.0)), 0.0)
 
 
-def _ntk_block(
-    x1: jax.Array, x2: jax.Array, depth: int, sigma_w: jax.Array, sigma_b: jax.Array
+def _ntk_from_gram(
+    gram: jax.Array,
+    sq1: jax.Array,
+    sq2: jax.Array,
+    dim: int,
+    depth: int,
+    sigma_w: jax.Array,
+    sigma_b: jax.Array,
 ) -> jax.Array:
-    """Core recursion for one block: ``x1`` (b1, d), ``x2`` (b2, d) -> (b1, b2)."""
-    d = x1.shape[-1]
+    """The recursion on inner products: ``gram (b1, b2)``, ``sq1 (b1,)``, ``sq2 (b2,)`` -> (b1, b2)."""
     # Input layer (1/d from the NTK parameterization of the first Dense).
-    q1 = sigma_w * jnp.sum(x1 * x1, axis=-1) / d + sigma_b  # (b1,)
-    q2 = sigma_w * jnp.sum(x2 * x2, axis=-1) / d + sigma_b  # (b2,)
-    cross = sigma_w * (x1 @ x2.T) / d + sigma_b  # (b1, b2)
+    q1 = sigma_w * sq1 / dim + sigma_b  # (b1,)
+    q2 = sigma_w * sq2 / dim + sigma_b  # (b2,)
+    cross = sigma_w * gram / dim + sigma_b  # (b1, b2)
     theta = cross
     for _ in range(depth):
         norm = _safe_sqrt(q1[:, None] * q2[None, :])
@@ -123,6 +128,54 @@ def _ntk_block(
         q1 = sigma_w * q1 / 2.0 + sigma_b
         q2 = sigma_w * q2 / 2.0 + sigma_b
     return theta
+
+
+def _ntk_block(
+    x1: jax.Array, x2: jax.Array, depth: int, sigma_w: jax.Array, sigma_b: jax.Array
+) -> jax.Array:
+    """Core recursion for one block: ``x1`` (b1, d), ``x2`` (b2, d) -> (b1, b2)."""
+    return _ntk_from_gram(
+        x1 @ x2.T,
+        jnp.sum(x1 * x1, axis=-1),
+        jnp.sum(x2 * x2, axis=-1),
+        x1.shape[-1],
+        depth,
+        sigma_w,
+        sigma_b,
+    )
+
+
+def fc_ntk_kernel_from_gram(
+    gram: jax.Array,
+    sq1: jax.Array,
+    sq2: jax.Array,
+    *,
+    dim: int,
+    depth: int,
+    W_std: float = 1.0,
+    b_std: float = 0.0,
+) -> jax.Array:
+    """:func:`fc_ntk_kernel` as a function of inner products only.
+
+    The FC-NTK is a dot-product kernel: ``K(x1, x2)`` depends on the inputs only
+    through ``x1 x2^T``, ``||x1||^2`` and ``||x2||^2``. This form lets callers
+    differentiate through the Gram matrix instead of the inputs (DP-KIP's
+    exact input-space clipping, :mod:`privkernels.dp_kip`).
+
+    Args:
+      gram: ``(n1, n2)`` inner products ``x1 @ x2.T``.
+      sq1: ``(n1,)`` squared norms of ``x1``; sq2: ``(n2,)`` of ``x2``.
+      dim: input dimension ``d`` (the first layer scales by ``1/d``).
+      depth, W_std, b_std: as in :func:`fc_ntk_kernel`.
+
+    Returns:
+      ``(n1, n2)``, equal to ``fc_ntk_kernel(x1, x2, ...)`` for the inputs the
+      inner products came from. Not validated (it is traced inside jitted code).
+    """
+    dtype = jnp.result_type(gram.dtype, sq1.dtype, sq2.dtype)
+    sigma_w = jnp.asarray(W_std, dtype) ** 2
+    sigma_b = jnp.asarray(b_std, dtype) ** 2
+    return _ntk_from_gram(gram, sq1, sq2, int(dim), int(depth), sigma_w, sigma_b)
 
 
 @partial(jax.jit, static_argnames=("depth", "chunk_size"))
