@@ -14,7 +14,8 @@ ScatterNet clipped in feature space, subsampled training sets where the table is
 non-private) and ``paper`` (Appendix D settings as far as the extracted text
 gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``batch_size``, ``lr``, ``clip``, ``reg``, ``spc`` (images per class, comma list),
-``datasets`` (comma list), ``clip_space``, ``max_train`` (non-private tables),
+``datasets`` (comma list), ``kernels`` and ``epsilons`` (Table 2 subsets),
+``clip_space``, ``max_train`` (non-private tables),
 ``convnet_steps``.
 
 Images are mapped to ``2 x - 1`` (fixed, data-independent preprocessing); the
@@ -332,6 +333,10 @@ def table2(ctx: RunContext) -> list[dict[str, Any]]:
         if quick
         else [(k, e) for k in ("fc_ntk", "scatternet") for e in (1.0, 10.0)]
     )
+    if "kernels" in ctx.options or "epsilons" in ctx.options:
+        kernels = _list_opt(ctx, "kernels", ["fc_ntk", "scatternet"])
+        epsilons = _list_opt(ctx, "epsilons", [1.0, 10.0], float)
+        combos = [(k, e) for k in kernels for e in epsilons]
     rows = []
     for ds in _datasets(ctx):
         for kern, eps in combos:
