@@ -104,7 +104,7 @@ def _image_settings(ctx: RunContext) -> dict[str, Any]:
         }
     else:
         base = {
-            "iterations": 60,
+            "iterations": 300,
             "batch_size": 500,
             "n_synthetic": 6000,
             "max_train": 6000,
