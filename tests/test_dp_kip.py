@@ -553,6 +553,28 @@ def test_fc_ntk_kernel_from_gram_equals_kernel():
         jnp.asarray(a @ b.T), jnp.sum(a * a, 1), jnp.sum(b * b, 1), dim=7, **kw
     )
     np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-6, atol=1e-6)
+    g, s1, s2 = jnp.asarray(a @ b.T), jnp.sum(a * a, 1), jnp.sum(b * b, 1)
+    with pytest.raises(ValueError, match="must match gram"):
+        features.fc_ntk_kernel_from_gram(g, s2, s1, dim=7, **kw)
+    with pytest.raises(ValueError):
+        features.fc_ntk_kernel_from_gram(g.at[0, 0].set(np.nan), s1, s2, dim=7, **kw)
+    with pytest.raises(ValueError):
+        features.fc_ntk_kernel_from_gram(g, s1, s2, dim=0, **kw)
+    with pytest.raises(ValueError):
+        features.fc_ntk_kernel_from_gram(g, s1, s2, dim=7, depth=3, W_std=0.0)
+
+
+def test_clip_factors_match_clip_per_example():
+    from privkernels.privacy import clip_factors, clip_per_example
+
+    g = jnp.asarray([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0], [np.inf, 1.0]], jnp.float32)
+    clipped, norms = clip_per_example(g, 1.0)
+    f = clip_factors(norms, 1.0)
+    np.testing.assert_allclose(np.asarray(f), [0.2, 1.0, 1.0, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(clipped[:3]), np.asarray(f[:3, None] * g[:3]))
+    for bad in (0.0, -1.0, np.nan):
+        with pytest.raises(ValueError):
+            clip_factors(norms, bad)
 
 
 def test_keyboard_interrupt_saves_checkpoint_and_resume_completes(tmp_path, monkeypatch):

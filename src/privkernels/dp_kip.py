@@ -92,6 +92,7 @@ from privkernels._validation import (
     check_nonnegative,
     check_positive,
 )
+from privkernels.privacy.clipping import clip_factors
 
 __all__ = [
     "KERNELS",
@@ -288,6 +289,23 @@ def _ridge_solve(k_ss: jax.Array, y_s: jax.Array, ridge: float) -> jax.Array:
     return jax.scipy.linalg.cho_solve((chol, True), y_s)
 
 
+def _krr_adjoint_terms(
+    k_ss: jax.Array, k_t: jax.Array, y_s: jax.Array, y_t: jax.Array, ridge: float
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Per-target KRR quantities shared by the explicit-adjoint gradients.
+
+    ``A = K_ss + rho tr(K_ss)/m I`` (:func:`_ridge_factor`), ``alpha = A^{-1} Y_s``.
+    Returns ``(r (b, c), u (b, m), v (b, m), rho)`` with ``r_i = alpha^T k_i - y_i``,
+    ``u_i = A^{-1} k_i``, ``v_i = alpha r_i`` (see :func:`_adjoint_grads`).
+    """
+    chol, _, rho = _ridge_factor(k_ss, ridge)
+    alpha = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)
+    r = k_t @ alpha - y_t  # (b, c)
+    u = jax.scipy.linalg.cho_solve((chol, True), k_t.T).T  # (b, m), A symmetric
+    v = r @ alpha.T  # (b, m)
+    return r, u, v, rho
+
+
 def _feature_clipped_sum(
     s: jax.Array,
     y_s: jax.Array,
@@ -315,12 +333,7 @@ def _feature_clipped_sum(
     Returns ``(clipped_sum (m, f), loss_sum, n_clipped)`` over ``mask``.
     """
     m = s.shape[0]
-    chol, _, rho = _ridge_factor(s @ s.T, ridge)
-    a = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)
-    k_t = phi @ s.T  # (b, m)
-    r = k_t @ a - y_t  # (b, c)
-    u = jax.scipy.linalg.cho_solve((chol, True), k_t.T).T  # (b, m)
-    v = r @ a.T  # (b, m)
+    r, u, v, rho = _krr_adjoint_terms(s @ s.T, phi @ s.T, y_s, y_t, ridge)
     stu = u @ s  # (b, f)
     e = phi - stu
     w = v @ s  # (b, f)
@@ -336,11 +349,7 @@ def _feature_clipped_sum(
         + 4.0 * gamma * jnp.sum(stu * w, -1)
     )
     norms = jnp.sqrt(jnp.maximum(sq, 0.0))
-    finite = jnp.isfinite(norms)
-    factor = (
-        jnp.where(finite, 1.0 / jnp.maximum(1.0, jnp.where(finite, norms, 0.0) / clip_norm), 0.0)
-        * mask
-    )
+    factor = clip_factors(norms, clip_norm) * mask
     total = (
         2.0 * (v * factor[:, None]).T @ e
         - 2.0 * (u * factor[:, None]).T @ w
@@ -416,11 +425,7 @@ def _gram_clipped_sum(
     d_g, d_1, d_2 = d_g * off, d_1 * off, d_2 * off
     k_t, dt_g = jax.jvp(lambda g: gram_fn(g, sq_t, diag), (h,), (jnp.ones_like(h),))
     _, dt_2 = jax.jvp(lambda q: gram_fn(h, sq_t, q), (diag,), (ones_m,))
-    chol, _, rho = _ridge_factor(k_ss, ridge)
-    alpha = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)
-    r = k_t @ alpha - y_t  # (b, c)
-    u = jax.scipy.linalg.cho_solve((chol, True), k_t.T).T  # (b, m)
-    v = r @ alpha.T  # (b, m)
+    r, u, v, rho = _krr_adjoint_terms(k_ss, k_t, y_s, y_t, ridge)
     gamma = (2.0 * rho / m) * jnp.sum(u * v, axis=-1)  # (b,)
     # dl_i/dK_ss = C_i = -(u v^T + v u^T) - gamma I;  Gamma_i = D_g (.) C_i + diag(w_i)
     w = (
@@ -464,11 +469,7 @@ def _gram_clipped_sum(
     cross = cross.reshape(-1)[:nb]
     sq = quad + 2.0 * cross + jnp.sum(b_vec * b_vec, -1) * sq_t
     norms = jnp.sqrt(jnp.maximum(sq, 0.0))
-    finite = jnp.isfinite(norms)
-    factor = (
-        jnp.where(finite, 1.0 / jnp.maximum(1.0, jnp.where(finite, norms, 0.0) / clip_norm), 0.0)
-        * mask
-    )
+    factor = clip_factors(norms, clip_norm) * mask
     uc = u * factor[:, None]
     vc = v * factor[:, None]
     s_sum = -e_sym * (uc.T @ v + vc.T @ u) + jnp.diag(factor @ dvec)
@@ -656,13 +657,9 @@ def _adjoint_grads(
         # X_s -> K(X_s, X_s) is twice that of a -> K(a, X_s) (halves the work).
         k_ss, pull_s = jax.vjp(lambda a: kernel_fn(a, x_s), x_s)
         k_t = kernel_fn(t, x_s)  # (b, m)
-    chol, _, rho = _ridge_factor(k_ss, ridge)
+    r, u, v, rho = _krr_adjoint_terms(k_ss, k_t, y_s, y_t, ridge)
     eye = jnp.eye(m, dtype=k_ss.dtype)
-    alpha = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)
-    r = k_t @ alpha - y_t  # (b, c)
     losses = jnp.sum(r * r, axis=-1)
-    u = jax.scipy.linalg.cho_solve((chol, True), k_t.T).T  # (b, m), A symmetric
-    v = r @ alpha.T  # (b, m)
     uv = jnp.sum(u * v, axis=-1)  # (b,)
     # symmetrised dL_i/dK_ss: -(u v^T + v u^T) - (2 rho/m)(u.v) I, per target
     ct_kss = (

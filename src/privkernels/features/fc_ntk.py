@@ -170,12 +170,27 @@ def fc_ntk_kernel_from_gram(
 
     Returns:
       ``(n1, n2)``, equal to ``fc_ntk_kernel(x1, x2, ...)`` for the inputs the
-      inner products came from. Not validated (it is traced inside jitted code).
+      inner products came from. Shapes and hyperparameters are always checked;
+      finiteness only for concrete (non-traced) arrays.
     """
+    gram = check_array(gram, "gram", ndim=2)
+    sq1 = check_array(sq1, "sq1", ndim=1)
+    sq2 = check_array(sq2, "sq2", ndim=1)
+    if (sq1.shape[0], sq2.shape[0]) != tuple(gram.shape):
+        raise ValueError(
+            f"sq1 {tuple(sq1.shape)} and sq2 {tuple(sq2.shape)} must match gram {tuple(gram.shape)}"
+        )
+    dim = check_int(dim, "dim", minimum=1)
+    depth = check_int(depth, "depth", minimum=1)
+    if _is_concrete(W_std):
+        check_positive(W_std, "W_std")
+    if _is_concrete(b_std):
+        check_nonnegative(b_std, "b_std")
+    gram, sq1, sq2 = jnp.asarray(gram), jnp.asarray(sq1), jnp.asarray(sq2)
     dtype = jnp.result_type(gram.dtype, sq1.dtype, sq2.dtype)
     sigma_w = jnp.asarray(W_std, dtype) ** 2
     sigma_b = jnp.asarray(b_std, dtype) ** 2
-    return _ntk_from_gram(gram, sq1, sq2, int(dim), int(depth), sigma_w, sigma_b)
+    return _ntk_from_gram(gram, sq1, sq2, dim, depth, sigma_w, sigma_b)
 
 
 @partial(jax.jit, static_argnames=("depth", "chunk_size"))

@@ -22,6 +22,7 @@ _EXPORTS = {
     "truncated_laplace_record": "mechanisms",
     "gaussian_sampling_record": "mechanisms",
     # DP-SGD pieces
+    "clip_factors": "clipping",
     "clip_per_example": "clipping",
     "noisy_clipped_sum": "clipping",
     "per_example_norms": "clipping",

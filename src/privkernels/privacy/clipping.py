@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from privkernels._validation import check_key, check_positive
 
-__all__ = ["clip_per_example", "noisy_clipped_sum", "per_example_norms"]
+__all__ = ["clip_factors", "clip_per_example", "noisy_clipped_sum", "per_example_norms"]
 
 
 def _is_concrete(x: Any) -> bool:
@@ -62,6 +62,29 @@ def per_example_norms(grads: Any) -> jax.Array:
     return jnp.sqrt(sum(sq[1:], sq[0]))
 
 
+def clip_factors(norms: jax.Array, clip_norm: float | jax.Array) -> jax.Array:
+    """Per-example clip factors ``min(1, C / ||g_i||)`` from the norms ``(b,)``.
+
+    Written as ``1 / max(1, ||g_i|| / C)`` so a zero norm gives 1; a non-finite
+    norm gives **0** (the example is dropped; its contribution stays bounded by
+    ``C``). ``factor_i * g_i`` is the clipped gradient of
+    :func:`clip_per_example`; callers that never form ``g_i`` (closed-form
+    clipped sums) use this to get the same bound.
+
+    Args:
+      norms: ``(b,)`` float per-example L2 norms.
+      clip_norm: C > 0 (Python number or traced scalar).
+
+    Returns:
+      ``(b,)`` float32 factors in ``[0, 1]``.
+    """
+    if _is_concrete(clip_norm):
+        clip_norm = check_positive(clip_norm, "clip_norm")
+    finite = jnp.isfinite(norms)
+    c = jnp.asarray(clip_norm, jnp.float32)
+    return jnp.where(finite, 1.0 / jnp.maximum(1.0, jnp.where(finite, norms, 0.0) / c), 0.0)
+
+
 def clip_per_example(grads: Any, clip_norm: float) -> tuple[Any, jax.Array]:
     """Scale every example to global L2 norm at most ``clip_norm``.
 
@@ -90,9 +113,7 @@ def clip_per_example(grads: Any, clip_norm: float) -> tuple[Any, jax.Array]:
 def _clip_impl(grads: Any, clip_norm: jax.Array) -> tuple[Any, jax.Array]:
     norms = per_example_norms(grads)
     finite = jnp.isfinite(norms)
-    c = jnp.asarray(clip_norm, jnp.float32)
-    # min(1, C/||g||) written as 1/max(1, ||g||/C): equals 1 at ||g|| = 0.
-    scale = 1.0 / jnp.maximum(1.0, jnp.where(finite, norms, 0.0) / c)
+    scale = clip_factors(norms, clip_norm)
 
     def clip_leaf(leaf: jax.Array) -> jax.Array:
         shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
