@@ -295,3 +295,29 @@ def test_intrusion_test_split_maps_test_only_attacks(root):
         ds = data.load("intrusion", split="test")
     assert ds.n == 311029 and (ds.counts() > 0).all()
     assert_valid_encoding(ds)
+
+
+def test_standardize_per_example():
+    from privkernels.data import standardize_per_example
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((5, 6, 7)) * np.arange(1, 6).reshape(5, 1, 1)).astype(np.float32)
+    x[4] = 0.3  # constant example -> zeros, not NaN
+    z = standardize_per_example(x)
+    assert z.shape == x.shape and z.dtype == np.float32
+    flat = z.reshape(5, -1).astype(np.float64)
+    np.testing.assert_allclose(flat[:4].mean(axis=1), 0.0, atol=1e-6)
+    np.testing.assert_allclose(flat[:4].std(axis=1), 1.0, atol=1e-4)
+    np.testing.assert_allclose(z[4], 0.0, atol=1e-6)
+    # per example: one example's output does not depend on the others
+    np.testing.assert_allclose(standardize_per_example(x[1:2]), z[1:2])
+    assert standardize_per_example(x.astype(np.float64)).dtype == np.float64
+    bad = x.copy()
+    bad[0, 0, 0] = np.nan
+    for arg in (bad, np.zeros((0, 3)), np.zeros(4), np.zeros((3, 1))):
+        with pytest.raises(ValueError):
+            standardize_per_example(arg)
+    with pytest.raises(ValueError, match="eps"):
+        standardize_per_example(x, eps=0.0)
+    with pytest.raises(TypeError):
+        standardize_per_example(np.array([["a", "b"]], dtype=object))

@@ -611,3 +611,21 @@ def test_convnet_downstream_smoke(digits):
     logits = mod.apply(params, jnp.asarray(xt[:4]))
     assert logits.shape == (4, 10)
     assert 0.0 <= dp_kip_eval.convnet_accuracy(mod, params, xt[:50], yt[:50]) <= 1.0
+
+
+def test_scatternet_kernel_group_norm_option():
+    from privkernels.features import scatternet_features
+
+    x = jnp.asarray(np.random.default_rng(7).random((2, 16, 16), dtype=np.float32))
+    spec = dp_kip.make_kernel("scatternet", (16, 16), 10)
+    assert spec.options["group_norm"] == 27  # "auto" with J=2, L=8 (81 maps)
+    np.testing.assert_allclose(
+        np.asarray(spec.feature_fn(x)), np.asarray(scatternet_features(x, group_norm=27))
+    )
+    raw = dp_kip.make_kernel("scatternet", (16, 16), 10, options={"group_norm": None})
+    np.testing.assert_allclose(np.asarray(raw.feature_fn(x)), np.asarray(scatternet_features(x)))
+    small = dp_kip.make_kernel("scatternet", (16, 16), 10, options={"J": 1, "L": 4})
+    assert small.options["group_norm"] is None  # 5 maps: no grouping
+    for bad in (4, 81, 0):
+        with pytest.raises(ValueError, match="group_norm"):
+            dp_kip.make_kernel("scatternet", (16, 16), 10, options={"group_norm": bad})

@@ -98,3 +98,25 @@ def test_validation():
     bad[0, 0, 0] = np.inf
     with pytest.raises(ValueError, match="NaN or infinite"):
         scatternet_features(bad)
+
+
+def test_group_norm_standardises_each_group_per_position():
+    x = np.random.default_rng(4).random((2, 16, 16), dtype=np.float32)
+    raw = np.asarray(scatternet_features(x), np.float64).reshape(2, 81, 4, 4)
+    got = np.asarray(scatternet_features(x, group_norm=27)).reshape(2, 81, 4, 4)
+    groups = raw.reshape(2, 27, 3, 4, 4)
+    mean = groups.mean(axis=2, keepdims=True)
+    var = groups.var(axis=2, keepdims=True)
+    want = ((groups - mean) / np.sqrt(var + 1e-5)).reshape(2, 81, 4, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+    # Per-example: an example's features do not depend on the rest of the batch.
+    alone = np.asarray(scatternet_features(x[:1], group_norm=27))
+    np.testing.assert_allclose(alone, got[:1].reshape(1, -1), rtol=1e-5, atol=1e-6)
+    # RGB: each colour channel's 81 maps are grouped separately.
+    rgb = np.random.default_rng(5).random((1, 3, 16, 16), dtype=np.float32)
+    g = np.asarray(scatternet_features(rgb, group_norm=9)).reshape(1, 3, 9, 9, 4, 4)
+    np.testing.assert_allclose(g.mean(axis=3), 0.0, atol=1e-4)
+    with pytest.raises(ValueError, match="group_norm"):
+        scatternet_features(x, group_norm=4)
+    with pytest.raises(ValueError, match="group_norm"):
+        scatternet_features(x, group_norm=81)

@@ -35,7 +35,12 @@ standard for DP-SGD.
 Kernels (from :mod:`privkernels.features`):
 
 * ``"scatternet"`` -- linear kernel of ScatterNet features (J=2, L=8):
-  ``K = Phi_t Phi_s^T``.
+  ``K = Phi_t Phi_s^T``. By default (``group_norm="auto"``) each example's 81
+  scattering maps are standardised per position in 27 groups of 3, as in the
+  authors' MNIST encoder (a fixed per-example map; see
+  :func:`privkernels.features.scatternet_features`). It gained about 0.6-0.9
+  points of DP-KIP accuracy on MNIST/FMNIST in our runs; ``group_norm=None``
+  gives the raw features.
 * ``"fc_ntk"`` -- infinite-width FC ReLU NTK (closed form).
 * ``"entk"`` -- linear kernel of the L2-normalised e-NTK features of a LeNet
   with data-independent random parameters.
@@ -115,7 +120,7 @@ KERNELS = ("scatternet", "fc_ntk", "entk")
 FALLBACK_JITTER = 1e-5
 
 _FC_NTK_DEFAULTS = {"depth": 1, "W_std": math.sqrt(2.0), "b_std": 0.1}
-_SCATTER_DEFAULTS = {"J": 2, "L": 8}
+_SCATTER_DEFAULTS: dict[str, Any] = {"J": 2, "L": 8, "group_norm": "auto"}
 _ENTK_DEFAULTS: dict[str, Any] = {"normalize": True}
 
 
@@ -202,7 +207,7 @@ def make_kernel(
 
     if name == "scatternet":
         full = {**_SCATTER_DEFAULTS, **opts}
-        unknown = set(full) - {"J", "L"}
+        unknown = set(full) - {"J", "L", "group_norm"}
         if unknown:
             raise ValueError(f"unknown kernel_options for scatternet: {sorted(unknown)}")
         if len(input_shape) not in (2, 3):
@@ -210,6 +215,17 @@ def make_kernel(
                 f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}"
             )
         J, L = int(full["J"]), int(full["L"])
+        n_maps = 1 + J * L + L * L * J * (J - 1) // 2
+        if full["group_norm"] == "auto":  # 27 groups of 3 for the default J=2, L=8
+            full["group_norm"] = 27 if n_maps % 27 == 0 and n_maps >= 54 else None
+        group_norm = None if full["group_norm"] is None else int(full["group_norm"])
+        if group_norm is not None and (
+            group_norm < 1 or n_maps % group_norm or n_maps // group_norm < 2
+        ):
+            raise ValueError(
+                f"scatternet group_norm={group_norm} must split the {n_maps} scattering "
+                "maps into equal groups of at least 2 (or be None / 'auto')"
+            )
         if min(input_shape[:2]) < 2**J:
             raise ValueError(
                 f"scatternet with J={J} needs images of side >= {2**J}, got {input_shape}; "
@@ -217,7 +233,7 @@ def make_kernel(
             )
 
         def ffn(xb: jax.Array) -> jax.Array:
-            out = features.scatternet_features(xb, J=J, L=L)
+            out = features.scatternet_features(xb, J=J, L=L, group_norm=group_norm)
             return out.reshape(out.shape[0], -1)
 
         return KernelSpec(name, "features", full, feature_fn=ffn)
@@ -1146,7 +1162,9 @@ def fit(
       n_classes: default ``max(y) + 1`` (pass it to avoid reading it from data).
       x_test, y_test: optional *public* held-out set for the per-epoch test accuracy.
       kernel_options: fc_ntk ``depth/W_std/b_std`` (default 1, sqrt(2), 0.1);
-        scatternet ``J/L`` (default 2, 8); entk ``normalize``.
+        scatternet ``J/L/group_norm`` (default 2, 8, ``"auto"``: 27 groups when
+        the number of scattering maps allows it, else none; ``None`` for raw
+        features); entk ``normalize``.
       clip_space: ``"input"`` (paper), ``"feature"`` (linear-feature kernels;
         see the module docstring) or ``"auto"`` (``"input"``; ``"feature"`` for entk).
       accountant: ``"pld"`` (default) or ``"rdp"``.

@@ -28,6 +28,7 @@ _EXPORTS = {
     "TabularSchema": "schema",
     "MISSING_LEVEL": "schema",
     "read_idx": "images",
+    "standardize_per_example": "preprocess",
     # synthetic generators
     "gaussian_blobs": "synthetic",
     "synthetic_images": "synthetic",
