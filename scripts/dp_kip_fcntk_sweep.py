@@ -41,6 +41,8 @@ SETTINGS = [  # (preprocessing, learning rate, batch size, clip norm, init)
     ("std", 1e-1, 500, 1e-1, "normal"),
     ("x", 1e-2, 500, 1e-6, "real"),  # NOT private: the reference script's MNIST init
     ("x", 3e-2, 500, 1e-1, "real"),  # NOT private
+    ("std", 3e-2, 1000, 1e-1, "normal"),
+    ("std", 3e-2, 250, 1e-1, "normal"),
 ]
 
 

@@ -22,6 +22,12 @@ SETTINGS_KEYS = (
     "batch_size",
     "support_per_class",
     "profile",
+    "corrupt_fraction",
+    "hp_epochs",
+    "hp_batch_size",
+    "hp_clip_space",
+    "hp_group_norm",
+    "hp_preprocess",
 )
 
 
