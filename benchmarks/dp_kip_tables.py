@@ -396,10 +396,13 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
     steps = _opt(ctx, "convnet_steps", 300 if quick else 1000, int)
     rows = []
     for ds in _datasets(ctx):
+        loaded: dict[str, tuple] = {}  # preprocess -> _images(...), loaded once per dataset
         for kern, eps in combos:
             for spc in spcs:
                 hp = _hp(ctx, ds, kern, eps, spc)
-                x, y, xte, yte, c = _images(ctx, ds, preprocess=hp["preprocess"])
+                if hp["preprocess"] not in loaded:
+                    loaded[hp["preprocess"]] = _images(ctx, ds, preprocess=hp["preprocess"])
+                x, y, xte, yte, c = loaded[hp["preprocess"]]
                 for seed in ctx.seeds:
                     with Timer() as t:
                         res = _fit(jax.random.key(seed), x, y, xte, yte, c, kern, eps, spc, hp)

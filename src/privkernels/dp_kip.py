@@ -215,17 +215,16 @@ def make_kernel(
                 f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}"
             )
         J, L = int(full["J"]), int(full["L"])
-        n_maps = 1 + J * L + L * L * J * (J - 1) // 2
+        from privkernels.features.scatternet import check_group_norm, num_scattering_maps
+
         if full["group_norm"] == "auto":  # 27 groups of 3 for the default J=2, L=8
+            n_maps = num_scattering_maps(J, L)
             full["group_norm"] = 27 if n_maps % 27 == 0 and n_maps >= 54 else None
-        group_norm = None if full["group_norm"] is None else int(full["group_norm"])
-        if group_norm is not None and (
-            group_norm < 1 or n_maps % group_norm or n_maps // group_norm < 2
-        ):
-            raise ValueError(
-                f"scatternet group_norm={group_norm} must split the {n_maps} scattering "
-                "maps into equal groups of at least 2 (or be None / 'auto')"
-            )
+        group_norm = (
+            None
+            if full["group_norm"] is None
+            else check_group_norm(int(full["group_norm"]), J=J, L=L)
+        )
         if min(input_shape[:2]) < 2**J:
             raise ValueError(
                 f"scatternet with J={J} needs images of side >= {2**J}, got {input_shape}; "

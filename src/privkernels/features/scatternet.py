@@ -52,6 +52,22 @@ def _scattering(h: int, w: int, J: int, L: int) -> Any:
         return Scattering2D(J=J, shape=(h, w), L=L)
 
 
+def num_scattering_maps(J: int, L: int) -> int:
+    """Maps per input channel, ``K = 1 + J L + L^2 J (J - 1) / 2`` (81 for J=2, L=8)."""
+    return 1 + J * L + L * L * J * (J - 1) // 2
+
+
+def check_group_norm(group_norm: int, *, J: int, L: int) -> int:
+    """``group_norm`` if it splits the ``K`` maps into equal groups of >= 2, else ValueError."""
+    k = num_scattering_maps(J, L)
+    if group_norm < 1 or k % group_norm or k // group_norm < 2:
+        raise ValueError(
+            f"group_norm={group_norm} must split the {k} scattering maps into equal "
+            "groups of at least 2"
+        )
+    return group_norm
+
+
 def scatternet_num_features(image_shape: tuple[int, ...], *, J: int = 2, L: int = 8) -> int:
     """Feature dimension for one image of shape ``(h, w)`` or ``(C, h, w)``.
 
@@ -60,9 +76,8 @@ def scatternet_num_features(image_shape: tuple[int, ...], *, J: int = 2, L: int 
     """
     *c, h, w = image_shape
     channels = c[0] if c else 1
-    k = 1 + J * L + L * L * J * (J - 1) // 2
     s = 2**J
-    return channels * k * (-(-h // s)) * (-(-w // s))
+    return channels * num_scattering_maps(J, L) * (-(-h // s)) * (-(-w // s))
 
 
 GROUP_NORM_EPS = 1e-5
@@ -163,13 +178,7 @@ def scatternet_features(
             f"layout must be 'auto', 'channels_first' or 'channels_last', got {layout!r}"
         )
     if group_norm is not None:
-        group_norm = check_int(group_norm, "group_norm", minimum=1)
-        k = 1 + J * L + L * L * J * (J - 1) // 2
-        if k % group_norm or k // group_norm < 2:
-            raise ValueError(
-                f"group_norm={group_norm} must divide the {k} scattering channels "
-                "into groups of at least 2"
-            )
+        group_norm = check_group_norm(check_int(group_norm, "group_norm"), J=J, L=L)
     arr = check_array(x, "x", ndim=(3, 4))
     if arr.size == 0:
         raise ValueError(f"x is empty (shape {tuple(arr.shape)})")
