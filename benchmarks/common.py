@@ -23,6 +23,22 @@ __all__ = [
 ]
 
 
+def release_key(seed: int, epsilon: float | None, *tags: Any) -> Any:
+    """A distinct PRNG key per (seed, epsilon, tags): never one key for two budgets.
+
+    Releases of the same data at two budgets from one key share their noise
+    draw and can be solved for the un-noised value; every table cell therefore
+    gets ``fold_in`` of a digest of its epsilon (and any further tags) into
+    ``key(seed)``. ``epsilon=None`` (non-private baselines) is a tag like any other.
+    """
+    import jax
+
+    from privkernels.privacy.keys import fold_digest, params_digest
+
+    digest = params_digest("benchmark-cell", epsilon=epsilon, tags=tuple(str(t) for t in tags))
+    return fold_digest(jax.random.key(int(seed)), digest)
+
+
 def machine_info() -> dict[str, Any]:
     """Describe the machine the numbers were measured on."""
     import jax

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import Timer, save_image_grid
+from benchmarks.common import Timer, release_key, save_image_grid
 from benchmarks.registry import RunContext, register
 
 DELTA = 1e-5
@@ -249,12 +249,27 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
         hp["group_norm"] = ctx.options.get("group_norm", "27")
     # FC-NTK: per-image standardisation matches the N(0, I) support initialisation.
     hp["preprocess"] = ctx.options.get("preprocess", "std" if kernel == "fc_ntk" else "2x-1")
+    hp["relation"] = _relation(ctx)
     return hp
 
 
+def _relation(ctx: RunContext) -> str:
+    """The paper's accounting (add-remove, q = batch / n with the published training-set
+    size as the public n) unless ``--set relation=replace-one``."""
+    rel = ctx.options.get("relation", "add-remove")
+    if rel not in ("add-remove", "replace-one"):
+        raise SystemExit(f"--set relation must be add-remove or replace-one, got {rel!r}")
+    return rel
+
+
 def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0):
+    """One DP-KIP run. Under add-remove the sampling rate is batch / n with n the published
+    size of the benchmark's training set (a public number, as in the paper's accounting)."""
     from privkernels import dp_kip
 
+    batch = min(int(hp["batch_size"]), len(y))
+    relation = hp.get("relation", "add-remove")
+    rate = {"sampling_rate": batch / len(y)} if relation == "add-remove" and eps else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return dp_kip.fit(
@@ -266,7 +281,7 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             epsilon=eps,
             delta=DELTA,
             clip_norm=hp["clip"],
-            batch_size=min(int(hp["batch_size"]), len(y)),
+            batch_size=batch,
             epochs=int(hp["epochs"]),
             learning_rate=hp["lr"],
             reg=hp["reg"],
@@ -282,13 +297,14 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             eval_every=10**6,
             x_test=None,
             y_test=None,
+            neighbouring=relation if eps else "replace-one",
+            **rate,
         )
 
 
 def _krr_rows(
     ctx, table, dataset, kernel, eps, spc, paper, corrupt=0.0, max_train=None, extra=None
 ):
-    import jax
 
     from privkernels import dp_kip
 
@@ -297,7 +313,19 @@ def _krr_rows(
     x, y, xte, yte, c = _images(ctx, dataset, max_train, preprocess=hp["preprocess"])
     for seed in ctx.seeds:
         with Timer() as t:
-            res = _fit(jax.random.key(seed), x, y, xte, yte, c, kernel, eps, spc, hp, corrupt)
+            res = _fit(
+                release_key(seed, eps, table, dataset, kernel, spc, corrupt),
+                x,
+                y,
+                xte,
+                yte,
+                c,
+                kernel,
+                eps,
+                spc,
+                hp,
+                corrupt,
+            )
             acc = dp_kip.accuracy(res, xte, yte)
         tag = f"{table}-{dataset}-{kernel}-eps{eps}-spc{spc}-c{corrupt}-seed{seed}"
         save_image_grid(ctx.out / f"{tag}.png", res.support_x, res.support_y, title=tag)
@@ -405,7 +433,18 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                 x, y, xte, yte, c = loaded[hp["preprocess"]]
                 for seed in ctx.seeds:
                     with Timer() as t:
-                        res = _fit(jax.random.key(seed), x, y, xte, yte, c, kern, eps, spc, hp)
+                        res = _fit(
+                            release_key(seed, eps, "table3", ds, kern, spc),
+                            x,
+                            y,
+                            xte,
+                            yte,
+                            c,
+                            kern,
+                            eps,
+                            spc,
+                            hp,
+                        )
                         krr = dp_kip.accuracy(res, xte, yte)
                         mod, params = dp_kip_eval.train_convnet(
                             jax.random.key(1000 + seed),
@@ -477,7 +516,6 @@ def table4(ctx: RunContext) -> list[dict[str, Any]]:
 
 @register("dp-kip-table5", "DP-KIP Table 5: tabular data, DP-KIP FC-NTK, 12 classifiers (eps=1)")
 def table5(ctx: RunContext) -> list[dict[str, Any]]:
-    import jax
 
     from privkernels import data, evaluation
 
@@ -516,11 +554,12 @@ def table5(ctx: RunContext) -> list[dict[str, Any]]:
             clip=_opt(ctx, "clip", 1e-1),
             reg=_opt(ctx, "reg", 1e-6),
             clip_space="input",
+            relation=_relation(ctx),
         )
         for seed in ctx.seeds:
             with Timer() as t:
                 res = _fit(
-                    jax.random.key(seed),
+                    release_key(seed, eps, "table5", name),
                     tr.x.astype(np.float32),
                     tr.y,
                     None,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import resolve_data_dir, save_image_grid
+from benchmarks.common import release_key, resolve_data_dir, save_image_grid
 from benchmarks.registry import RunContext, register
 
 # ---------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def _run_image(
     t0 = time.perf_counter()
     net = features.fc_1l(width, out_features=train.n_classes, layer_norm=True)
     res = dp_ntk.fit(
-        jax.random.key(seed),
+        release_key(seed, epsilon, tag),
         train.x,
         train.y,
         epsilon=epsilon,
@@ -291,7 +291,7 @@ def run_table4(ctx: RunContext) -> list[dict[str, Any]]:
         for seed in ctx.seeds:
             t0 = time.perf_counter()
             res = dp_ntk.fit(
-                jax.random.key(seed),
+                release_key(seed, eps, name),
                 train.x,
                 train.y,
                 epsilon=eps,

@@ -1106,6 +1106,8 @@ def _child(kind: str, n: int, extra: int) -> dict[str, Any]:
             epochs=1,
             n_classes=10,
             accountant="rdp",
+            neighbouring="add-remove",
+            sampling_rate=extra / n,  # the benchmark's n is public
             progress=False,
         )
         _block(res.x_support if hasattr(res, "x_support") else res)

@@ -12,6 +12,7 @@ import pytest
 
 from privkernels.features import entk as E
 from privkernels.features import networks as N
+from privkernels.privacy.clipping import NORM_MARGIN
 
 N_CLASSES = 3
 _SMALL_LENET = {"channels": (2, 3), "hidden": (4,)}
@@ -35,8 +36,8 @@ def _jacrev_features(apply_fn, params, x, normalize=True):
     g = jnp.concatenate(
         [leaf.reshape(x.shape[0], -1) for leaf in jax.tree_util.tree_leaves(jac)], axis=1
     )
-    if normalize:
-        g = g / jnp.linalg.norm(g, axis=1, keepdims=True)
+    if normalize:  # normalised features are scaled to norm 1 / (1 + NORM_MARGIN) <= 1
+        g = g / (jnp.linalg.norm(g, axis=1, keepdims=True) * (1.0 + NORM_MARGIN))
     return np.asarray(g)
 
 
@@ -49,7 +50,7 @@ class _Net(NamedTuple):
 
     @property
     def phi(self):
-        return self.raw / np.linalg.norm(self.raw, axis=1, keepdims=True)
+        return self.raw / (np.linalg.norm(self.raw, axis=1, keepdims=True) * (1.0 + NORM_MARGIN))
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,10 @@ def test_features_match_jacrev_and_have_unit_norm(nets, name):
     phi = E.entk_features(net.apply_fn, net.params, net.x, chunk_size=4)  # 11 = 4 + 4 + 3 (padded)
     assert phi.shape == (11, _p(net.params)) and phi.dtype == jnp.float32
     _close(phi, net.phi)
-    np.testing.assert_allclose(np.linalg.norm(np.asarray(phi), axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.linalg.norm(np.asarray(phi), axis=1), 1.0 / (1.0 + NORM_MARGIN), rtol=1e-5
+    )
+    assert np.all(np.linalg.norm(np.asarray(phi, np.float64), axis=1) <= 1.0)
     _close(E.entk_features(net.apply_fn, net.params, net.x, normalize=False), net.raw)  # one chunk
 
 
@@ -233,7 +237,8 @@ def test_zero_gradient_gives_zero_feature_without_nan():
     x = jnp.array([[1.0, 2.0, 3.0], [-1.0, -2.0, -3.0]])  # first row: all ReLUs dead -> grad 0
     y = np.array([0, 1])
     phi = E.entk_features(m.apply, params, x)
-    assert float(jnp.abs(phi[0]).max()) == 0.0 and abs(float(jnp.linalg.norm(phi[1])) - 1) < 1e-5
+    assert float(jnp.abs(phi[0]).max()) == 0.0
+    assert abs(float(jnp.linalg.norm(phi[1])) * (1.0 + NORM_MARGIN) - 1) < 1e-5
     assert E.is_dense_mlp(m.apply, params, (3,))
     for method in ("generic", "structured"):
         emb = E.entk_mean_embedding(m.apply, params, x, y, 2, method=method)
@@ -320,7 +325,7 @@ def test_kernel_feature_form(nets, name):
     assert K.shape == (11, 6)
     _close(K, net.phi @ net.phi[:6].T)
     Kxx = np.asarray(K[:6])
-    np.testing.assert_allclose(np.diag(Kxx), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.diag(Kxx), (1.0 + NORM_MARGIN) ** -2, rtol=1e-5)
     np.testing.assert_allclose(Kxx, Kxx.T, atol=1e-6)
     assert np.linalg.eigvalsh(Kxx).min() > -1e-5
 

@@ -64,11 +64,16 @@ def test_non_private_composition_is_non_private():
 
 @pytest.mark.parametrize(
     "eps,delta",
-    [(0.0, 1e-5), (-1.0, 1e-5), (math.inf, 1e-5), (math.nan, 1e-5), (1.0, 1.0), (1.0, -0.1)],
+    [(-1.0, 1e-5), (math.inf, 1e-5), (math.nan, 1e-5), (1.0, 1.0), (1.0, -0.1)],
 )
 def test_private_report_rejects_invalid_guarantee(eps, delta):
     with pytest.raises(ValueError):
         PrivacyReport(epsilon=eps, delta=delta, neighbouring=REPLACE_ONE)
+
+
+def test_zero_epsilon_report_is_valid():
+    """(0, delta)-DP is a valid guarantee (e.g. one DP-SGD step with enormous noise)."""
+    assert PrivacyReport(epsilon=0.0, delta=1e-5, neighbouring=REPLACE_ONE).private
 
 
 def test_json_round_trip():

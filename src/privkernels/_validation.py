@@ -22,7 +22,16 @@ __all__ = [
     "check_array",
     "check_labels",
     "check_key",
+    "check_finite",
+    "infer_n_classes",
+    "N_CLASSES_INFERRED_NOTE",
 ]
+
+#: Report note of a fit whose ``n_classes`` was read from the private labels.
+N_CLASSES_INFERRED_NOTE = (
+    "n_classes was inferred as max(y) + 1 from the private labels without noise "
+    "(PrivacyLeakWarning); the guarantee does not cover it. Pass n_classes to avoid this."
+)
 
 
 def _as_float(value: Any, name: str) -> float:
@@ -88,6 +97,44 @@ def check_int(value: Any, name: str, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def _compute_dtype(dtype: Any) -> np.dtype:
+    """The dtype JAX computes in for ``dtype`` (float64 -> float32 unless x64 is on)."""
+    import jax
+
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def check_finite(arr: Any, name: str, *, dtype: Any = None) -> None:
+    """Raise ``ValueError`` unless every entry of ``arr`` is finite in ``dtype``.
+
+    The check runs in the dtype the computation will use (default: JAX's
+    canonical dtype of ``arr``, i.e. float32 for float64 input unless x64 is
+    enabled): a float64 ``1e39`` is finite in float64 but ``inf`` once cast, so
+    it is refused here instead of poisoning a float32 computation. JAX arrays
+    are reduced where they live (a sharded global array is never fetched);
+    tracers cannot be checked (the caller validates before ``jit``).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    if not np.issubdtype(arr.dtype, np.floating):
+        return
+    target = _compute_dtype(arr.dtype if dtype is None else dtype)
+    if isinstance(arr, jax.core.Tracer):
+        return
+    if isinstance(arr, jax.Array):
+        with jax.ensure_compile_time_eval():  # concrete even while a caller is being traced
+            ok = bool(jnp.all(jnp.isfinite(arr.astype(target))))
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            ok = bool(np.all(np.isfinite(np.asarray(arr).astype(target, copy=False))))
+    if not ok:
+        raise ValueError(
+            f"{name} contains NaN or infinite values (checked in {target.name}, the dtype "
+            "it is computed in: values beyond its range overflow to inf)"
+        )
+
+
 def check_array(
     x: Any,
     name: str,
@@ -95,20 +142,27 @@ def check_array(
     ndim: int | tuple[int, ...] | None = None,
     min_rows: int = 1,
     finite: bool = True,
+    dtype: Any = None,
 ) -> Any:
-    """Validate an array-like: rank, non-emptiness and finiteness.
+    """Validate an array-like: kind, rank, non-emptiness and finiteness.
 
     Returns the input unchanged when it is already a NumPy or JAX array (so JAX
-    arrays stay on device), else ``np.asarray(x)``. Finiteness is checked on
-    concrete values only (inside ``jit`` the caller validates beforehand).
+    arrays stay on device), else ``np.asarray(x)``. Real numbers and booleans
+    only: complex, object and string arrays are refused. Finiteness is checked
+    on concrete values in the compute dtype (see :func:`check_finite`; ``dtype``
+    overrides it); inside ``jit`` the caller validates beforehand. Messages
+    name the argument and its shape, never its values.
     """
     if x is None:
         raise ValueError(f"{name} must be an array, got None")
     arr = x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
+    dt = np.dtype(arr.dtype) if not hasattr(arr.dtype, "kind") else arr.dtype
+    if (
+        dt == np.dtype(object)
+        or np.issubdtype(dt, np.complexfloating)
+        or not (np.issubdtype(dt, np.number) or np.issubdtype(dt, np.bool_))
     ):
-        raise TypeError(f"{name} must be a numeric array, got dtype {arr.dtype}")
+        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if arr.ndim not in allowed:
@@ -122,14 +176,21 @@ def check_array(
         )
     if arr.size == 0 and min_rows > 0:
         raise ValueError(f"{name} is empty (shape {tuple(arr.shape)})")
-    if finite and np.issubdtype(arr.dtype, np.floating):
-        try:
-            all_finite = bool(np.all(np.isfinite(np.asarray(arr))))
-        except Exception:  # tracer: cannot check concretely
-            all_finite = True
-        if not all_finite:
-            raise ValueError(f"{name} contains NaN or infinite values")
+    if finite:
+        check_finite(arr, name, dtype=dtype)
     return arr
+
+
+def _label_range(arr: Any) -> tuple[int, int]:
+    """``(min, max)`` of a label array, reduced where it lives (host or device)."""
+    import jax
+    import jax.numpy as jnp
+
+    if isinstance(arr, jax.Array):
+        with jax.ensure_compile_time_eval():
+            lo, hi = jax.jit(lambda a: (jnp.min(a), jnp.max(a)))(arr)
+            return int(lo), int(hi)
+    return int(np.min(arr)), int(np.max(arr))
 
 
 def check_labels(
@@ -138,39 +199,69 @@ def check_labels(
     name: str = "y",
     *,
     n_rows: int | None = None,
-    require_all_classes: bool = False,
-) -> np.ndarray:
+) -> Any:
     """Validate integer class labels in ``[0, n_classes)``; return them as int32.
 
-    ``require_all_classes`` rejects a class with no example (a class-conditional
-    method cannot release a meaningful embedding for it, and silently dropping
-    it would change the output shape depending on private data).
+    NumPy/list input comes back as a NumPy int32 array; a JAX array stays a JAX
+    array (a global array sharded over processes is checked by a device-side
+    reduction and never fetched). A class with no example is allowed: refusing
+    it would be a refusal that depends on the private data (a neighbour with
+    one more example of that class would be accepted). Error messages never
+    contain label values.
     """
+    import jax
+
     n_classes = check_int(n_classes, "n_classes", minimum=1)
-    arr = np.asarray(y)
+    arr = y if isinstance(y, jax.Array) else np.asarray(y)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array of integer labels, got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} is empty")
     if np.issubdtype(arr.dtype, np.floating):
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+        check_finite(arr, name)
+        if isinstance(arr, jax.Array):
+            with jax.ensure_compile_time_eval():
+                whole = bool(jax.numpy.all(arr == jax.numpy.round(arr)))
+        else:
+            whole = bool(np.all(arr == np.round(arr)))
+        if not whole:
             raise ValueError(f"{name} must hold integer class labels")
+        arr = arr.astype(np.int32) if isinstance(arr, jax.Array) else arr.astype(np.int64)
     elif not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
     if n_rows is not None and arr.shape[0] != n_rows:
         raise ValueError(f"{name} has {arr.shape[0]} labels but x has {n_rows} rows")
-    if arr.min() < 0 or arr.max() >= n_classes:
+    lo, hi = _label_range(arr)
+    if lo < 0 or hi >= n_classes:
         raise ValueError(
-            f"{name} must lie in [0, n_classes) = [0, {n_classes}), "
-            f"got values in [{arr.min()}, {arr.max()}]"
+            f"{name} must lie in [0, n_classes) = [0, {n_classes}) (some labels do not; "
+            "values are not shown because they are private)"
         )
-    out = arr.astype(np.int32)
-    if require_all_classes:
-        counts = np.bincount(out, minlength=n_classes)
-        if np.any(counts == 0):
-            missing = np.flatnonzero(counts == 0).tolist()
-            raise ValueError(f"{name} has no example of class(es) {missing}")
-    return out
+    return arr.astype(np.int32)
+
+
+def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, bool]:
+    """``(n_classes, inferred)``: the given count, or ``max(y) + 1`` with a warning.
+
+    Reading ``max(y)`` uses the private labels without noise, so it emits a
+    :class:`~privkernels.privacy.warnings.PrivacyLeakWarning`; callers add
+    :data:`N_CLASSES_INFERRED_NOTE` to their report when ``inferred`` is True.
+    The only place in privkernels that reads the label range from data.
+    """
+    import jax
+
+    if n_classes is not None:
+        return check_int(n_classes, "n_classes", minimum=minimum), False
+    arr = y if isinstance(y, jax.Array) else np.asarray(y)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"y must be a non-empty 1-D array of labels, got shape {arr.shape}")
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"y must hold integer class labels, got dtype {arr.dtype}")
+    check_finite(arr, "y")
+    from privkernels.privacy.warnings import warn_privacy_leak
+
+    warn_privacy_leak("n_classes (inferred as max(y) + 1; pass n_classes explicitly)", stacklevel=4)
+    return max(int(_label_range(arr)[1]) + 1, minimum), True
 
 
 def check_key(key: Any, name: str = "key") -> Any:

@@ -81,13 +81,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from privkernels._validation import (
+    N_CLASSES_INFERRED_NOTE,
     check_array,
     check_delta,
     check_epsilon,
@@ -96,8 +97,11 @@ from privkernels._validation import (
     check_labels,
     check_nonnegative,
     check_positive,
+    infer_n_classes,
 )
-from privkernels.privacy.clipping import clip_factors
+from privkernels.privacy.accounting import check_relation, check_sampling_rate
+from privkernels.privacy.clipping import masked_clip_factors, rounding_bound, safe_norms
+from privkernels.privacy.keys import params_digest
 
 __all__ = [
     "KERNELS",
@@ -343,7 +347,10 @@ def _feature_clipped_sum(
 
     so per-example norms and the clipped sum need only ``O(b m f)`` work and
     the ``(b, m, f)`` per-example gradients are never materialised. Equal to
-    ``clip_per_example(vmap(grad))`` (tested).
+    ``clip_per_example(vmap(grad))`` (tested). The norm used for clipping is
+    cancellation-safe (:func:`privkernels.privacy.clipping.safe_norms` with
+    ``M_i = 2||v_i|| ||e_i|| + 2||u_i|| ||w_i|| + |gamma_i| ||S||_F``) and rows
+    that are padding or not finite are zeroed before any product.
 
     Returns ``(clipped_sum (m, f), loss_sum, n_clipped)`` over ``mask``.
     """
@@ -363,15 +370,22 @@ def _feature_clipped_sum(
         - 4.0 * gamma * jnp.sum(w * e, -1)
         + 4.0 * gamma * jnp.sum(stu * w, -1)
     )
-    norms = jnp.sqrt(jnp.maximum(sq, 0.0))
-    factor = clip_factors(norms, clip_norm) * mask
-    total = (
-        2.0 * (v * factor[:, None]).T @ e
-        - 2.0 * (u * factor[:, None]).T @ w
-        - jnp.sum(factor * gamma) * s
+    # Cancellation-safe norms (see _gram_clipped_sum): M_i >= ||g_i|| from sums of squares.
+    bound = (
+        2.0 * jnp.sqrt(jnp.sum(v * v, -1) * jnp.sum(e * e, -1))
+        + 2.0 * jnp.sqrt(jnp.sum(u * u, -1) * jnp.sum(w * w, -1))
+        + jnp.abs(gamma) * jnp.sqrt(s_sq)
     )
-    loss_sum = jnp.sum(jnp.sum(r * r, -1) * mask)
-    n_clipped = jnp.sum(mask * (norms > clip_norm))
+    norms = safe_norms(sq, bound, rounding_bound(2 * m + s.shape[1], s.dtype))
+    factor, keep = masked_clip_factors(norms, mask, clip_norm)
+    vc = jnp.where(keep[:, None], v * factor[:, None], 0.0)
+    uc = jnp.where(keep[:, None], u * factor[:, None], 0.0)
+    e0 = jnp.where(keep[:, None], e, 0.0)
+    w0 = jnp.where(keep[:, None], w, 0.0)
+    g0 = jnp.where(keep, factor * gamma, 0.0)
+    total = 2.0 * vc.T @ e0 - 2.0 * uc.T @ w0 - jnp.sum(g0) * s
+    loss_sum = jnp.sum(jnp.where(keep, jnp.sum(r * r, -1), 0.0))
+    n_clipped = jnp.sum(keep * (norms > clip_norm))
     return total, loss_sum, n_clipped
 
 
@@ -379,43 +393,28 @@ def _feature_clipped_sum(
 _GRAM_CHUNK_ELEMS = 1 << 21
 
 
-def _gram_clipped_sum(
+class _GramTerms(NamedTuple):
+    """Per-target pieces of the Gram-form gradients ``g_i = S_i X_s + b_i x_i^T``."""
+
+    u: jax.Array  # (b, m)
+    v: jax.Array  # (b, m)
+    dvec: jax.Array  # (b, m): diagonal of S_i
+    b_vec: jax.Array  # (b, m)
+    e_sym: jax.Array  # (m, m): off-diagonal pattern, S_i = -E (.) (u v^T + v u^T) + diag(dvec)
+    r: jax.Array  # (b, c) residuals
+    sq: jax.Array  # (b,) ||g_i||^2 from the closed form (may cancel, see _gram_clipped_sum)
+    bound: jax.Array  # (b,) ||S_i||_F ||X_s||_F + ||b_i|| ||x_i||  >= ||g_i||
+
+
+def _gram_norm_terms(
     gram_fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
     x_s: jax.Array,
     y_s: jax.Array,
     t: jax.Array,
     y_t: jax.Array,
-    mask: jax.Array,
     ridge: float,
-    clip_norm: float,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Masked sum of clipped per-example input-space gradients for a dot-product kernel.
-
-    The paper's pixel-space clipping (Algorithm 1, lines 5-7), exact, without the
-    ``(b, m, d)`` per-example gradients. When ``K`` depends on the inputs only
-    through inner products (the FC-NTK), one target's loss is a function
-    ``l_i(G, h_i)`` of ``G = X_s X_s^T`` (``(m, m)``) and ``h_i = X_s x_i``
-    (``(m,)``), so its gradient has the form::
-
-        g_i = S_i X_s + b_i x_i^T,   S_i = Gamma_i + Gamma_i^T,
-        Gamma_i = dl_i/dG  (m, m),   b_i = dl_i/dh_i  (m,),
-
-    with ``dl_i/dK_ss`` and ``dl_i/dk_i`` from the explicit KRR adjoints of
-    :func:`_adjoint_grads`, pulled back through the element-wise map
-    ``G -> K``. Then::
-
-        ||g_i||^2 = sum((S_i G) * S_i) + 2 b_i . (S_i h_i) + ||b_i||^2 ||x_i||^2
-        sum_i c_i g_i = (sum_i c_i S_i) X_s + (c * b)^T X_t
-
-    costs ``O(b m^2 min(m, d) + m^2 d + b m d)`` instead of ``O(b m^2 d)``
-    memory traffic. Equal to ``clip_per_example(vmap(grad))`` (tested).
-
-    Args:
-      x_s: ``(m, d)`` flattened support; y_s: ``(m, c)``.
-      t: ``(b, d)`` flattened targets; y_t: ``(b, c)``; mask: ``(b,)`` (0 = padding).
-
-    Returns ``(clipped_sum (m, d), loss_sum, n_clipped)`` over ``mask``.
-    """
+) -> _GramTerms:
+    """The per-target terms of :func:`_gram_clipped_sum` (see there for the derivation)."""
     m, d = x_s.shape
     gram = x_s @ x_s.T
     gram = 0.5 * (gram + gram.T)
@@ -466,7 +465,7 @@ def _gram_clipped_sum(
         a = jnp.concatenate([a, jnp.zeros((pad, *a.shape[1:]), a.dtype)]) if pad else a
         return a.reshape(n_chunks, per, *a.shape[1:])
 
-    def quad_chunk(args: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
+    def quad_chunk(args: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
         uc, vc, dc, hc, bc = args
         sym = -e_sym * (uc[:, :, None] * vc[:, None, :] + vc[:, :, None] * uc[:, None, :])
         sym = sym + dc[:, :, None] * eye
@@ -477,20 +476,79 @@ def _gram_clipped_sum(
             sx = (sym.reshape(per * m, m) @ x_s).reshape(per, m, d)
             quad = jnp.sum(sx * sx, axis=(1, 2))
         cross = jnp.sum(bc * jnp.einsum("bjk,bk->bj", sym, hc), axis=-1)
-        return quad, cross
+        return quad, cross, jnp.sum(sym * sym, axis=(1, 2))
 
-    quad, cross = jax.lax.map(quad_chunk, tuple(chunked(a) for a in (u, v, dvec, h, b_vec)))
-    quad = quad.reshape(-1)[:nb]
-    cross = cross.reshape(-1)[:nb]
-    sq = quad + 2.0 * cross + jnp.sum(b_vec * b_vec, -1) * sq_t
-    norms = jnp.sqrt(jnp.maximum(sq, 0.0))
-    factor = clip_factors(norms, clip_norm) * mask
-    uc = u * factor[:, None]
-    vc = v * factor[:, None]
-    s_sum = -e_sym * (uc.T @ v + vc.T @ u) + jnp.diag(factor @ dvec)
-    total = s_sum @ x_s + (b_vec * factor[:, None]).T @ t
-    loss_sum = jnp.sum(jnp.sum(r * r, -1) * mask)
-    n_clipped = jnp.sum(mask * (norms > clip_norm))
+    quad, cross, s_sq = jax.lax.map(quad_chunk, tuple(chunked(a) for a in (u, v, dvec, h, b_vec)))
+    quad, cross, s_sq = (a.reshape(-1)[:nb] for a in (quad, cross, s_sq))
+    bb = jnp.sum(b_vec * b_vec, -1)
+    sq = quad + 2.0 * cross + bb * sq_t
+    bound = jnp.sqrt(s_sq) * jnp.sqrt(jnp.sum(diag)) + jnp.sqrt(bb * sq_t)
+    return _GramTerms(u, v, dvec, b_vec, e_sym, r, sq, bound)
+
+
+def _gram_clipped_sum(
+    gram_fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
+    x_s: jax.Array,
+    y_s: jax.Array,
+    t: jax.Array,
+    y_t: jax.Array,
+    mask: jax.Array,
+    ridge: float,
+    clip_norm: float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Masked sum of clipped per-example input-space gradients for a dot-product kernel.
+
+    The paper's pixel-space clipping (Algorithm 1, lines 5-7), exact, without the
+    ``(b, m, d)`` per-example gradients. When ``K`` depends on the inputs only
+    through inner products (the FC-NTK), one target's loss is a function
+    ``l_i(G, h_i)`` of ``G = X_s X_s^T`` (``(m, m)``) and ``h_i = X_s x_i``
+    (``(m,)``), so its gradient has the form::
+
+        g_i = S_i X_s + b_i x_i^T,   S_i = Gamma_i + Gamma_i^T,
+        Gamma_i = dl_i/dG  (m, m),   b_i = dl_i/dh_i  (m,),
+
+    with ``dl_i/dK_ss`` and ``dl_i/dk_i`` from the explicit KRR adjoints of
+    :func:`_adjoint_grads`, pulled back through the element-wise map
+    ``G -> K``. Then::
+
+        ||g_i||^2 = sum((S_i G) * S_i) + 2 b_i . (S_i h_i) + ||b_i||^2 ||x_i||^2
+        sum_i c_i g_i = (sum_i c_i S_i) X_s + (c * b)^T X_t
+
+    costs ``O(b m^2 min(m, d) + m^2 d + b m d)`` instead of ``O(b m^2 d)``
+    memory traffic. Equal to ``clip_per_example(vmap(grad))`` (tested).
+
+    Cancellation. When two support points are nearly parallel (the arc-cosine
+    kink off the diagonal) or ``K_ss`` is nearly singular, ``S_i`` has huge
+    entries whose effects cancel in ``g_i``: the closed-form ``||g_i||^2`` is
+    then a small difference of huge terms, can come out far too small, and an
+    unclipped example would move the sum by many times ``C``. The clip factor
+    therefore uses :func:`privkernels.privacy.clipping.safe_norms`: the
+    computed square plus its rounding-error bound, relative to
+    ``M_i = ||S_i||_F ||X_s||_F + ||b_i|| ||x_i|| >= ||g_i||`` (sums of squares,
+    no cancellation). Examples whose norm is not finite, and padding rows, are
+    zeroed with ``where`` before any product (``0 * NaN`` would be NaN).
+
+    Args:
+      x_s: ``(m, d)`` flattened support; y_s: ``(m, c)``.
+      t: ``(b, d)`` flattened targets; y_t: ``(b, c)``; mask: ``(b,)`` (0 = padding).
+
+    Returns ``(clipped_sum (m, d), loss_sum, n_clipped)`` over ``mask``.
+    """
+    m, d = x_s.shape
+    terms = _gram_norm_terms(gram_fn, x_s, y_s, t, y_t, ridge)
+    norms = safe_norms(terms.sq, terms.bound, rounding_bound(2 * m + d, x_s.dtype))
+    factor, keep = masked_clip_factors(norms, mask, clip_norm)
+    uc = jnp.where(keep[:, None], terms.u * factor[:, None], 0.0)
+    vc = jnp.where(keep[:, None], terms.v * factor[:, None], 0.0)
+    u0 = jnp.where(keep[:, None], terms.u, 0.0)
+    v0 = jnp.where(keep[:, None], terms.v, 0.0)
+    dc = jnp.where(keep[:, None], terms.dvec * factor[:, None], 0.0)
+    bc = jnp.where(keep[:, None], terms.b_vec * factor[:, None], 0.0)
+    tc = jnp.where(keep[:, None], t, 0.0)
+    s_sum = -terms.e_sym * (uc.T @ v0 + vc.T @ u0) + jnp.diag(jnp.sum(dc, axis=0))
+    total = s_sum @ x_s + bc.T @ tc
+    loss_sum = jnp.sum(jnp.where(keep, jnp.sum(terms.r * terms.r, -1), 0.0))
+    n_clipped = jnp.sum(keep * (norms > clip_norm))
     return total, loss_sum, n_clipped
 
 
@@ -921,8 +979,16 @@ def _make_step(
     n_classes: int,
     grad_method: str = "adjoint",
     corrupted: bool = False,
+    noise_digest: tuple[int, int] = (0, 0),
+    normaliser: float | None = None,
 ) -> Callable:
     """Build the jitted DP-KIP step ``(state, x, y, key) -> (state, aux)``.
+
+    ``x`` / ``y`` hold the ``n`` private rows followed by ONE public padding row
+    (zeros) at index ``n``: padding entries of the Poisson sample point there.
+    The noise key is ``fold_digest(k_noise, noise_digest)``, the digest of the
+    mechanism's parameters (:mod:`privkernels.privacy.keys`). ``normaliser``
+    divides the noisy sum (default ``q * n``; under add-remove a public value).
 
     ``grad_method`` selects how the per-example gradients of the private
     input-space branch (fixed labels) are computed: ``"adjoint"``
@@ -940,8 +1006,10 @@ def _make_step(
     use_adjoint = private and space == "input" and not learn_labels and grad_method == "adjoint"
     use_gram = use_adjoint and spec.gram_fn is not None and not corrupted
 
+    from privkernels.privacy.keys import fold_digest
+
     n_chunks = pad_to // chunk_size
-    expected_batch = q * n
+    expected_batch = q * n if normaliser is None else normaliser
     loss_fn = partial(_loss_one, spec=spec, space=space, ridge=ridge)
     if private:
         pe_grad = jax.vmap(jax.grad(loss_fn), in_axes=(None, None, 0, 0))
@@ -954,7 +1022,8 @@ def _make_step(
 
     def step(state: dict[str, Any], x: jax.Array, y_enc: jax.Array, key: jax.Array):
         k_batch, k_noise = jax.random.split(key)
-        batch = privacy.poisson_batch(k_batch, n, q, pad_to=pad_to)
+        k_noise = fold_digest(k_noise, noise_digest)
+        batch = privacy.poisson_batch(k_batch, n, q, pad_to=pad_to, pad_index=n)
         idx = batch.indices
         mask = batch.mask.astype(jnp.float32)
         params = state["params"]
@@ -1009,11 +1078,15 @@ def _make_step(
                 if space == "input":  # frozen (corrupted) pixels are excluded before clipping
                     g = {**g, "x": g["x"] * (1.0 - grad_mask)[None]}
                 clipped, norms = privacy.clip_per_example(g, clip_norm)
-                summed = jax.tree_util.tree_map(
-                    lambda leaf: jnp.tensordot(mk, leaf, axes=1), clipped
-                )
-                clip_acc = clip_acc + jnp.sum(mk * (norms > clip_norm))
-                loss_acc = loss_acc + jnp.sum(losses * mk)
+                keep = (mk > 0) & jnp.isfinite(norms)
+
+                def masked_sum(leaf: jax.Array) -> jax.Array:
+                    shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
+                    return jnp.sum(jnp.where(keep.reshape(shape), leaf, 0.0), axis=0)
+
+                summed = jax.tree_util.tree_map(masked_sum, clipped)
+                clip_acc = clip_acc + jnp.sum(keep * (norms > clip_norm))
+                loss_acc = loss_acc + jnp.sum(jnp.where(keep, losses, 0.0))
             else:
                 lval, summed = jax.value_and_grad(masked_sum_loss)(work, y_s, t, yb, mk)
                 loss_acc = loss_acc + lval
@@ -1137,6 +1210,8 @@ def fit(
     resume: bool = False,
     max_steps: int | None = None,
     progress: bool = True,
+    neighbouring: Literal["replace-one", "add-remove"] = "replace-one",
+    sampling_rate: float | None = None,
 ) -> DPKIPResult:
     """Distil ``(x, y)`` into ``support_per_class`` points per class with DP-KIP (Alg. 1).
 
@@ -1151,7 +1226,8 @@ def fit(
       epsilon: target epsilon, or ``None`` for the non-private KIP baseline.
       delta: target delta in (0, 1).
       clip_norm: per-example L2 clipping bound ``C``.
-      batch_size: expected Poisson batch size; ``q = batch_size / n``.
+      batch_size: expected Poisson batch size, the normaliser of the noisy sum;
+        ``q = batch_size / n`` under replace-one.
       epochs: ``steps = epochs * round(1 / q)``.
       learning_rate: Adam step size (ignored when ``optimizer`` is given).
       reg: ridge ``lambda = reg * tr(K_ss) / m``.
@@ -1182,6 +1258,14 @@ def fit(
       max_steps: stop after this many steps *in total* (for time-sliced runs);
         the report covers the steps actually taken.
       progress: show a tqdm bar per epoch.
+      neighbouring: the relation the guarantee refers to. ``"replace-one"``
+        (default): neighbours have the same ``n``, which is therefore public
+        and sets ``q = batch_size / n``; accounted by PLD under replace-one.
+        ``"add-remove"``: neighbours differ in size, so ``n`` must not be
+        used: pass the public ``sampling_rate``; ``batch_size`` is then the
+        public normaliser and the true ``n`` only sizes arrays (never released).
+      sampling_rate: public Poisson rate ``q`` (required with ``"add-remove"``,
+        refused with ``"replace-one"``).
 
     Returns:
       :class:`DPKIPResult`.
@@ -1190,12 +1274,7 @@ def fit(
       ValueError: on bad input (TypeError on wrong kinds), before any noise is drawn.
     """
     from privkernels import privacy
-    from privkernels.privacy.report import (
-        ADD_REMOVE,
-        MechanismRecord,
-        PrivacyReport,
-        non_private_report,
-    )
+    from privkernels.privacy.report import PrivacyReport, non_private_report
 
     # ---------------- validation (before any randomness) ----------------
     key = check_key(key)
@@ -1206,13 +1285,9 @@ def fit(
         raise ValueError(f"x must have shape (n, *input_shape), got {tuple(x.shape)}")
     n = int(x.shape[0])
     input_shape = tuple(int(s) for s in x.shape[1:])
-    if n_classes is None:  # noqa: SIM108
-        y_arr = np.asarray(y)
-        if y_arr.size == 0:
-            raise ValueError("y is empty")
-        n_classes = int(np.max(y_arr)) + 1 if np.issubdtype(y_arr.dtype, np.number) else 0
-    n_classes_inferred = n_classes is None
-    n_classes = check_int(n_classes, "n_classes", minimum=2)
+    n_classes, n_classes_inferred = infer_n_classes(y, n_classes, minimum=2)
+    if n_classes < 2:
+        raise ValueError(f"n_classes must be >= 2, got {n_classes}")
     y = check_labels(y, n_classes, "y", n_rows=n)
     private = epsilon is not None
     if private:
@@ -1225,8 +1300,27 @@ def fit(
             )
     support_per_class = check_int(support_per_class, "support_per_class", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
-    if batch_size > n:
-        raise ValueError(f"batch_size must be <= n = {n}, got {batch_size}")
+    if neighbouring not in ("replace-one", "add-remove"):
+        raise ValueError(
+            f"neighbouring must be 'replace-one' or 'add-remove', got {neighbouring!r}"
+        )
+    if neighbouring == "add-remove":
+        if sampling_rate is None:
+            raise ValueError(
+                "neighbouring='add-remove' needs a public sampling_rate (add-remove neighbours "
+                "differ in size, so q = batch_size / n would read the private n)"
+            )
+        sampling_rate = check_sampling_rate(sampling_rate)
+    else:
+        if sampling_rate is not None:
+            raise ValueError(
+                "sampling_rate is only for neighbouring='add-remove'; under replace-one "
+                "q = batch_size / n (n is public for replace-one neighbours)"
+            )
+        if batch_size > n:
+            raise ValueError(f"batch_size must be <= n = {n}, got {batch_size}")
+    if private:
+        check_relation(neighbouring, accountant)
     epochs = check_int(epochs, "epochs", minimum=1)
     learning_rate = check_positive(learning_rate, "learning_rate")
     reg = check_nonnegative(reg, "reg")
@@ -1277,7 +1371,7 @@ def fit(
         raise ValueError("resume=True needs checkpoint_path")
 
     # ---------------- plan + accountant ----------------
-    q = batch_size / n
+    q = batch_size / n if sampling_rate is None else float(sampling_rate)
     steps_per_epoch = max(1, round(1.0 / q))
     planned_steps = epochs * steps_per_epoch
     m = support_per_class * n_classes
@@ -1285,7 +1379,12 @@ def fit(
     if private:
         sigma = float(
             privacy.dpsgd_noise_multiplier(
-                epsilon, delta, sampling_rate=q, steps=planned_steps, accountant=accountant
+                epsilon,
+                delta,
+                sampling_rate=q,
+                steps=planned_steps,
+                accountant=accountant,
+                neighbouring=neighbouring,
             )
         )
 
@@ -1329,7 +1428,8 @@ def fit(
         "sampling_rate": q,
         "planned_steps": planned_steps,
         "steps_per_epoch": steps_per_epoch,
-        "n": n,
+        "neighbouring": neighbouring if private else None,
+        "n": n if neighbouring == "replace-one" else None,
         "batch_size": batch_size,
         "epochs": epochs,
         "learning_rate": learning_rate,
@@ -1344,6 +1444,16 @@ def fit(
         "custom_optimizer": optimizer_given,
     }
     fingerprint = _fingerprint(cfg)
+    noise_digest = params_digest(
+        "dpsgd",
+        noise_multiplier=sigma,
+        clip_norm=float(clip_norm) if private else 0.0,
+        sampling_rate=q,
+        steps=planned_steps,
+        neighbouring=neighbouring,
+        epsilon=epsilon,
+        delta=delta if private else None,
+    )
     steps_done = 0
     history: dict[str, list[Any]] = {"epoch": [], "step": [], "seconds": []}
     if has_test:
@@ -1387,6 +1497,8 @@ def fit(
         sigma,
         n,
         q,
+        noise_digest,
+        float(batch_size),
         chunk_size,
         learning_rate,
         n_classes,
@@ -1412,12 +1524,17 @@ def fit(
                     optimizer=optimizer,
                     n_classes=n_classes,
                     corrupted=cf > 0,
+                    noise_digest=noise_digest,
+                    normaliser=float(batch_size),
                 ),
             )
         return step_fns[pad]
 
-    x_dev = jnp.asarray(x, jnp.float32)
-    y_dev = _encode_labels(jnp.asarray(y), n_classes)
+    # n private rows, then one public zero row: the index padding entries point at.
+    x_dev = jnp.concatenate([jnp.asarray(x, jnp.float32), jnp.zeros((1, *input_shape))])
+    y_dev = jnp.concatenate(
+        [_encode_labels(jnp.asarray(y), n_classes), jnp.zeros((1, n_classes), jnp.float32)]
+    )
 
     # test set representation precomputed once (public data)
     test_eval = None
@@ -1465,18 +1582,22 @@ def fit(
             unit="epoch",
         )
     ep_loss, ep_clip, ep_count, ep_sizes = 0.0, 0.0, 0.0, []
+    # (state, steps done) is ONE value, committed by one assignment: an interrupt
+    # can never save a state with the wrong step count (which would repeat a
+    # step's batch and noise on resume).
+    run = (state, steps_done)
     try:
-        while steps_done < stop_at:
-            step_key = jax.random.fold_in(k_train, steps_done)
-            new_state, aux = get_step(pad_to)(state, x_dev, y_dev, step_key)
+        while run[1] < stop_at:
+            step_key = jax.random.fold_in(k_train, run[1])
+            new_state, aux = get_step(pad_to)(run[0], x_dev, y_dev, step_key)
             size = int(aux["batch_size"])
             if size > pad_to:
                 # Never truncate: redo this step with a longer padding (same key ->
                 # the same Poisson sample); the truncated update is discarded.
                 big = int(math.ceil(size / chunk_size) * chunk_size)
-                new_state, aux = get_step(big)(state, x_dev, y_dev, step_key)
-            state = new_state
-            steps_done += 1
+                new_state, aux = get_step(big)(run[0], x_dev, y_dev, step_key)
+            run = (new_state, run[1] + 1)
+            state, steps_done = run
             if diagnostics:
                 bs = size
                 ep_sizes.append(bs)
@@ -1512,7 +1633,7 @@ def fit(
                 if bar is not None:
                     bar.update(1 if steps_done % steps_per_epoch == 0 else 0)
     except KeyboardInterrupt:
-        save(state, steps_done)
+        save(*run)
         raise
     finally:
         if bar is not None:
@@ -1520,20 +1641,20 @@ def fit(
 
     # ---------------- report ----------------
     data_indep = (
+        "support initialisation: N(0, 1) from the key (no real example used)",
+        "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
+        f"kernel: {kernel} {spec.options} (fixed feature map; e-NTK weights drawn from the key)",
         (
-            "support initialisation: N(0, 1) from the key (no real example used)",
-            "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
-            f"kernel: {kernel} {spec.options} (fixed feature map; e-NTK weights drawn from the key)",
-            "n (dataset size): treated as public (sets q = batch_size/n and the normaliser q*n)",
-        )
-        + (("corrupted-pixel mask: drawn from the key",) if cf > 0 else ())
-        + (
-            ("n_classes: inferred as max(y) + 1, treated as public (pass n_classes to avoid this)",)
-            if n_classes_inferred
-            else ()
-        )
-    )
+            "n (dataset size): equal for replace-one neighbours (public); sets q = batch_size/n"
+            if neighbouring == "replace-one"
+            else f"sampling rate q={q:.6g} and normaliser batch_size={batch_size}: public values "
+            "given by the caller; the true n is not used in the release"
+        ),
+        "Poisson padding rows: one fixed public zero row, masked out",
+    ) + (("corrupted-pixel mask: drawn from the key",) if cf > 0 else ())
     notes: tuple[str, ...] = ()
+    if n_classes_inferred:
+        notes += (N_CLASSES_INFERRED_NOTE,)
     if has_test:
         notes += (
             "history test accuracy uses x_test/y_test, assumed public / not part of the private data",
@@ -1546,26 +1667,20 @@ def fit(
     if diagnostics and private:
         notes += ("diagnostics=True: history holds un-noised training statistics (not covered)",)
     if private:
-        eps_spent = float(
-            privacy.dpsgd_epsilon(
-                sigma, delta, sampling_rate=q, steps=steps_done, accountant=accountant
-            )
-        )
-        rec = MechanismRecord.make(
-            "poisson_subsampled_gaussian",
+        rec = privacy.dpsgd_record(
             f"noisy clipped sum of per-example KRR gradients w.r.t. the support ({space} space)",
-            eps_spent,
-            delta,
-            sensitivity=float(clip_norm),
-            accountant=accountant,
             noise_multiplier=sigma,
+            delta=delta,
             sampling_rate=q,
             steps=steps_done,
+            clip_norm=float(clip_norm),
+            accountant=accountant,
+            neighbouring=neighbouring,
             planned_steps=planned_steps,
             target_epsilon=epsilon,
         )
         report = PrivacyReport.from_mechanisms(
-            [rec], ADD_REMOVE, data_independent=data_indep, notes=notes
+            [rec], neighbouring, data_independent=data_indep, notes=notes
         )
     else:
         report = non_private_report("epsilon=None: non-private KIP baseline")

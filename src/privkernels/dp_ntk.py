@@ -73,6 +73,7 @@ import numpy as np
 import optax
 
 from privkernels._validation import (
+    N_CLASSES_INFERRED_NOTE,
     check_array,
     check_delta,
     check_epsilon,
@@ -81,6 +82,7 @@ from privkernels._validation import (
     check_key,
     check_labels,
     check_positive,
+    infer_n_classes,
 )
 from privkernels.generators import (
     ColumnGroup,
@@ -96,7 +98,6 @@ from privkernels.privacy.report import (
     compose,
     non_private_report,
 )
-from privkernels.privacy.warnings import warn_privacy_leak
 
 __all__ = [
     "DPNTKResult",
@@ -200,7 +201,7 @@ def _validate_xy(x: Any, y: Any, n_classes: Any) -> tuple[Any, np.ndarray, int]:
         raise ValueError(
             f"x must have shape (n, ...) with at least 2 dimensions, got {tuple(x.shape)}"
         )
-    y = check_labels(y, n_classes, "y", n_rows=int(x.shape[0]), require_all_classes=True)
+    y = check_labels(y, n_classes, "y", n_rows=int(x.shape[0]))
     return x, y, n_classes
 
 
@@ -234,7 +235,8 @@ def private_embedding(
     Args:
       key: JAX PRNG key.
       x: ``(n, *input_shape)`` float private inputs; y: ``(n,)`` int labels in
-        ``[0, n_classes)``, every class present.
+        ``[0, n_classes)``. A class without examples is allowed (its column is
+        pure noise): refusing it would depend on the private data.
       n_classes: number of classes ``C`` (1 for unconditional generation).
       epsilon, delta: the guarantee of this release; ``epsilon=None`` -> no noise.
       network: flax module whose e-NTK is used (e.g. ``features.fc_1l(800, out_features=10)``).
@@ -549,14 +551,7 @@ def fit(
         )
     # ---- validation (before any randomness) ----
     key = check_key(key)
-    if n_classes is None:
-        y_tmp = np.asarray(y)
-        if y_tmp.ndim != 1 or y_tmp.size == 0:
-            raise ValueError(f"y must be a non-empty 1-D array of labels, got shape {y_tmp.shape}")
-        if not np.issubdtype(y_tmp.dtype, np.number) or not np.all(np.isfinite(y_tmp)):
-            raise ValueError("y must hold finite integer class labels")
-        n_classes = int(y_tmp.max()) + 1
-        warn_privacy_leak("n_classes (inferred as max(y) + 1; pass n_classes explicitly)")
+    n_classes, n_classes_inferred = infer_n_classes(y, n_classes)
     x, y_np, n_classes = _validate_xy(x, y, n_classes)
     eps, dlt = _check_privacy_args(epsilon, delta)
     iterations = check_int(2000 if iterations is None else iterations, "iterations", minimum=1)
@@ -629,6 +624,7 @@ def fit(
                     (*report.data_independent, _NTK_PARAMS_NOTE, _N_PUBLIC_NOTE, _GEN_NOTE)
                 )
             ),
+            notes=report.notes + ((N_CLASSES_INFERRED_NOTE,) if n_classes_inferred else ()),
         )
 
     config = {
@@ -857,31 +853,6 @@ def _module_from_spec(spec: dict[str, Any] | None, what: str) -> nn.Module:
     return klass(**{k: _from_jsonable(v) for k, v in spec["fields"].items()})
 
 
-def _report_from_dict(d: dict[str, Any]) -> PrivacyReport:
-    mechs = tuple(
-        MechanismRecord(
-            name=m["name"],
-            released=m["released"],
-            epsilon=float(m["epsilon"]),
-            delta=float(m["delta"]),
-            sensitivity=m["sensitivity"],
-            accountant=m["accountant"],
-            params=tuple(sorted((str(k), v) for k, v in m["params"].items())),
-        )
-        for m in d["mechanisms"]
-    )
-    return PrivacyReport(
-        epsilon=float(d["epsilon"]),
-        delta=float(d["delta"]),
-        neighbouring=d["neighbouring"],
-        mechanisms=mechs,
-        composition=d["composition"],
-        private=bool(d["private"]),
-        data_independent=tuple(d["data_independent"]),
-        notes=tuple(d["notes"]),
-    )
-
-
 def _key_to_array(key: jax.Array) -> tuple[np.ndarray, bool]:
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         return np.asarray(jax.random.key_data(key)), True
@@ -947,7 +918,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     meta = json.loads(str(arrays.pop("meta")))
     if meta.get("format") != "privkernels.dp_ntk/1":
         raise ValueError(f"{path} is not a DP-NTK checkpoint")
-    meta["report"] = _report_from_dict(meta["report"])
+    meta["report"] = PrivacyReport.from_dict(meta["report"])
     meta["groups"] = _from_jsonable(meta["groups"])
     return {"meta": meta, "arrays": arrays}
 

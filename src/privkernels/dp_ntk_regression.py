@@ -402,6 +402,7 @@ def fit(
     kernel_shift: float = 0.0,
     chunk_size: int = 1024,
     dtype: Literal["float32", "float64"] | Any = "float32",
+    allow_unproven: bool = False,
 ) -> DPNTKRegressionModel:
     """Fit private quadratic-NTK ridge regression (Gu et al., Alg. 2).
 
@@ -432,6 +433,17 @@ def fit(
       chunk_size: rows per chunk when building kernel matrices.
       dtype: ``"float32"`` (default) or ``"float64"`` (computed under a local
         ``jax.enable_x64`` context).
+      allow_unproven: the Gaussian sampling theorem (Lemma D.1) needs
+        ``eps_alpha = epsilon * epsilon_split < 1``; larger values (the paper's
+        Fig. 1 uses them) are refused unless this is True, and the report is
+        then marked ``proven=False``.
+
+    Eigenvalue assumption. When ``eta_min > kernel_shift`` the guarantee rests
+    on ``lambda_min(K + kernel_shift I) >= eta_min``; it is checked in float64
+    (one Cholesky factorisation of ``K + (kernel_shift - eta_min) I``) and a
+    dataset that violates it is refused with a ValueError before any noise is
+    drawn. Within the assumed domain this never refuses, so it costs nothing;
+    the message carries no value computed from the data.
 
     Returns:
       :class:`DPNTKRegressionModel` with ``alpha (n, c)``, ``x_tilde (n, d)``,
@@ -454,6 +466,13 @@ def fit(
         delta = check_delta(delta)
         epsilon_split = check_fraction(epsilon_split, "epsilon_split")
         delta_split = check_fraction(delta_split, "delta_split")
+        if epsilon * epsilon_split >= 1.0 and not allow_unproven:
+            raise ValueError(
+                f"eps_alpha = epsilon * epsilon_split = {epsilon * epsilon_split:.4g} >= 1: the "
+                "Gaussian sampling mechanism's guarantee (Gu et al. Lemma D.1, Def. 5.2) is stated "
+                "for eps_alpha in (0, 1) only. Lower epsilon or epsilon_split, or pass "
+                "allow_unproven=True to release anyway with a report marked unproven"
+            )
     elif delta is not None:
         delta = check_delta(delta)
     width = check_int(width, "width")
@@ -522,8 +541,8 @@ def fit(
                 input_bound=input_bound,
                 weights=weights,
             )
-            if k is None:
-                k = k_allowed
+            if k is None:  # capped where the sampler's int32 count ends (fewer samples: more noise)
+                k = min(k_allowed, 2**31 - 1)
             elif k > k_allowed:
                 raise ValueError(
                     f"k={k} exceeds the largest private k={k_allowed} for n={n}, eps_alpha={eps_alpha:.4g}, "
@@ -534,6 +553,8 @@ def fit(
 
         # ---------------- computation ------------------------------------------------
         xp = project_to_ball(jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=dt), input_bound)
+        if private and eta_min is not None and eta_min > kernel_shift:
+            _check_eta_min(xp, weights, eta_min, kernel_shift, chunk_size)
         kmat = _kernel_matrix(xp, xp, weights, chunk_size)
         if kernel_shift > 0:
             kmat = _add_diagonal(kmat, jnp.asarray(kernel_shift, dt))
@@ -616,6 +637,31 @@ def fit(
     )
 
 
+def _check_eta_min(
+    xp: jax.Array, weights: jax.Array, eta_min: float, kernel_shift: float, chunk_size: int
+) -> None:
+    """Refuse (ValueError, before any noise) when ``lambda_min(K + s I) < eta_min``.
+
+    ``K`` is rebuilt in float64 and ``K + (s - eta_min) I`` factorised by
+    Cholesky: success certifies the assumption up to float64 rounding. The
+    refusal depends on the data only outside the domain the guarantee assumes.
+    """
+    with jax.enable_x64(True):
+        x64 = jnp.asarray(xp, jnp.float64)
+        kmat = np.asarray(_kernel_matrix(x64, x64, jnp.asarray(weights, jnp.float64), chunk_size))
+    kmat = 0.5 * (kmat + kmat.T)
+    kmat[np.diag_indices_from(kmat)] += kernel_shift - eta_min
+    try:
+        np.linalg.cholesky(kmat)
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            f"the kernel matrix violates the eigenvalue assumption lambda_min(K + {kernel_shift:g} I) "
+            f">= eta_min = {eta_min:g} that the privacy guarantee needs; nothing was released. "
+            "Use kernel_shift >= eta_min (then it holds for every dataset) or a smaller public "
+            "eta_min"
+        ) from None
+
+
 def _check_finite(alpha: jax.Array, dt: Any) -> None:
     if not bool(jnp.all(jnp.isfinite(alpha))):
         hint = " or dtype='float64'" if dt == jnp.float32 else ""
@@ -674,14 +720,14 @@ def _private_report(**p: Any) -> PrivacyReport:
     else:
         notes.append(
             f"ASSUMPTION: lambda_min(K + {p['kernel_shift']:g} I) >= eta_min={p['eta_min']:g} for every "
-            "dataset (and neighbour) in the domain; it is not checked (checking reads private data). "
-            "If it is false the guarantee does not hold."
+            "dataset (and neighbour) in the domain. This dataset was checked (float64 Cholesky) and "
+            "would have been refused otherwise; a neighbour outside the domain is not covered."
         )
     if p["eps_alpha"] >= 1.0:
         notes.append(
-            f"eps_alpha={p['eps_alpha']:.4g} >= 1 lies outside the range eps_alpha in (0, 1) of Lemma D.1 "
-            "(Condition 5.3, Def. 5.2); the paper's Figure 1 uses such values, but the cited theorem "
-            "does not state a guarantee for them."
+            f"UNPROVEN: eps_alpha={p['eps_alpha']:.4g} >= 1 lies outside the range eps_alpha in (0, 1) "
+            "of Lemma D.1 (Condition 5.3, Def. 5.2); released only because allow_unproven=True. The "
+            "paper's Figure 1 uses such values, but the cited theorem states no guarantee for them."
         )
     notes.append(
         "The paper's M (eq. (1)) drops the constants of O(.) bounds and relies on a width "
@@ -691,6 +737,7 @@ def _private_report(**p: Any) -> PrivacyReport:
     return PrivacyReport.from_mechanisms(
         [kernel_rec, input_rec],
         BETA_CLOSE,
+        proven=p["eps_alpha"] < 1.0,
         data_independent=(
             f"random NTK weights w (m={p['width']}, d={p['d']}) ~ N(0, {p['weight_std']:g}^2 I): drawn "
             "from the key, independent of the data",

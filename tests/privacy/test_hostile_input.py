@@ -140,7 +140,6 @@ def run_dp_kip_fit(**over):
         epochs=1,
         n_classes=2,
         progress=False,
-        accountant="rdp",
     )
     kw.update(over)
     kw["x"] = _resolve_x(kw["x"], X_TAB)
@@ -211,12 +210,6 @@ def test_method_rejects_hostile_input_before_noise(fname, over, monkeypatch):
 @pytest.mark.parametrize(
     "fname,over",
     [
-        pytest.param("dp_ntk.fit", {"y": np.zeros(8, np.int32)}, id="dp_ntk.fit-missing-class"),
-        pytest.param(
-            "dp_ntk.private_embedding",
-            {"y": np.zeros(8, np.int32)},
-            id="dp_ntk.private_embedding-missing-class",
-        ),
         pytest.param("dp_kip.fit", {"batch_size": 9}, id="dp_kip.fit-batch-larger-than-n"),
         pytest.param("dp_kip.fit", {"batch_size": 0}, id="dp_kip.fit-batch-zero"),
         pytest.param("dp_kip.fit", {"clip_norm": 0.0}, id="dp_kip.fit-clip-zero"),
@@ -257,6 +250,39 @@ def test_dp_kip_missing_class_is_allowed():
     independent), so a missing class is accepted, not an error (decision recorded here)."""
     res = run_dp_kip_fit(y=np.zeros(8, np.int32), epochs=1, max_steps=1)
     assert res.report.private
+
+
+def test_dp_ntk_empty_class_is_released_not_refused():
+    """F10: refusing a dataset with an empty class while its neighbour (one more example of that
+    class) releases is a data-dependent refusal. DP-NTK releases both: the empty class's column
+    is pure noise, at the same (epsilon, delta) and with the same shapes."""
+    y_empty = np.zeros(8, np.int32)
+    emb, rep = run_dp_ntk_embedding(y=y_empty)
+    emb_nb, rep_nb = run_dp_ntk_embedding(y=np.r_[1, y_empty[1:]].astype(np.int32))
+    assert emb.shape == emb_nb.shape and np.all(np.isfinite(np.asarray(emb)))
+    assert rep.epsilon == rep_nb.epsilon == 1.0
+    res = run_dp_ntk_fit(y=y_empty)  # image data: another network input size, same class count
+    assert res.report.private and res.noisy_embedding.shape[1] == emb.shape[1] == 2
+
+
+@pytest.mark.parametrize("fname", ["dp_ntk.fit", "dp_kip.fit", "dp_ntk.private_embedding"])
+def test_error_messages_carry_no_private_label_values(fname):
+    """F10: an out-of-range label is refused without printing the labels' range (private)."""
+    y = np.array([0, 1, 0, 1, 0, 1, 0, 7], np.int32)
+    with pytest.raises(ValueError) as err:
+        METHODS[fname](y=y)
+    assert "7" not in str(err.value) and "[0, 2)" in str(err.value)
+
+
+def test_complex_input_is_refused_before_noise(monkeypatch):
+    """F11: complex arrays are not real data; they are refused before any noise is drawn."""
+    forbid_noise(monkeypatch)
+    for fname, run in METHODS.items():
+        if fname == "dp_ntk.private_class_proportions":
+            continue
+        base = X_IMG if fname == "dp_ntk.fit" else X_TAB
+        with pytest.raises(TypeError, match="real numeric"):
+            run(x=base.astype(np.complex64))
 
 
 # --- float32 / float64 consistency --------------------------------------------------

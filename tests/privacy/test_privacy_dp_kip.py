@@ -127,13 +127,15 @@ def _run_variant(sigma_scale=1.0, no_clip=False):
                 return grads, norms
 
             patch_privacy(mp, "clip_per_example", identity_clip)
-            # the FC-NTK step clips in Gram form (no per-example gradients): unclip it too
-            real_gram = dp_kip._gram_clipped_sum
-            mp.setattr(
-                dp_kip,
-                "_gram_clipped_sum",
-                lambda *a: real_gram(*a[:-1], float("inf")),
-            )
+            # the FC-NTK step clips in Gram form (no per-example gradients): unclip it too,
+            # by making its clip factors 1 on every kept row (the norms stay computed)
+            real_factors = dp_kip.masked_clip_factors
+
+            def no_clip_factors(norms, mask, clip_norm):
+                _, keep = real_factors(norms, mask, clip_norm)
+                return jnp.where(keep, 1.0, 0.0), keep
+
+            mp.setattr(dp_kip, "masked_clip_factors", no_clip_factors)
         step = _step_fn(spec, opt, x.shape[0], noise_multiplier=sigma * sigma_scale)
         out_d = _noisy_sums(jax.random.key(60), step, state, x, y_d)
         out_dp = _noisy_sums(jax.random.key(61), step, state, x, y_dp)
@@ -249,7 +251,6 @@ def test_dpkip_step_audit_catches_quarter_noise(kip_quarter):
     assert not res.passed, res.summary()
 
 
-@pytest.mark.slow
 def test_dpkip_step_audit_catches_missing_clipping():
     """Broken variant: clipping removed inside the real step (canary's raw gradient) -> refuted."""
     res = _run_variant(no_clip=True)["res"]
@@ -317,6 +318,8 @@ def _fit_kwargs(path, **over):
         batch_size=10,
         epochs=2,
         accountant="rdp",
+        neighbouring="add-remove",  # RDP supports Poisson subsampling under add-remove only
+        sampling_rate=0.25,  # public rate (= batch_size / 40)
         progress=False,
         n_classes=2,
         checkpoint_path=path,

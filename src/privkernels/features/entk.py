@@ -22,7 +22,10 @@ Conventions
   each leaf raveled row-major -- exactly ``jax.flatten_util.ravel_pytree``.
   Every leaf of ``params`` is differentiated, so pass trainable leaves only.
 * Zero gradients: when ``||grad f(x)|| = 0``, ``phi(x) = 0`` (no NaN, also in
-  derivatives); the sensitivity bound ``||phi|| <= 1`` still holds.
+  derivatives); the sensitivity bound ``||phi|| <= 1`` still holds. An example
+  whose gradient is not finite (overflow) gets ``phi(x) = 0`` too, its rows
+  zeroed with ``where`` before any product. Normalised features are scaled by
+  ``1 / (1 + NORM_MARGIN)`` so float32 rounding never lifts a norm above 1.
 * Memory: examples are processed in chunks of ``chunk_size`` (the last chunk
   padded by repeating a row and masked), so peak memory is ``O(chunk_size * p)``
   besides the output; the chunk loop is a ``lax.scan`` whose body is
@@ -104,10 +107,31 @@ def _is_tracer(a: Any) -> bool:
 
 
 def _inv_norm(sq: jax.Array) -> jax.Array:
-    """``1/sqrt(sq)`` where ``sq > 0`` else 0; NaN-free derivatives (double where)."""
-    pos = sq > 0
+    """``1 / (sqrt(sq) (1 + NORM_MARGIN))`` where ``0 < sq < inf``, else 0.
+
+    The margin (:data:`privkernels.privacy.clipping.NORM_MARGIN`) keeps a
+    normalised feature's computed norm at or below 1 in float32, which the
+    ``2/n`` sensitivity needs. NaN-free derivatives (double where).
+    """
+    from privkernels.privacy.clipping import NORM_MARGIN
+
+    pos = (sq > 0) & jnp.isfinite(sq)
     safe = jnp.where(pos, sq, jnp.ones_like(sq))
-    return jnp.where(pos, jax.lax.rsqrt(safe), jnp.zeros_like(sq))
+    scale = jnp.asarray(1.0 / (1.0 + NORM_MARGIN), sq.dtype)
+    return jnp.where(pos, jax.lax.rsqrt(safe) * scale, jnp.zeros_like(sq))
+
+
+def _zero_bad_rows(rows: list[jax.Array], ok: jax.Array) -> list[jax.Array]:
+    """Zero every row ``i`` with ``ok[i]`` False, with ``where`` (``0 * inf`` is NaN).
+
+    An example whose gradient overflows (e.g. a finite 3e38 input through a
+    LayerNorm) then contributes exactly nothing instead of turning the whole
+    sum into NaN, which would make the release fail for this dataset and not
+    for its neighbour.
+    """
+    return [
+        jnp.where(ok.reshape((-1,) + (1,) * (r.ndim - 1)), r, jnp.zeros((), r.dtype)) for r in rows
+    ]
 
 
 def _num_params(params: Any) -> int:
@@ -191,9 +215,11 @@ def _leaf_sqnorm(leaves: list[jax.Array]) -> jax.Array:
 
 def _generic_features(apply_fn: ApplyFn, normalize: bool, params: Any, xb: jax.Array) -> jax.Array:
     leaves = _generic_leaf_grads(apply_fn, params, xb)
+    sq = _leaf_sqnorm(leaves)
+    leaves = _zero_bad_rows(leaves, jnp.isfinite(sq))
     g = jnp.concatenate(leaves, axis=1)
     if normalize:
-        g = g * _inv_norm(_leaf_sqnorm(leaves))[:, None]
+        g = g * _inv_norm(sq)[:, None]
     return g
 
 
@@ -204,9 +230,12 @@ def _generic_embedding(
     (``g_leaf^T @ [lw / ||g||]``), so neither the ``(b, p)`` concatenation nor a
     normalised copy of it is formed."""
     leaves = _generic_leaf_grads(apply_fn, params, xb)
-    m = lw.astype(leaves[0].dtype)
+    sq = _leaf_sqnorm(leaves)
+    ok = jnp.isfinite(sq)
+    leaves = _zero_bad_rows(leaves, ok)
+    m = jnp.where(ok[:, None], lw.astype(leaves[0].dtype), 0.0)
     if normalize:
-        m = m * _inv_norm(_leaf_sqnorm(leaves))[:, None]
+        m = m * _inv_norm(sq)[:, None]
     return jnp.concatenate([g.T @ m for g in leaves], axis=0)
 
 
@@ -353,9 +382,12 @@ def _structured_embedding(
     """``(p, C)`` = sum_i phi(x_i) lw_i^T for a chunk, without per-example gradients."""
     inputs, deltas = _structured_parts(apply_fn, plan, params, xb)
     b, n_cls = lw.shape
-    m = lw.astype(deltas[0].dtype)
+    sq = _structured_sqnorm(plan, inputs, deltas)
+    ok = jnp.isfinite(sq)
+    inputs, deltas = _zero_bad_rows(inputs, ok), _zero_bad_rows(deltas, ok)
+    m = jnp.where(ok[:, None], lw.astype(deltas[0].dtype), 0.0)
     if normalize:
-        m = m * _inv_norm(_structured_sqnorm(plan, inputs, deltas))[:, None]
+        m = m * _inv_norm(sq)[:, None]
     blocks: dict[int, jax.Array] = {}
     for c, a, d in zip(plan, inputs, deltas, strict=True):
         if c.out_dim >= c.in_dim:
@@ -377,9 +409,10 @@ def _structured_rows(
     apply_fn: ApplyFn, plan: tuple[_DenseCall, ...], normalize: bool, params: Any, xb: jax.Array
 ) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:
     inputs, deltas = _structured_parts(apply_fn, plan, params, xb)
-    scale = (
-        _inv_norm(_structured_sqnorm(plan, inputs, deltas)) if normalize else jnp.ones(xb.shape[0])
-    )
+    sq = _structured_sqnorm(plan, inputs, deltas)
+    ok = jnp.isfinite(sq)
+    inputs, deltas = _zero_bad_rows(inputs, ok), _zero_bad_rows(deltas, ok)
+    scale = _inv_norm(sq) if normalize else jnp.ones(xb.shape[0])
     return inputs, deltas, scale
 
 

@@ -22,7 +22,13 @@ _EXPORTS = {
     "truncated_laplace_record": "mechanisms",
     "gaussian_sampling_record": "mechanisms",
     # DP-SGD pieces
+    "NORM_MARGIN": "clipping",
     "clip_factors": "clipping",
+    "masked_clip_factors": "clipping",
+    "safe_norms": "clipping",
+    "rounding_bound": "clipping",
+    # noise keys
+    "mechanism_key": "keys",
     "clip_per_example": "clipping",
     "noisy_clipped_sum": "clipping",
     "per_example_norms": "clipping",

@@ -15,14 +15,21 @@ Two settings are covered.
 * **DP-SGD** (:func:`dpsgd_noise_multiplier`, :func:`dpsgd_epsilon`): ``steps``
   self-compositions of the Poisson-subsampled Gaussian mechanism
   ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` (Abadi et al. 2016),
-  with clipping norm as the sensitivity. dp-accounting analyses Poisson
-  subsampling under the **add/remove-one** relation (its default
-  ``NeighboringRelation.ADD_OR_REMOVE_ONE``, the only one its RDP accountant
-  supports for this event); the sampler must therefore be true Poisson
-  sampling, never truncated (see :mod:`privkernels.privacy.sampling`). A
-  replace-one guarantee follows by group privacy (replace = remove + add),
-  at roughly twice the cost. With ``sampling_rate == 1`` (full batch) the
-  event is the plain ``steps``-fold composed Gaussian (no subsampling).
+  with clipping norm as the sensitivity, under either neighbouring relation
+  (``neighbouring=``):
+
+  - ``"add-remove"`` (dp-accounting's ``ADD_OR_REMOVE_ONE``): neighbours
+    differ by one example, so their sizes differ. The sampling rate and the
+    normaliser must then be public values, not computed from the true ``n``.
+  - ``"replace-one"`` (``REPLACE_ONE``): neighbours have the same ``n`` and
+    differ in one example; one step moves the clipped sum by up to ``2C``
+    when both examples are sampled. Only the PLD accountant supports it for
+    Poisson subsampling (paper MNIST setting q = 1/120, 1200 steps, sigma
+    1.3204: epsilon 1.0 add-remove, 1.766 replace-one).
+
+  The sampler must be true Poisson sampling, never truncated (see
+  :mod:`privkernels.privacy.sampling`). With ``sampling_rate == 1`` (full
+  batch) the event is the plain ``steps``-fold composed Gaussian.
 
 Accountants:
 
@@ -62,11 +69,17 @@ __all__ = [
     "dpsgd_event",
     "dpsgd_record",
     "check_sampling_rate",
+    "check_relation",
+    "DPSGD_RELATIONS",
     "DEFAULT_PLD_INTERVAL",
     "DEFAULT_SIGMA_TOL",
 ]
 
 Accountant = Literal["pld", "rdp"]
+Relation = Literal["add-remove", "replace-one"]
+
+#: Relations DP-SGD can be accounted under (strings of privkernels.privacy.report).
+DPSGD_RELATIONS = ("add-remove", "replace-one")
 
 #: PLD ``value_discretization_interval`` used unless overridden (dp-accounting's default).
 DEFAULT_PLD_INTERVAL = 1e-4
@@ -93,6 +106,42 @@ def _check_accountant(accountant: Any) -> str:
     if accountant not in ("pld", "rdp"):
         raise ValueError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
     return str(accountant)
+
+
+def check_relation(neighbouring: Any, accountant: str = "pld") -> str:
+    """Validate a DP-SGD neighbouring relation (and that the accountant supports it)."""
+    if neighbouring not in DPSGD_RELATIONS:
+        raise ValueError(f"neighbouring must be one of {DPSGD_RELATIONS}, got {neighbouring!r}")
+    if neighbouring == "replace-one" and accountant != "pld":
+        raise ValueError(
+            "neighbouring='replace-one' needs accountant='pld' (dp-accounting's RDP accountant "
+            "does not support Poisson subsampling under replace-one)"
+        )
+    return str(neighbouring)
+
+
+def _quiet_rdp() -> Any:
+    """Silence dp-accounting's RDP log lines ("failed to converge ... Excluding this order").
+
+    Those orders are only left out of a minimum over orders, which loosens the
+    bound (never the wrong way); the lines are noise for a user.
+    """
+    import contextlib
+    import logging
+
+    @contextlib.contextmanager
+    def ctx() -> Any:
+        loggers = [logging.getLogger(), logging.getLogger("absl")]
+        levels = [lg.level for lg in loggers]
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for lg, lv in zip(loggers, levels, strict=True):
+                lg.setLevel(lv)
+
+    return ctx()
 
 
 def _check_interval(value: Any) -> float:
@@ -171,23 +220,31 @@ def dpsgd_event(noise_multiplier: float, *, sampling_rate: float, steps: int) ->
     return dp_accounting.SelfComposedDpEvent(sampled, int(steps))
 
 
-def _make_accountant(accountant: str, interval: float) -> Any:
+def _make_accountant(accountant: str, interval: float, relation: str = "add-remove") -> Any:
     import dp_accounting
 
-    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    rel = dp_accounting.NeighboringRelation
+    neighbouring = rel.REPLACE_ONE if relation == "replace-one" else rel.ADD_OR_REMOVE_ONE
     if accountant == "pld":
         return dp_accounting.pld.PLDAccountant(
-            neighboring_relation=relation, value_discretization_interval=interval
+            neighboring_relation=neighbouring, value_discretization_interval=interval
         )
-    return dp_accounting.rdp.RdpAccountant(neighboring_relation=relation)
+    return dp_accounting.rdp.RdpAccountant(neighboring_relation=neighbouring)
 
 
 def _epsilon(
-    sigma: float, delta: float, q: float, steps: int, accountant: str, interval: float
+    sigma: float,
+    delta: float,
+    q: float,
+    steps: int,
+    accountant: str,
+    interval: float,
+    relation: str = "add-remove",
 ) -> float:
-    acc = _make_accountant(accountant, interval)
-    acc.compose(dpsgd_event(sigma, sampling_rate=q, steps=steps))
-    return float(acc.get_epsilon(delta))
+    acc = _make_accountant(accountant, interval, relation)
+    with _quiet_rdp():
+        acc.compose(dpsgd_event(sigma, sampling_rate=q, steps=steps))
+        return max(0.0, float(acc.get_epsilon(delta)))
 
 
 def dpsgd_epsilon(
@@ -198,27 +255,30 @@ def dpsgd_epsilon(
     steps: int,
     accountant: Accountant = "pld",
     value_discretization_interval: float = DEFAULT_PLD_INTERVAL,
+    neighbouring: Relation = "add-remove",
 ) -> float:
-    """Epsilon of ``steps`` Poisson-subsampled Gaussian steps (add/remove relation).
+    """Epsilon of ``steps`` Poisson-subsampled Gaussian steps.
 
     Args:
       noise_multiplier: sigma, noise std per unit of clipping norm, > 0.
       delta: delta in (0, 1).
       sampling_rate: Poisson inclusion probability q in (0, 1] (1 = full batch).
       steps: number of noisy steps, >= 1.
-      accountant: ``"pld"`` (tight, default) or ``"rdp"``.
+      accountant: ``"pld"`` (tight, default) or ``"rdp"`` (add-remove only).
       value_discretization_interval: PLD discretization (ignored by RDP).
+      neighbouring: ``"add-remove"`` or ``"replace-one"`` (module docstring).
 
     Returns:
-      epsilon (float; an upper bound, see the module docstring).
+      epsilon (float >= 0; an upper bound, see the module docstring).
     """
     sigma = check_positive(noise_multiplier, "noise_multiplier")
     d = check_delta(delta)
     q = check_sampling_rate(sampling_rate)
     t = check_int(steps, "steps", minimum=1)
     acc = _check_accountant(accountant)
+    rel = check_relation(neighbouring, acc)
     interval = _check_interval(value_discretization_interval)
-    return _epsilon(sigma, d, q, t, acc, interval)
+    return _epsilon(sigma, d, q, t, acc, interval, rel)
 
 
 def _bracket(gap: Callable[[float], float], guess: float, factor: float) -> tuple[float, float]:
@@ -234,19 +294,24 @@ def _bracket(gap: Callable[[float], float], guess: float, factor: float) -> tupl
             x *= factor
             if gap(x) <= 0:
                 return lo, x
-        raise RuntimeError(
-            "could not bracket the noise multiplier (epsilon never reaches the target)"
+        raise ValueError(
+            "no noise multiplier reaches the target epsilon (the accountant's bound stays "
+            "above it); raise epsilon, or lower value_discretization_interval for tiny epsilon"
         )
     for _ in range(200):  # enough noise: walk down
         hi = x
         x /= factor
         if x < 1e-6:
-            raise RuntimeError(
-                "could not bracket the noise multiplier (target met with sigma < 1e-6)"
+            raise ValueError(
+                "the target epsilon is met with a noise multiplier below 1e-6: the budget is "
+                "too large to calibrate"
             )
         if gap(x) > 0:
             return x, hi
-    raise RuntimeError("could not bracket the noise multiplier")
+    raise ValueError(
+        "could not bracket the noise multiplier for this target epsilon; for a tiny epsilon "
+        "lower value_discretization_interval"
+    )
 
 
 def _solve(gap: Callable[[float], float], lo: float, hi: float, tol: float) -> float:
@@ -273,14 +338,20 @@ def _solve(gap: Callable[[float], float], lo: float, hi: float, tol: float) -> f
 
 
 def _make_gap(
-    epsilon: float, delta: float, q: float, steps: int, accountant: str, interval: float
+    epsilon: float,
+    delta: float,
+    q: float,
+    steps: int,
+    accountant: str,
+    interval: float,
+    relation: str = "add-remove",
 ) -> tuple[Callable[[float], float], dict[float, float]]:
     """``gap(sigma) = epsilon(sigma) - target`` (decreasing), memoized per call."""
     memo: dict[float, float] = {}  # bracketing and Brent revisit endpoints
 
     def gap(s: float) -> float:
         if s not in memo:
-            memo[s] = _epsilon(s, delta, q, steps, accountant, interval) - epsilon
+            memo[s] = _epsilon(s, delta, q, steps, accountant, interval, relation) - epsilon
         return memo[s]
 
     return gap, memo
@@ -322,13 +393,36 @@ def _refine(
     bracket = _closest_bracket(memo)
     if bracket is None:
         guess = min((s for s, g in memo.items() if g <= 0), default=start)
-        bracket = _bracket(gap, guess, 1.004)
+        bracket = _bracket(gap, guess, 1.02)
     return _solve(gap, bracket[0], bracket[1], tol)
+
+
+def _rdp_start(
+    epsilon: float, delta: float, q: float, steps: int, guess: float, tol: float
+) -> float:
+    """Add-remove RDP calibration: a cheap starting point for the PLD search.
+
+    RDP is looser than PLD, and replace-one needs more noise than add-remove,
+    so it is only a start. Tiny targets below RDP's floor fall back to ``guess``.
+    """
+    rdp_gap, _ = _make_gap(epsilon, delta, q, steps, "rdp", DEFAULT_PLD_INTERVAL)
+    try:
+        lo, hi = _bracket(rdp_gap, guess, 1.5)
+    except ValueError:
+        return guess
+    return _solve(rdp_gap, lo, hi, tol)
 
 
 @functools.lru_cache(maxsize=256)
 def _calibrate(
-    epsilon: float, delta: float, q: float, steps: int, accountant: str, interval: float, tol: float
+    epsilon: float,
+    delta: float,
+    q: float,
+    steps: int,
+    accountant: str,
+    interval: float,
+    tol: float,
+    relation: str = "add-remove",
 ) -> float:
     import dp_accounting
 
@@ -336,27 +430,25 @@ def _calibrate(
     # (small-q central-limit heuristic), floored; only affects speed.
     single = float(dp_accounting.get_sigma_gaussian(epsilon, delta))
     guess = max(0.3, single * math.sqrt(min(1.0, q * q * steps)))
-
-    # RDP first: cheap at any sigma, and an upper bound on the PLD answer in
-    # practice, so it brackets the expensive PLD search tightly.
-    rdp_gap, _ = _make_gap(epsilon, delta, q, steps, "rdp", interval)
-    lo, hi = _bracket(rdp_gap, guess, 1.5)
-    sigma_rdp = _solve(rdp_gap, lo, hi, tol)
+    start = _rdp_start(epsilon, delta, q, steps, guess, tol)
     if accountant == "rdp":
-        return sigma_rdp
+        rdp_gap, _ = _make_gap(epsilon, delta, q, steps, "rdp", interval)
+        lo, hi = _bracket(rdp_gap, start, 1.5)
+        return _solve(rdp_gap, lo, hi, tol)
 
     # PLD pass 1 at a 10x coarser interval (~10x cheaper) locates the root and
     # the local slope; pass 2 at the requested interval refines it.
-    coarse_gap, coarse_memo = _make_gap(
-        epsilon, delta, q, steps, "pld", min(0.1, interval * _COARSE_FACTOR)
-    )
-    lo, hi = _bracket(coarse_gap, sigma_rdp, 1.05)
+    # The coarse interval never exceeds a tenth of the target (a pessimistic PLD
+    # cannot resolve an epsilon below its own discretization).
+    coarse = min(0.1, interval * _COARSE_FACTOR, max(interval, epsilon / 10.0))
+    coarse_gap, coarse_memo = _make_gap(epsilon, delta, q, steps, "pld", coarse, relation)
+    lo, hi = _bracket(coarse_gap, start, 1.05)
     sigma_coarse = _solve(coarse_gap, lo, hi, tol)
     bracket = _closest_bracket(coarse_memo)
     slope = -1.0
     if bracket is not None and bracket[1] > bracket[0]:
         slope = (coarse_memo[bracket[1]] - coarse_memo[bracket[0]]) / (bracket[1] - bracket[0])
-    fine_gap, fine_memo = _make_gap(epsilon, delta, q, steps, "pld", interval)
+    fine_gap, fine_memo = _make_gap(epsilon, delta, q, steps, "pld", interval, relation)
     return _refine(fine_gap, fine_memo, sigma_coarse, slope, tol)
 
 
@@ -369,6 +461,7 @@ def dpsgd_noise_multiplier(
     accountant: Accountant = "pld",
     value_discretization_interval: float = DEFAULT_PLD_INTERVAL,
     tol: float = DEFAULT_SIGMA_TOL,
+    neighbouring: Relation = "add-remove",
 ) -> float:
     """Smallest DP-SGD noise multiplier whose accounted epsilon is <= ``epsilon``.
 
@@ -409,9 +502,10 @@ def dpsgd_noise_multiplier(
     q = check_sampling_rate(sampling_rate)
     t = check_int(steps, "steps", minimum=1)
     acc = _check_accountant(accountant)
+    rel = check_relation(neighbouring, acc)
     interval = _check_interval(value_discretization_interval)
     tol_f = check_positive(tol, "tol")
-    return _calibrate(eps, d, q, t, acc, interval, tol_f)
+    return _calibrate(eps, d, q, t, acc, interval, tol_f, rel)
 
 
 def dpsgd_record(
@@ -425,14 +519,14 @@ def dpsgd_record(
     accountant: Accountant = "pld",
     value_discretization_interval: float = DEFAULT_PLD_INTERVAL,
     epsilon: float | None = None,
+    neighbouring: Relation = "add-remove",
     **params: Any,
 ) -> Any:
     """:class:`~privkernels.privacy.report.MechanismRecord` of a DP-SGD run.
 
     ``epsilon`` defaults to :func:`dpsgd_epsilon` of the steps actually run
-    (pass ``steps`` = steps done, not planned). The relation is add/remove-one
-    (``privkernels.privacy.report.ADD_REMOVE``); the sensitivity recorded is
-    ``clip_norm``.
+    (pass ``steps`` = steps done, not planned) under ``neighbouring``; the
+    sensitivity recorded is ``clip_norm`` (per example).
     """
     from privkernels.privacy.report import MechanismRecord
 
@@ -442,8 +536,11 @@ def dpsgd_record(
     t = check_int(steps, "steps", minimum=1)
     c = check_positive(clip_norm, "clip_norm")
     acc = _check_accountant(accountant)
+    rel = check_relation(neighbouring, acc)
     interval = _check_interval(value_discretization_interval)
-    eps = _epsilon(sigma, d, q, t, acc, interval) if epsilon is None else check_epsilon(epsilon)
+    eps = (
+        _epsilon(sigma, d, q, t, acc, interval, rel) if epsilon is None else check_epsilon(epsilon)
+    )
     extra: dict[str, Any] = {"value_discretization_interval": interval} if acc == "pld" else {}
     return MechanismRecord.make(
         "poisson_subsampled_gaussian",
@@ -455,6 +552,7 @@ def dpsgd_record(
         noise_multiplier=sigma,
         sampling_rate=q,
         steps=t,
+        neighbouring=rel,
         **extra,
         **params,
     )

@@ -44,6 +44,7 @@ from privkernels._validation import (
     check_key,
     check_positive,
 )
+from privkernels.privacy.keys import mechanism_key
 from privkernels.privacy.report import MechanismRecord
 
 __all__ = [
@@ -81,6 +82,10 @@ def _release_dtype(dtype: Any) -> Any:
 def gaussian_mechanism(key: Any, value: Any, *, sensitivity: float, sigma: float) -> jax.Array:
     """Release ``value + N(0, (sigma * sensitivity)^2 I)``.
 
+    The normals are drawn from ``mechanism_key(key, "gaussian", sigma,
+    sensitivity, shape, dtype)`` (:mod:`privkernels.privacy.keys`): one key at
+    two noise scales gives independent noise.
+
     Args:
       key: JAX PRNG key (one draw of ``value.size`` normals).
       value: array-like of any shape (scalar allowed), finite. Floating arrays
@@ -101,7 +106,10 @@ def gaussian_mechanism(key: Any, value: Any, *, sensitivity: float, sigma: float
     dtype = _release_dtype(arr.dtype)
     arr = jnp.asarray(arr, dtype)
     std = sig * sens
-    return arr + jnp.asarray(std, dtype) * jax.random.normal(key, arr.shape, dtype)
+    noise_key = mechanism_key(
+        key, "gaussian", sigma=sig, sensitivity=sens, shape=tuple(arr.shape), dtype=str(dtype)
+    )
+    return arr + jnp.asarray(std, dtype) * jax.random.normal(noise_key, arr.shape, dtype)
 
 
 def gaussian_record(
@@ -183,20 +191,38 @@ def truncated_laplace_cdf(
     return 0.5 + np.sign(zz) * (-np.expm1(-np.abs(zz) / lam)) / (2.0 * c)
 
 
-@partial(jax.jit, static_argnames=("shape", "dtype"))
-def _tlap_sample(
-    key: Any, shape: tuple[int, ...], dtype: Any, lam: Any, c: Any, tail: Any, clip: Any
-) -> jax.Array:
-    # One uniform w in [-1, 1) per sample; |z| follows the truncated
-    # exponential on [0, B] through its exact inverse CDF written in terms of
-    # v = 1 - |w| in (0, 1]:  |z| = -lambda * log(e^{-B/lambda} + v * c),
-    # which is accurate in the tail (no cancellation) and equals B at v = 0.
-    # Then F^{-1}(u) of the symmetric law is sign(w) * |z| with w = 2u - 1.
-    w = jax.random.uniform(key, shape, dtype, minval=-1.0, maxval=1.0)
-    v = 1.0 - jnp.abs(w)
+@partial(jax.jit, static_argnames=("shape",))
+def _tlap_sample64(key: Any, shape: tuple[int, ...], lam: Any, c: Any, tail: Any) -> jax.Array:
+    # Called under jax.enable_x64: float64 throughout. The sign is one fair bit
+    # and the magnitude comes from an independent uniform v in (0, 1] (53-bit
+    # resolution) through the exact inverse CDF of the truncated exponential on
+    # [0, B]:  |z| = -lambda * log(e^{-B/lambda} + v * c),  c = 1 - e^{-B/lambda}.
+    # v = 1 gives 0 and v -> 0 gives B, which is never reached (v >= 2^-53):
+    # no probability atom at +-B, unlike a float32 uniform on [-1, 1) whose
+    # value -1 (probability 2^-23) maps to exactly -B.
+    k_sign, k_mag = jax.random.split(key)
+    negative = jax.random.bits(k_sign, shape, jnp.uint32) & 1
+    v = 1.0 - jax.random.uniform(k_mag, shape, jnp.float64)  # (0, 1]
     mag = -lam * jnp.log(tail + v * c)
-    mag = jnp.clip(mag, 0.0, clip)  # last guard: never leave [-B, B]
-    return jnp.where(w < 0, -mag, mag).astype(dtype)
+    return jnp.where(negative == 1, -mag, mag)
+
+
+def _tlap_noise(
+    key: Any, shape: tuple[int, ...], dtype: Any, sens: float, eps: float, delta: float
+) -> jax.Array:
+    """Float64 truncated-Laplace draws, rounded to ``dtype`` inside ``[-B_f, B_f]``."""
+    lam = sens / eps
+    bound = _tlap_bound(sens, eps, delta)
+    tail = math.exp(-bound / lam)
+    c = -math.expm1(-bound / lam)
+    with jax.enable_x64(True):
+        z = _tlap_sample64(key, shape, jnp.float64(lam), jnp.float64(c), jnp.float64(tail)).astype(
+            dtype
+        )
+        clip = jnp.asarray(bound, dtype)
+        while float(clip) > bound:  # rounded up: step down to the largest value <= B
+            clip = jnp.nextafter(clip, jnp.zeros((), dtype))
+        return jnp.clip(z, -clip, clip)  # rounding to dtype can never leave [-B, B]
 
 
 def truncated_laplace(
@@ -224,9 +250,15 @@ def truncated_laplace(
     at most ``exp(||v||_1 / lambda) <= e^eps``, and the mass outside the
     neighbour's support is at most ``sum_i delta (e^{|v_i|/lambda} - 1) /
     (e^eps - 1) <= delta`` (convexity), so the release stays (eps, delta)-DP.
-    Floating-point subtleties of sampling (Mironov 2012) are not addressed;
-    the uniform's resolution (2^-24 in float32) limits how far into the
-    extreme tail samples reach.
+
+    Sampling is done in float64 (a sign bit and an independent uniform in
+    ``(0, 1]`` of 53-bit resolution through the exact inverse CDF), so no
+    value carries probability mass of its own: ``+-B`` are never drawn,
+    whereas a float32 uniform on ``[-1, 1)`` puts mass ``2^-23`` on exactly
+    ``-B``, outside a shifted neighbour's support (``d * 2^-23`` of unaccounted
+    delta for ``d`` coordinates). The key is ``mechanism_key(key,
+    "truncated_laplace", sensitivity, epsilon, delta, shape, dtype)``. Other
+    floating-point subtleties of sampling (Mironov 2012) are not addressed.
 
     Args:
       key: JAX PRNG key.
@@ -246,16 +278,16 @@ def truncated_laplace(
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
     shape = tuple(check_int(s, "shape", minimum=0) for s in shape)
-    lam = sens / eps
-    bound = _tlap_bound(sens, eps, d)
-    tail = math.exp(-bound / lam)
-    c = -math.expm1(-bound / lam)
-    clip = jnp.asarray(bound, dt)
-    while float(clip) > bound:  # rounded up: step down to the largest value <= B
-        clip = jnp.nextafter(clip, jnp.zeros((), dt))
-    return _tlap_sample(
-        key, shape, dt, jnp.asarray(lam, dt), jnp.asarray(c, dt), jnp.asarray(tail, dt), clip
+    noise_key = mechanism_key(
+        key,
+        "truncated_laplace",
+        sensitivity=sens,
+        epsilon=eps,
+        delta=d,
+        shape=shape,
+        dtype=str(jnp.dtype(dt)),
     )
+    return _tlap_noise(noise_key, shape, dt, sens, eps, d)
 
 
 def truncated_laplace_record(
@@ -476,7 +508,10 @@ def gaussian_sampling_mechanism(
             f"K must be symmetric: max|K - K^T| = {asym:.3g} exceeds "
             f"symmetry_rtol * max|K| = {rtol * scale:.3g}"
         )
-    return _gsm(key, kmat, k, prtol * kmat.shape[0] * scale)
+    noise_key = mechanism_key(
+        key, "gaussian_sampling", k=k, n=int(kmat.shape[0]), dtype=str(kmat.dtype)
+    )
+    return _gsm(noise_key, kmat, k, prtol * kmat.shape[0] * scale)
 
 
 def gaussian_sampling_record(

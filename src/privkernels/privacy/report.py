@@ -112,6 +112,10 @@ class PrivacyReport:
         not depend on the private data* (e.g. random network weights, n when
         public), each with the reason.
       notes: free-form caveats a user must read.
+      proven: False when a release was made outside the range where its
+        privacy theorem applies (only on explicit request, e.g. DP NTK
+        regression with ``allow_unproven=True``); the numbers are then the
+        ones the method would claim, not a proven guarantee.
     """
 
     epsilon: float
@@ -122,11 +126,12 @@ class PrivacyReport:
     private: bool = True
     data_independent: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    proven: bool = True
 
     def __post_init__(self) -> None:
         if self.private:
-            if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-                raise ValueError(f"a private report needs finite epsilon > 0, got {self.epsilon}")
+            if not (self.epsilon >= 0 and math.isfinite(self.epsilon)):
+                raise ValueError(f"a private report needs finite epsilon >= 0, got {self.epsilon}")
             if not (0 <= self.delta < 1):
                 raise ValueError(f"a private report needs delta in [0, 1), got {self.delta}")
 
@@ -138,6 +143,7 @@ class PrivacyReport:
         *,
         data_independent: tuple[str, ...] = (),
         notes: tuple[str, ...] = (),
+        proven: bool = True,
     ) -> PrivacyReport:
         """Basic sequential composition of the given releases."""
         mechs = tuple(mechanisms)
@@ -152,6 +158,7 @@ class PrivacyReport:
             private=True,
             data_independent=tuple(data_independent),
             notes=tuple(notes),
+            proven=bool(proven),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -189,6 +196,7 @@ class PrivacyReport:
             private=bool(data.get("private", True)),
             data_independent=tuple(data.get("data_independent", ())),
             notes=tuple(data.get("notes", ())),
+            proven=bool(data.get("proven", True)),
         )
 
     @classmethod
@@ -201,7 +209,8 @@ class PrivacyReport:
         if not self.private:
             return "NON-PRIVATE: nothing was privatized; no guarantee holds."
         lines = [
-            f"({self.epsilon:.4g}, {self.delta:.3g})-DP under {self.neighbouring} neighbours "
+            ("UNPROVEN (outside the range of the privacy theorem): " if not self.proven else "")
+            + f"({self.epsilon:.4g}, {self.delta:.3g})-DP under {self.neighbouring} neighbours "
             f"({self.composition} composition of {len(self.mechanisms)} release(s))"
         ]
         for m in self.mechanisms:
@@ -259,4 +268,5 @@ def compose(*reports: PrivacyReport) -> PrivacyReport:
         private=True,
         data_independent=tuple(dict.fromkeys(d for r in reports for d in r.data_independent)),
         notes=tuple(dict.fromkeys(n for r in reports for n in r.notes)),
+        proven=all(r.proven for r in reports),
     )

@@ -51,7 +51,7 @@ class PoissonBatch(NamedTuple):
 
     Attributes:
       indices: int32 ``(pad,)``; the sampled example indices in increasing
-        order, then padding entries equal to 0.
+        order, then padding entries equal to ``pad_index`` (default 0).
       mask: bool ``(pad,)``; True exactly on the first ``size`` entries.
       size: number of sampled examples (Python int in eager mode; int32 scalar
         array under ``jit``). In ``pad_to`` mode it may exceed ``pad``, which
@@ -78,9 +78,11 @@ def _inclusion(key: Any, n: int, threshold: int, full: bool) -> tuple[jax.Array,
     return include, jnp.sum(include, dtype=jnp.int32)
 
 
-@partial(jax.jit, static_argnames=("pad",))
-def _compact(include: jax.Array, size: jax.Array, pad: int) -> tuple[jax.Array, jax.Array]:
-    (idx,) = jnp.nonzero(include, size=pad, fill_value=0)
+@partial(jax.jit, static_argnames=("pad", "pad_index"))
+def _compact(
+    include: jax.Array, size: jax.Array, pad: int, pad_index: int = 0
+) -> tuple[jax.Array, jax.Array]:
+    (idx,) = jnp.nonzero(include, size=pad, fill_value=pad_index)
     mask = jnp.arange(pad) < size
     return idx.astype(jnp.int32), mask
 
@@ -98,6 +100,7 @@ def poisson_batch(
     *,
     pad_to: int | None = None,
     pad_multiple: int = DEFAULT_PAD_MULTIPLE,
+    pad_index: int = 0,
 ) -> PoissonBatch:
     """Poisson-sample ``{0, ..., n-1}`` with rate ``q``, padded, never truncated.
 
@@ -111,6 +114,11 @@ def poisson_batch(
       pad_to: fixed padded length (jit-compatible); ``None`` for eager
         bucketing (see the module docstring).
       pad_multiple: bucket granularity of the eager mode.
+      pad_index: index written into padding entries. Use the index of a fixed
+        *public* row (e.g. ``n``, with one zero row appended to the data): the
+        default 0 repeats a private example, and although padding is masked,
+        a hostile example 0 whose gradient is NaN would reach every step
+        through ``0 * NaN`` in any product that forgets to use ``where``.
 
     Returns:
       :class:`PoissonBatch`.
@@ -119,10 +127,11 @@ def poisson_batch(
     n = check_int(n, "n", minimum=1)
     q = check_sampling_rate(sampling_rate)
     full = q >= 1.0
+    pad_index = check_int(pad_index, "pad_index", minimum=0)
     include, size = _inclusion(key, n, 0 if full else _threshold(q), full)
     if pad_to is None:
         pad = bucket_size(int(size), pad_multiple)
-        idx, mask = _compact(include, size, pad)
+        idx, mask = _compact(include, size, pad, pad_index)
         return PoissonBatch(idx, mask, int(size))
     pad = check_int(pad_to, "pad_to", minimum=1)
     if not isinstance(size, jax.core.Tracer) and int(size) > pad:
@@ -130,7 +139,7 @@ def poisson_batch(
             f"Poisson sample of size {int(size)} exceeds pad_to={pad}; truncating it would "
             "break the privacy accounting (use a larger pad_to, see poisson_pad_to, or pad_to=None)"
         )
-    idx, mask = _compact(include, size, pad)
+    idx, mask = _compact(include, size, pad, pad_index)
     return PoissonBatch(idx, mask, size)
 
 
