@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             options=_parse_set(args.set),
         )
         for name in args.tables:
+            tables[name].check_options(ctx.options)  # before anything runs
+        for name in args.tables:
             t0 = time.perf_counter()
             rows = tables[name].run(ctx)
             meta = {

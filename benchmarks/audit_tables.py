@@ -163,19 +163,13 @@ def _dp_kip_step(trials: int, conf: float) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     spec = dp_kip.make_kernel("fc_ntk", (d,), 2)
     x_s0 = dp_kip.init_support(jax.random.key(1), 2, (d,))
-    y_s0 = dp_kip._encode_labels(jnp.asarray(dp_kip.support_labels(2, 1)), 2)
+    y_s0 = dp_kip.encode_labels(jnp.asarray(dp_kip.support_labels(2, 1)), 2)
     x = jnp.asarray(rng.normal(size=(n_base + 1, d)), jnp.float32)
-    y_enc = dp_kip._encode_labels(jnp.asarray(np.arange(n_base + 1) % 2), 2)
-    pred = dp_kip._krr_predict_repr(spec.kind, spec.kernel_fn, x_s0, y_s0, x[-1:], ridge)[0]
+    y_enc = dp_kip.encode_labels(jnp.asarray(np.arange(n_base + 1) % 2), 2)
+    pred = dp_kip.krr.krr_predict_repr(spec.kind, spec.kernel_fn, x_s0, y_s0, x[-1:], ridge)[0]
     y_d = y_enc.at[-1].set(pred)  # zero residual: contributes nothing (= removed)
     y_dp = y_enc.at[-1].set(pred + 50.0 * jnp.asarray([1.0, -1.0]))  # canary, clipped to C
     opt = optax.sgd(1.0)
-    state = {
-        "params": {"x": x_s0},
-        "opt_state": opt.init({"x": x_s0}),
-        "grad_mask": jnp.zeros_like(x_s0),
-        "y_s": y_s0,
-    }
 
     def ref(yy):
         g = dp_kip.per_example_grads(spec, x_s0, y_s0, x, yy, reg=ridge)
@@ -186,26 +180,25 @@ def _dp_kip_step(trials: int, conf: float) -> list[dict[str, Any]]:
     sigma = privacy.gaussian_sigma(EPS, DELTA)
     claimed = privacy.dpsgd_epsilon(sigma, DELTA, sampling_rate=1.0, steps=1)
     rows = []
+    n = n_base + 1
     for variant, scale, expect in (("real", 1.0, True), ("broken: sigma / 4", 0.25, False)):
-        step = dp_kip._make_step(
-            spec,
-            space="input",
-            private=True,
-            learn_labels=False,
-            ridge=ridge,
+        step, state, pad = audit.dp_kip_full_batch_step(
+            "fc_ntk",
+            x_s0,
+            2,
+            n,
             clip_norm=clip,
             noise_multiplier=sigma * scale,
-            n=n_base + 1,
-            q=1.0,
-            pad_to=8,
-            chunk_size=8,
+            relative_reg=ridge,
             optimizer=opt,
-            n_classes=2,
         )
+        xp = jnp.concatenate([x, jnp.zeros((pad - n, d), x.dtype)])
+        mask = (jnp.arange(pad) < n).astype(jnp.float32)
 
-        def mech(k, yy, step=step):
-            new, _ = step(state, x, yy, k)
-            return (state["params"]["x"] - new["params"]["x"]) * (n_base + 1)
+        def mech(k, yy, step=step, state=state, xp=xp, mask=mask, pad=pad):
+            yp = jnp.concatenate([yy, jnp.zeros((pad - n, 2), yy.dtype)])
+            new, _ = step(state, dp_kip.Batch(xp, yp, mask), k)
+            return (state.params["x"] - new.params["x"]) * n
 
         res, sec = _timed(
             lambda mech=mech: audit.audit_gaussian_release(
@@ -464,7 +457,11 @@ def _gaussian_sampling(trials: int, conf: float) -> list[dict[str, Any]]:
 SCENARIOS = (_gaussian_mechanism, _dpsgd_step, _dp_kip_step, _dp_ntk, _tlap, _gaussian_sampling)
 
 
-@register("audit", "claimed epsilon vs audited lower bound per mechanism (+ broken variants)")
+@register(
+    "audit",
+    "claimed epsilon vs audited lower bound per mechanism (+ broken variants)",
+    ("trials", "confidence"),
+)
 def run(ctx: RunContext) -> list[dict[str, Any]]:
     trials = int(ctx.options.get("trials", 20_000 if ctx.profile == "quick" else 100_000))
     conf = float(ctx.options.get("confidence", 0.95))

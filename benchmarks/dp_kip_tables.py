@@ -39,6 +39,13 @@ from benchmarks.registry import RunContext, register
 
 DELTA = 1e-5
 
+#: ``--set`` keys the DP-KIP tables read.
+OPTIONS = (
+    "epochs", "batch_size", "lr", "clip", "reg", "spc", "datasets", "dataset", "kernels",
+    "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
+    "max_test", "convnet_steps", "relation",
+)  # fmt: skip
+
 # ---------------------------------------------------------------- paper values
 # Table 1 (KIP, no augmentation), percent.
 _T1 = {
@@ -284,7 +291,7 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             batch_size=batch,
             epochs=int(hp["epochs"]),
             learning_rate=hp["lr"],
-            reg=hp["reg"],
+            relative_reg=hp["reg"],
             corrupt_fraction=corrupt,
             n_classes=n_classes,
             clip_space=hp["clip_space"],
@@ -343,7 +350,7 @@ def _krr_rows(
                 "seconds": t.seconds,
                 "steps": res.steps_done,
                 "eps_spent": res.report.epsilon if res.report.private else None,
-                "sigma": res.config["noise_multiplier"],
+                "sigma": res.config.noise_multiplier,
                 "n_train": len(y),
                 **{f"hp_{k}": v for k, v in hp.items()},
                 **(extra or {}),
@@ -358,7 +365,7 @@ def _datasets(ctx: RunContext) -> list[str]:
     return _list_opt(ctx, "datasets", default)
 
 
-@register("dp-kip-table1", "DP-KIP Table 1: non-private KIP, KRR test accuracy")
+@register("dp-kip-table1", "DP-KIP Table 1: non-private KIP, KRR test accuracy", OPTIONS)
 def table1(ctx: RunContext) -> list[dict[str, Any]]:
     quick = ctx.profile == "quick"
     spcs = _list_opt(ctx, "spc", [10] if quick else [1, 10, 50], int)
@@ -384,7 +391,9 @@ def table1(ctx: RunContext) -> list[dict[str, Any]]:
 
 
 @register(
-    "dp-kip-table2", "DP-KIP Table 2: DP-KIP FC-NTK / ScatterNet KRR accuracy, eps in {1, 10}"
+    "dp-kip-table2",
+    "DP-KIP Table 2: DP-KIP FC-NTK / ScatterNet KRR accuracy, eps in {1, 10}",
+    OPTIONS,
 )
 def table2(ctx: RunContext) -> list[dict[str, Any]]:
     quick = ctx.profile == "quick"
@@ -408,11 +417,11 @@ def table2(ctx: RunContext) -> list[dict[str, Any]]:
     return rows
 
 
-@register("dp-kip-table3", "DP-KIP Table 3: ConvNet trained on DP-KIP distilled data")
+@register("dp-kip-table3", "DP-KIP Table 3: ConvNet trained on DP-KIP distilled data", OPTIONS)
 def table3(ctx: RunContext) -> list[dict[str, Any]]:
     import jax
 
-    from privkernels import dp_kip, dp_kip_eval
+    from privkernels import dp_kip, evaluation
 
     quick = ctx.profile == "quick"
     spcs = _list_opt(ctx, "spc", [10] if quick else [10, 20], int)
@@ -446,14 +455,14 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                             hp,
                         )
                         krr = dp_kip.accuracy(res, xte, yte)
-                        mod, params = dp_kip_eval.train_convnet(
+                        mod, params = evaluation.train_convnet(
                             jax.random.key(1000 + seed),
                             res.support_x,
                             res.support_y,
                             c,
                             steps=steps,
                         )
-                        acc = dp_kip_eval.convnet_accuracy(mod, params, xte, yte)
+                        acc = evaluation.convnet_accuracy(mod, params, xte, yte)
                     tag = f"t3-{ds}-{kern}-eps{eps}-spc{spc}-seed{seed}"
                     save_image_grid(ctx.out / f"{tag}.png", res.support_x, res.support_y, title=tag)
                     rows.append(
@@ -478,7 +487,11 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
     return rows
 
 
-@register("dp-kip-table4", "DP-KIP Table 4: KRR accuracy vs corrupted support pixels (ScatterNet)")
+@register(
+    "dp-kip-table4",
+    "DP-KIP Table 4: KRR accuracy vs corrupted support pixels (ScatterNet)",
+    OPTIONS,
+)
 def table4(ctx: RunContext) -> list[dict[str, Any]]:
     from privkernels import data
 
@@ -514,7 +527,9 @@ def table4(ctx: RunContext) -> list[dict[str, Any]]:
     return rows
 
 
-@register("dp-kip-table5", "DP-KIP Table 5: tabular data, DP-KIP FC-NTK, 12 classifiers (eps=1)")
+@register(
+    "dp-kip-table5", "DP-KIP Table 5: tabular data, DP-KIP FC-NTK, 12 classifiers (eps=1)", OPTIONS
+)
 def table5(ctx: RunContext) -> list[dict[str, Any]]:
 
     from privkernels import data, evaluation

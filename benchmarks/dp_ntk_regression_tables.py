@@ -214,6 +214,7 @@ def _plot(rows: list[dict[str, Any]], path: Path, opts: dict[str, Any]) -> Path 
 @register(
     "dp-ntk-regression-fig1",
     "Gu et al. Fig. 1: private vs non-private quadratic-NTK regression accuracy vs epsilon",
+    (*DEFAULTS, *PROFILES["quick"], "copy_plot_to"),
 )
 def run(ctx: RunContext) -> list[dict[str, Any]]:
     from privkernels import dp_ntk_regression as R

@@ -30,6 +30,12 @@ import numpy as np
 from benchmarks.common import release_key, resolve_data_dir, save_image_grid
 from benchmarks.registry import RunContext, register
 
+#: ``--set`` keys the DP-NTK tables read.
+OPTIONS = (
+    "datasets", "epsilons", "epsilon", "iterations", "batch_size", "n_synthetic",
+    "mlp_max_iter", "max_test", "max_train", "widths",
+)  # fmt: skip
+
 # ---------------------------------------------------------------------------
 # Numbers from the paper (facts; used as the paper_value column)
 # ---------------------------------------------------------------------------
@@ -232,7 +238,11 @@ def _image_rows(ctx: RunContext, table: str) -> list[dict[str, Any]]:
     return rows
 
 
-@register("dp-ntk-table1", "DP-NTK Table 1: MNIST/FMNIST accuracy vs e-NTK width at (10, 1e-5)-DP")
+@register(
+    "dp-ntk-table1",
+    "DP-NTK Table 1: MNIST/FMNIST accuracy vs e-NTK width at (10, 1e-5)-DP",
+    OPTIONS,
+)
 def run_table1(ctx: RunContext) -> list[dict[str, Any]]:
     return _image_rows(ctx, "table1")
 
@@ -240,6 +250,7 @@ def run_table1(ctx: RunContext) -> list[dict[str, Any]]:
 @register(
     "dp-ntk-table2",
     "DP-NTK Table 2: MNIST/FMNIST LogReg+MLP accuracy, width 800, eps in {0.2,1,10}",
+    OPTIONS,
 )
 def run_table2(ctx: RunContext) -> list[dict[str, Any]]:
     return _image_rows(ctx, "table2")
@@ -261,6 +272,7 @@ def _network(spec: tuple[Any, ...], n_classes: int) -> Any:
 @register(
     "dp-ntk-table4",
     "DP-NTK Table 4: tabular (adult, cervical, epileptic, intrusion) at (1, 1e-5)-DP",
+    OPTIONS,
 )
 def run_table4(ctx: RunContext) -> list[dict[str, Any]]:
     import jax
@@ -304,7 +316,7 @@ def run_table4(ctx: RunContext) -> list[dict[str, Any]]:
                 n_classes=train.n_classes,
                 d_code=s["d_code"],
                 label_mode="released",
-                label_budget_fraction=0.1,
+                split=(0.9, 0.1),
                 progress=True,
             )
             xs, ys = dp_ntk.sample(jax.random.key(seed + 10_000), res, min(len(train.x), 20000))

@@ -796,7 +796,7 @@ def _bench_dp_kip_size(
 
             @jax.jit
             def gram_step(xs: Any, ys: Any, xb: Any, yb: Any, key: Any, gfn: Any = gfn) -> Any:
-                total, _, _ = dp_kip._gram_clipped_sum(
+                total, _, _ = dp_kip.clipped_sums.gram_clipped_sum(
                     gfn, xs.reshape(m, -1), ys, xb.reshape(b, -1), yb, mask, ridge, clip
                 )
                 noisy = total + sigma * clip * jax.random.normal(key, total.shape, total.dtype)
@@ -807,7 +807,7 @@ def _bench_dp_kip_size(
                 clipped, _ = clip_per_example(g_ref, clip)
                 ref_sum = jnp.sum(clipped, axis=0).reshape(m, -1)
                 got, _, _ = jax.jit(
-                    lambda xs, xb, gfn=gfn: dp_kip._gram_clipped_sum(
+                    lambda xs, xb, gfn=gfn: dp_kip.clipped_sums.gram_clipped_sum(
                         gfn, xs.reshape(m, -1), y_s, xb.reshape(b, -1), yt, mask, ridge, clip
                     )
                 )(x_s, xt)
@@ -822,7 +822,7 @@ def _bench_dp_kip_size(
                 TARGETS["dp_kip_vs_loop"],
                 note=note,
             )
-        fcs = getattr(dp_kip, "_feature_clipped_sum", None)
+        fcs = dp_kip.clipped_sums.feature_clipped_sum
         if spec.kind == "features" and fcs is not None:
 
             @jax.jit

@@ -42,6 +42,16 @@ class Table:
     description: str
     run: Callable[[RunContext], list[dict[str, Any]]]
     module: str
+    options: tuple[str, ...] = ()
+
+    def check_options(self, options: dict[str, str]) -> None:
+        """Refuse ``--set`` keys this table does not read (a typo must not be ignored)."""
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise SystemExit(
+                f"unknown --set option(s) {unknown} for table {self.name!r}; "
+                f"it accepts: {', '.join(sorted(self.options)) or '(none)'}"
+            )
 
 
 TABLES: dict[str, Table] = {}
@@ -55,13 +65,18 @@ _TABLE_MODULES = (
 )
 
 
-def register(name: str, description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register ``fn(ctx) -> rows`` as benchmark table ``name``."""
+def register(
+    name: str, description: str, options: tuple[str, ...] = ()
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register ``fn(ctx) -> rows`` as benchmark table ``name``.
+
+    ``options`` lists the ``--set`` keys the table reads; any other key is refused.
+    """
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in TABLES:
             raise ValueError(f"benchmark table {name!r} registered twice")
-        TABLES[name] = Table(name, description, fn, fn.__module__)
+        TABLES[name] = Table(name, description, fn, fn.__module__, tuple(options))
         return fn
 
     return deco

@@ -51,9 +51,9 @@ MUTATIONS = (
     ),
     Mutation(
         "dp-kip-noise-key-constant",
-        "src/privkernels/dp_kip.py",
-        "k_noise = fold_digest(k_noise, noise_digest)",
-        "k_noise = fold_digest(jax.random.key(0), noise_digest)",
+        "src/privkernels/dp_kip/train.py",
+        "gsum = add_dpsgd_noise(key, gsum, hyper.noise_std, hyper.digest)",
+        "gsum = add_dpsgd_noise(jax.random.key(0), gsum, hyper.noise_std, hyper.digest)",
         "DP-KIP noise key constant within a step (independent of the step and user key)",
     ),
     Mutation(
@@ -72,23 +72,23 @@ MUTATIONS = (
     ),
     Mutation(
         "gram-norm-without-cross-term",
-        "src/privkernels/dp_kip.py",
+        "src/privkernels/dp_kip/clipped_sums.py",
         "sq = quad + 2.0 * cross + bb * sq_t",
         "sq = quad + bb * sq_t",
         "Gram-form per-example norm missing its cross term (wrong clip factors)",
     ),
     Mutation(
         "dp-kip-one-key-every-step",
-        "src/privkernels/dp_kip.py",
-        "step_key = jax.random.fold_in(k_train, run[1])",
-        "step_key = k_train",
+        "src/privkernels/dp_kip/train.py",
+        "both = jax.vmap(lambda s: jax.random.split(jax.random.fold_in(k_train, s)))(steps)",
+        "both = jax.vmap(lambda s: jax.random.split(k_train))(steps)",
         "every DP-KIP step uses the same key (same batch, same noise)",
     ),
     Mutation(
         "dp-kip-sampler-at-2q",
-        "src/privkernels/dp_kip.py",
-        "batch = privacy.poisson_batch(k_batch, n, q, pad_to=pad_to, pad_index=n)",
-        "batch = privacy.poisson_batch(k_batch, n, min(1.0, 2 * q), pad_to=pad_to, pad_index=n)",
+        "src/privkernels/dp_kip/train.py",
+        "            config.sampling_rate,\n            min_pad=min_pad,",
+        "            min(1.0, 2 * config.sampling_rate),\n            min_pad=min_pad,",
         "Poisson sampler at rate 2q while the accountant uses q",
     ),
 )

@@ -130,8 +130,8 @@ def test_adjoint_grads_equal_vmap_grads_x64(kernel, f):
             np.asarray(adj), np.asarray(ref), rtol=1e-6, atol=1e-8 * float(jnp.abs(ref).max())
         )
         # losses from the adjoint path are the KRR losses of eq. 3
-        t = dp_kip._target_repr(spec, xt)
-        _, losses = dp_kip._adjoint_grads(spec, xs, ys, t, yt, 1e-3 + 1e-4)
+        t = dp_kip.krr.support_repr(spec, xt)
+        _, losses = dp_kip.grads.adjoint_grads(spec, xs, ys, t, yt, 1e-3 + 1e-4)
         ref_l = dp_kip.krr_loss(spec, xs, ys, xt, yt, **kw)
         # (fc_ntk's diagonal kappa1(c ~ 1) carries sqrt(eps64) ~ 1e-8 rounding noise)
         np.testing.assert_allclose(np.asarray(losses), np.asarray(ref_l), rtol=1e-7)
@@ -158,72 +158,68 @@ def test_adjoint_per_example_grads_do_not_mix_examples():
 
 @pytest.mark.parametrize("corrupt", [0.3, 0.0])
 def test_step_adjoint_equals_vmap_padded_masked(corrupt):
-    """_make_step's private input-space branch: adjoint == vmap(grad) == a per-example loop.
+    """The private input-space train_step: auto (Gram form, or adjoint with frozen pixels) ==
+    vmap(grad) == a per-example loop.
 
-    A padded Poisson batch (mask with zeros), active clipping, and frozen
-    (corrupted) pixels (adjoint path) or none (the FC-NTK then takes the Gram-form
-    clipped sum); SGD(lr=1) and no noise, so the update is the clipped sum / (q n)
-    (the noise is added after the sum by code shared by both paths).
+    A padded Poisson batch (mask with zeros, padding pointing at the public zero row), active
+    clipping, and frozen (corrupted) pixels (adjoint path) or none (the FC-NTK then takes the
+    Gram-form clipped sum); SGD(lr=1) and no noise, so the update is the clipped sum / (q n).
     """
+    from privkernels.audit import dp_kip_full_batch_step
     from privkernels.privacy import clip_per_example, poisson_batch
 
     rng = np.random.default_rng(7)
     n, m, c, shape = 40, 6, 3, (4, 5)
     x = jnp.asarray(rng.normal(size=(n, *shape)), jnp.float32)
-    y_enc = dp_kip._encode_labels(jnp.asarray(np.arange(n) % c), c)
+    y_enc = dp_kip.encode_labels(jnp.asarray(np.arange(n) % c), c)
+    xe = jnp.concatenate([x, jnp.zeros((1, *shape))])
+    ye = jnp.concatenate([y_enc, jnp.zeros((1, c))])
     spec = dp_kip.make_kernel("fc_ntk", shape, c)
     xs = dp_kip.init_support(jax.random.key(2), m, shape)
-    ys = dp_kip._encode_labels(jnp.asarray(dp_kip.support_labels(c, 2)), c)
-    gmask = jnp.asarray(
-        dp_kip.corruption_mask(jax.random.key(4), (m, *shape), corrupt), jnp.float32
-    )
-    xs = jnp.where(gmask > 0, 0.5, xs)
-    opt = optax.sgd(1.0)
-    state = {"params": {"x": xs}, "opt_state": opt.init({"x": xs}), "grad_mask": gmask, "y_s": ys}
+    ys = dp_kip.encode_labels(jnp.asarray(dp_kip.support_labels(c, 2)), c)
+    gmask = dp_kip.corruption_mask(jax.random.key(4), (m, *shape), corrupt)
+    xs = jnp.where(gmask, 0.5, xs)
     q, pad, chunk, clip = 0.25, 24, 8, 0.05
+    k_batch, k_noise = jax.random.split(jax.random.key(11))
+    sample = poisson_batch(k_batch, n, q, pad_to=pad, pad_index=n)
+    batch = dp_kip.Batch(xe[sample.indices], ye[sample.indices], sample.mask.astype(jnp.float32))
     out = {}
-    for meth in ("adjoint", "vmap"):
-        step = dp_kip._make_step(
-            spec,
-            space="input",
-            private=True,
-            learn_labels=False,
-            ridge=1e-3,
+    for meth in ("auto", "vmap"):
+        step, state, _ = dp_kip_full_batch_step(
+            "fc_ntk",
+            xs,
+            c,
+            int(q * n),
             clip_norm=clip,
             noise_multiplier=0.0,
-            n=n,
-            q=q,
-            pad_to=pad,
-            chunk_size=chunk,
-            optimizer=opt,
-            n_classes=c,
+            relative_reg=1e-3,
+            optimizer=optax.sgd(1.0),
             grad_method=meth,
-            corrupted=corrupt > 0,
+            corrupted=gmask,
+            chunk_size=chunk,
         )
-        new, aux = step(state, x, y_enc, jax.random.key(11))
-        out[meth] = (np.asarray(new["params"]["x"]), aux)
-    (xa, aux_a), (xv, aux_v) = out["adjoint"], out["vmap"]
+        new, info = step(state, batch, k_noise)
+        out[meth] = (np.asarray(new.params["x"]), info)
+    (xa, aux_a), (xv, aux_v) = out["auto"], out["vmap"]
     np.testing.assert_allclose(xa, xv, rtol=1e-4, atol=1e-4 * np.abs(xs).max())
-    assert int(aux_a["n_clipped"]) == int(aux_v["n_clipped"]) > 0  # clipping active
-    assert float(aux_a["loss_sum"]) == pytest.approx(float(aux_v["loss_sum"]), rel=1e-4)
+    assert int(aux_a.n_clipped) == int(aux_v.n_clipped) > 0  # clipping active
+    assert float(aux_a.loss_sum) == pytest.approx(float(aux_v.loss_sum), rel=1e-4)
     # independent reference for the noiseless step: loop over the sampled examples
-    k_batch, _ = jax.random.split(jax.random.key(11))
-    batch = poisson_batch(k_batch, n, q, pad_to=pad)
-    mk = np.asarray(batch.mask)
+    mk = np.asarray(sample.mask)
     assert 0 < mk.sum() < pad  # padded rows present and masked out
-    idx = np.asarray(batch.indices)[mk]
+    idx = np.asarray(sample.indices)[mk]
     single = jax.jit(
         jax.grad(lambda s, xi, yi: dp_kip.krr_loss(spec, s, ys, xi[None], yi[None], reg=1e-3)[0])
     )
     ref = np.zeros(xs.shape, np.float32)
     for i in idx:
-        g = np.asarray(single(xs, x[i], y_enc[i])) * (1.0 - np.asarray(gmask))
+        g = np.asarray(single(xs, x[i], y_enc[i])) * (1.0 - np.asarray(gmask, np.float32))
         g = np.asarray(clip_per_example(jnp.asarray(g)[None], clip)[0][0])
         ref += g
     got = (np.asarray(xs) - xa) * (q * n)
     np.testing.assert_allclose(got, ref, rtol=2e-3, atol=1e-3 * np.abs(ref).max())
     assert (np.asarray(gmask).sum() > 0) == (corrupt > 0)
-    assert np.all(got[np.asarray(gmask) > 0] == 0.0)  # frozen pixels never move
+    assert np.all(got[np.asarray(gmask)] == 0.0)  # frozen pixels never move
 
 
 def test_clipped_per_example_norms_bounded(digits):
@@ -252,7 +248,7 @@ def test_feature_space_solve_matches_kernel_space():
         s = jnp.asarray(rng.normal(size=(12, 5)))  # f = 5 < m = 12: Woodbury branch
         t = jnp.asarray(rng.normal(size=(7, 5)))
         ys = jnp.asarray(rng.normal(size=(12, 3)))
-        got = dp_kip._krr_predict_repr("features", None, s, ys, t, 1e-3)
+        got = dp_kip.krr.krr_predict_repr("features", None, s, ys, t, 1e-3)
         k = s @ s.T
         lam = 1e-3 * jnp.trace(k) / 12
         ref = (t @ s.T) @ jnp.linalg.solve(k + lam * jnp.eye(12), ys)
@@ -496,14 +492,18 @@ def test_feature_space_closed_form_clipped_sum_matches_vmap():
     yt = jnp.asarray(rng.normal(size=(b, c)), jnp.float32)
     mask = jnp.asarray(rng.random(b) < 0.7, jnp.float32)
     spec = dp_kip.KernelSpec("lin", "features", {}, feature_fn=lambda z: z)
-    fn = lambda p, y_s, t, y: dp_kip._loss_one(p, y_s, t, y, spec=spec, space="feature", ridge=1e-2)
+    fn = lambda p, y_s, t, y: dp_kip.krr.loss_one(
+        p, y_s, t, y, spec=spec, space="feature", ridge=1e-2
+    )
     g = jax.vmap(jax.grad(fn), in_axes=(None, None, 0, 0))({"phi": s}, ys, phi, yt)["phi"]
     norms = np.sqrt(np.sum(np.asarray(g).reshape(b, -1) ** 2, 1))
     srt = np.sort(norms)
     clip = float(0.5 * (srt[b // 2] + srt[b // 2 + 1]))  # between two norms: no tie at C
     clipped, _ = clip_per_example(g, clip)
     ref = np.tensordot(np.asarray(mask), np.asarray(clipped), axes=1)
-    got, loss_sum, n_clipped = dp_kip._feature_clipped_sum(s, ys, phi, yt, mask, 1e-2, clip)
+    got, loss_sum, n_clipped = dp_kip.clipped_sums.feature_clipped_sum(
+        s, ys, phi, yt, mask, 1e-2, clip
+    )
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-3, atol=2e-4 * np.abs(ref).max())
     assert int(n_clipped) == int(np.sum(np.asarray(mask) * (norms > clip)))
 
@@ -520,9 +520,9 @@ def test_gram_form_clipped_sum_matches_vmap(m, d, opts):
     b, c = 13, 3
     spec = dp_kip.make_kernel("fc_ntk", (d,), c, options=opts)
     xs = jnp.asarray(rng.normal(size=(m, d)), jnp.float32)
-    ys = dp_kip._encode_labels(jnp.asarray(np.arange(m) % c), c)
+    ys = dp_kip.encode_labels(jnp.asarray(np.arange(m) % c), c)
     xt = jnp.asarray(0.7 * rng.normal(size=(b, d)), jnp.float32)
-    yt = dp_kip._encode_labels(jnp.asarray(rng.integers(0, c, b)), c)
+    yt = dp_kip.encode_labels(jnp.asarray(rng.integers(0, c, b)), c)
     mask = jnp.asarray(rng.random(b) < 0.7, jnp.float32)
     g = dp_kip.per_example_grads(spec, xs, ys, xt, yt, reg=1e-3, method="vmap")
     norms = np.sqrt(np.sum(np.asarray(g).reshape(b, -1) ** 2, 1))
@@ -531,7 +531,7 @@ def test_gram_form_clipped_sum_matches_vmap(m, d, opts):
         clipped, _ = clip_per_example(g, clip)
         ref = np.tensordot(np.asarray(mask), np.asarray(clipped), axes=1)
         got, loss_sum, n_clipped = jax.jit(
-            lambda a, t, mk, clip=clip: dp_kip._gram_clipped_sum(
+            lambda a, t, mk, clip=clip: dp_kip.clipped_sums.gram_clipped_sum(
                 spec.gram_fn, a, ys, t, yt, mk, 1e-3, clip
             )
         )(xs, xt, mask)
@@ -580,25 +580,29 @@ def test_clip_factors_match_clip_per_example():
 
 
 def test_keyboard_interrupt_saves_checkpoint_and_resume_completes(tmp_path, monkeypatch):
+    from privkernels import checkpoint
+    from privkernels.dp_kip import fitting as fit_module
+
     x, y = _small(8)
     kw = {**BASE, "epochs": 2}
     full = dp_kip.fit(jax.random.key(2), x, y, **kw)
     ck = tmp_path / "interrupted.npz"
-    real_fold_in = jax.random.fold_in
+    real_check = fit_module._check_support
     calls = {"n": 0}
 
-    def interrupting_fold_in(key, data):
+    def interrupting_check(state):
         calls["n"] += 1
-        if calls["n"] == 8:  # Ctrl-C during step 8 (7 steps done)
+        if calls["n"] == 2:  # Ctrl-C while epoch 2 is being committed
             raise KeyboardInterrupt
-        return real_fold_in(key, data)
+        return real_check(state)
 
-    monkeypatch.setattr(jax.random, "fold_in", interrupting_fold_in)
+    monkeypatch.setattr(fit_module, "_check_support", interrupting_check)
     with pytest.raises(KeyboardInterrupt):
         dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck)
-    monkeypatch.setattr(jax.random, "fold_in", real_fold_in)
-    meta = __import__("json").loads(str(np.load(ck)["meta"]))
-    assert meta["steps_done"] == 7 and meta["planned_steps"] == full.steps_done
+    monkeypatch.setattr(fit_module, "_check_support", real_check)
+    _, meta = checkpoint.load(ck, format=fit_module.CHECKPOINT_FORMAT)
+    per_epoch = full.config.steps_per_epoch
+    assert meta["steps_done"] == per_epoch and meta["config"]["planned_steps"] == full.steps_done
     done = dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck, resume=True)
     assert done.steps_done == full.steps_done
     np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
@@ -606,13 +610,13 @@ def test_keyboard_interrupt_saves_checkpoint_and_resume_completes(tmp_path, monk
 
 
 def test_convnet_downstream_smoke(digits):
-    from privkernels import dp_kip_eval
+    from privkernels import evaluation
 
     x, y, xt, yt = digits
-    mod, params = dp_kip_eval.train_convnet(jax.random.key(0), x[:40], y[:40], 10, steps=3, width=8)
+    mod, params = evaluation.train_convnet(jax.random.key(0), x[:40], y[:40], 10, steps=3, width=8)
     logits = mod.apply(params, jnp.asarray(xt[:4]))
     assert logits.shape == (4, 10)
-    assert 0.0 <= dp_kip_eval.convnet_accuracy(mod, params, xt[:50], yt[:50]) <= 1.0
+    assert 0.0 <= evaluation.convnet_accuracy(mod, params, xt[:50], yt[:50]) <= 1.0
 
 
 def test_scatternet_kernel_group_norm_option():

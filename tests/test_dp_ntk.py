@@ -144,7 +144,7 @@ def test_class_proportion_release_composes(digits, net) -> None:
         batch_size=12,
         n_classes=C,
         label_mode="released",
-        label_budget_fraction=0.25,
+        split=(0.75, 0.25),
         progress=False,
     )
     rep = res.report
@@ -211,14 +211,14 @@ def no_noise(monkeypatch):
         {"y_short": True},
         {"x_1d": True},
         {"iterations": 0},
-        {"label_budget_fraction": 1.0},
+        {"split": (0.0, 1.0)},
     ],
 )
 def test_bad_input_raises_before_noise(digits, net, no_noise, change) -> None:
     x, y = digits
     x, y = x.copy(), y.copy()
     kw = {"epsilon": 1.0, "delta": 1e-5, "iterations": 2, "label_mode": "released"}
-    for k in ("epsilon", "delta", "iterations", "label_budget_fraction"):
+    for k in ("epsilon", "delta", "iterations", "split"):
         if k in change:
             kw[k] = change[k]
     if change.get("nan"):
@@ -233,7 +233,7 @@ def test_bad_input_raises_before_noise(digits, net, no_noise, change) -> None:
         dp_ntk.fit(
             jax.random.key(0), x, y, network=net, batch_size=8, n_classes=C, progress=False, **kw
         )
-    if "iterations" not in change and "label_budget_fraction" not in change:
+    if "iterations" not in change and "split" not in change:
         with pytest.raises(ValueError):
             dp_ntk.private_embedding(
                 jax.random.key(0),
@@ -340,17 +340,21 @@ def test_checkpoint_resume_does_not_respend(digits, net, tmp_path, monkeypatch) 
             callback=interrupt,
             **kw,
         )
-    ck = dp_ntk.load_checkpoint(path)
-    assert ck["meta"]["iteration"] == 4
-    assert ck["meta"]["report"] == full.report
+    from privkernels import checkpoint
+    from privkernels.dp_ntk import fitting
+
+    _, meta = checkpoint.load(path, format=fitting.CHECKPOINT_FORMAT)
+    assert meta["iteration"] == 4
+    assert privacy.PrivacyReport.from_dict(meta["report"]) == full.report
 
     def boom(*a, **k):
         raise AssertionError("private data touched again on resume")
 
-    monkeypatch.setattr(dp_ntk, "private_embedding", boom)
-    monkeypatch.setattr(dp_ntk, "private_class_proportions", boom)
+    monkeypatch.setattr(fitting, "private_embedding", boom)
+    monkeypatch.setattr(fitting, "private_class_proportions", boom)
     monkeypatch.setattr(privacy, "gaussian_mechanism", boom)
-    resumed = dp_ntk.resume(path, progress=False)
+    resume = dict(network=net, checkpoint_path=path, resume=True, progress=False)
+    resumed = dp_ntk.fit(None, None, None, epsilon=1.0, **resume)
     assert resumed.iteration == 6
     assert resumed.report == full.report  # same releases, nothing re-spent
     assert resumed.report.epsilon == pytest.approx(1.0) and len(resumed.report.mechanisms) == 2
@@ -364,10 +368,8 @@ def test_checkpoint_resume_does_not_respend(digits, net, tmp_path, monkeypatch) 
         strict=True,
     ):
         np.testing.assert_allclose(np.asarray(la), np.asarray(lb), rtol=1e-5, atol=1e-6)
-    # also via fit(resume_from=...), extending the run, with x=None
-    more = dp_ntk.fit(
-        None, None, None, epsilon=1.0, network=net, resume_from=path, iterations=8, progress=False
-    )
+    # extending the run, with x=None
+    more = dp_ntk.fit(None, None, None, epsilon=1.0, iterations=8, **resume)
     assert more.iteration == 8 and more.report == full.report
 
 

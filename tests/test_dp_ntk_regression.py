@@ -72,11 +72,12 @@ def test_kernel_matches_direct_loop_and_is_psd() -> None:
     x1, x2 = _unit_rows(rng, 7, 4), _unit_rows(rng, 5, 4, radius=0.7)
     w = rng.normal(size=(6, 4)).astype(np.float32)
     got = np.asarray(
-        R._kernel_matrix(jnp.asarray(x1), jnp.asarray(x2), jnp.asarray(w), chunk_size=3)
+        R.kernel.kernel_matrix(jnp.asarray(x1), jnp.asarray(x2), jnp.asarray(w), chunk_size=3)
     )
     np.testing.assert_allclose(got, _direct_kernel(x1, x2, w), rtol=1e-4, atol=1e-5)
     sq = np.asarray(
-        R._kernel_matrix(jnp.asarray(x1), jnp.asarray(x1), jnp.asarray(w), chunk_size=4), np.float64
+        R.kernel.kernel_matrix(jnp.asarray(x1), jnp.asarray(x1), jnp.asarray(w), chunk_size=4),
+        np.float64,
     )
     np.testing.assert_allclose(sq, sq.T, atol=1e-6)
     assert np.linalg.eigvalsh(sq).min() > -1e-5 * np.abs(sq).max()
@@ -100,7 +101,7 @@ def test_kernel_mechanism_is_symmetric_psd_and_unbiased() -> None:
     rng = np.random.default_rng(2)
     x = _unit_rows(rng, 6, 3)
     w = jnp.asarray(rng.normal(size=(5, 3)), jnp.float32)
-    kmat = R._kernel_matrix(jnp.asarray(x), jnp.asarray(x), w) + 0.1 * jnp.eye(6)
+    kmat = R.kernel.kernel_matrix(jnp.asarray(x), jnp.asarray(x), w) + 0.1 * jnp.eye(6)
     km = np.asarray(kmat, np.float64)
     draws = 250
     keys = jax.random.split(jax.random.key(7), draws)
@@ -161,14 +162,14 @@ def test_input_noise_stays_within_truncation_bound(small_data) -> None:
 
 def test_report_composes_the_two_releases(small_data) -> None:
     x, y = small_data
-    model = R.fit(jax.random.key(12), x, y, **{**SMALL, "epsilon_split": 0.7, "delta_split": 0.4})
+    model = R.fit(jax.random.key(12), x, y, **{**SMALL, "split": (0.7, 0.3)})
     rep = model.report
     assert rep.private and rep.neighbouring == BETA_CLOSE
     assert [m.name for m in rep.mechanisms] == ["gaussian_sampling", "truncated_laplace"]
     assert rep.mechanisms[0].epsilon == pytest.approx(0.7 * SMALL["epsilon"])
     assert rep.mechanisms[1].epsilon == pytest.approx(0.3 * SMALL["epsilon"])
-    assert rep.mechanisms[0].delta == pytest.approx(0.4 * SMALL["delta"])
-    assert rep.mechanisms[1].delta == pytest.approx(0.6 * SMALL["delta"])
+    assert rep.mechanisms[0].delta == pytest.approx(0.7 * SMALL["delta"])
+    assert rep.mechanisms[1].delta == pytest.approx(0.3 * SMALL["delta"])
     assert rep.epsilon == pytest.approx(SMALL["epsilon"])
     assert rep.delta == pytest.approx(SMALL["delta"])
     assert rep.mechanisms[0].param_dict["k"] == model.k
@@ -245,10 +246,10 @@ def test_fit_default_k_uses_real_n(small_data) -> None:
         {"eta_min": 0.0, "kernel_shift": 0.0},
         {"eta_min": -1.0},
         {"eta_min": None, "kernel_shift": 0.0},
-        {"epsilon_split": 0.0},
-        {"epsilon_split": 1.0},
-        {"epsilon_split": 1.3},
-        {"delta_split": 1.0},
+        {"split": (0.0, 1.0)},
+        {"split": (1.0, 0.0)},
+        {"split": (1.3, -0.3)},
+        {"split": (0.5, 0.6)},
         {"epsilon": 0.05},  # no k >= 1 is private
         {"k": 10**9},  # above the largest private k
         {"k": 0},
@@ -374,6 +375,7 @@ def test_digits_accuracy() -> None:
             jax.random.key(0),
             xd[tr],
             yd[tr],
+            n_classes=10,
             epsilon=1.8,
             delta=1e-5,
             kernel_shift=5.0,

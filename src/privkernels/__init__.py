@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "audit",
+    "checkpoint",
     "data",
     "dp_kip",
     "dp_ntk",

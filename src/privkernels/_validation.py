@@ -7,6 +7,7 @@ raises ``ValueError`` (or ``TypeError`` for wrong kinds of objects).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -104,6 +105,26 @@ def _compute_dtype(dtype: Any) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
+@functools.cache
+def _reductions() -> dict[str, Any]:
+    """Module-level jitted reductions (one compilation per dtype and shape)."""
+    import jax
+    import jax.numpy as jnp
+
+    return {
+        "finite": jax.jit(lambda a, t: jnp.all(jnp.isfinite(a.astype(t))), static_argnums=1),
+        "range": jax.jit(lambda a: (jnp.min(a), jnp.max(a))),
+        "whole": jax.jit(lambda a: jnp.all(a == jnp.round(a))),
+    }
+
+
+def _scalar(a: Any) -> Any:
+    """The value of a (possibly global, replicated) 0-d JAX array, on this process."""
+    if hasattr(a, "is_fully_addressable") and not a.is_fully_addressable:
+        return np.asarray(a.addressable_data(0)).item()
+    return np.asarray(a).item()
+
+
 def check_finite(arr: Any, name: str, *, dtype: Any = None) -> None:
     """Raise ``ValueError`` unless every entry of ``arr`` is finite in ``dtype``.
 
@@ -115,7 +136,6 @@ def check_finite(arr: Any, name: str, *, dtype: Any = None) -> None:
     tracers cannot be checked (the caller validates before ``jit``).
     """
     import jax
-    import jax.numpy as jnp
 
     if not np.issubdtype(arr.dtype, np.floating):
         return
@@ -124,7 +144,7 @@ def check_finite(arr: Any, name: str, *, dtype: Any = None) -> None:
         return
     if isinstance(arr, jax.Array):
         with jax.ensure_compile_time_eval():  # concrete even while a caller is being traced
-            ok = bool(jnp.all(jnp.isfinite(arr.astype(target))))
+            ok = bool(_scalar(_reductions()["finite"](arr, target)))
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             ok = bool(np.all(np.isfinite(np.asarray(arr).astype(target, copy=False))))
@@ -184,12 +204,11 @@ def check_array(
 def _label_range(arr: Any) -> tuple[int, int]:
     """``(min, max)`` of a label array, reduced where it lives (host or device)."""
     import jax
-    import jax.numpy as jnp
 
     if isinstance(arr, jax.Array):
         with jax.ensure_compile_time_eval():
-            lo, hi = jax.jit(lambda a: (jnp.min(a), jnp.max(a)))(arr)
-            return int(lo), int(hi)
+            lo, hi = _reductions()["range"](arr)
+            return int(_scalar(lo)), int(_scalar(hi))
     return int(np.min(arr)), int(np.max(arr))
 
 
@@ -221,7 +240,7 @@ def check_labels(
         check_finite(arr, name)
         if isinstance(arr, jax.Array):
             with jax.ensure_compile_time_eval():
-                whole = bool(jax.numpy.all(arr == jax.numpy.round(arr)))
+                whole = bool(_scalar(_reductions()["whole"](arr)))
         else:
             whole = bool(np.all(arr == np.round(arr)))
         if not whole:

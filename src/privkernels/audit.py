@@ -31,6 +31,7 @@ specific neighbouring pair and statistic tried, not a proof of privacy.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -53,6 +54,7 @@ __all__ = [
     "audit_dpsgd_step",
     "run_trials",
     "gaussian_audit_epsilon",
+    "dp_kip_full_batch_step",
 ]
 
 
@@ -556,3 +558,77 @@ def gaussian_audit_epsilon(mu: float, delta: float) -> float:
     while f(hi) > 0:
         hi *= 2
     return float(brentq(f, 0.0, hi))
+
+
+def dp_kip_full_batch_step(
+    kernel: str,
+    x_support: Any,
+    n_classes: int,
+    batch_size: int,
+    *,
+    clip_norm: float,
+    noise_multiplier: float,
+    relative_reg: float,
+    optimizer: Any,
+    grad_method: str = "auto",
+    corrupted: Any = None,
+    chunk_size: int = 8,
+    delta: float = 1e-5,
+) -> tuple[Any, Any, int]:
+    """The real DP-KIP step on a full batch (q = 1), with an explicit noise multiplier.
+
+    For audits and tests of the released quantity: one step of
+    :func:`privkernels.dp_kip.make_trainer`'s ``train_step`` over a full batch
+    of ``batch_size`` examples (add-remove, public rate 1), where one step is a
+    plain Gaussian release with L2 sensitivity ``clip_norm``.
+    ``noise_multiplier`` replaces the calibrated one (so broken variants can be
+    audited too).
+
+    Args:
+      kernel: DP-KIP kernel name; x_support: ``(m, *input_shape)`` starting support
+        (``m = support_per_class * n_classes``, class-major as ``support_labels``).
+      n_classes: label count. batch_size: rows of the full batch, also the
+        normaliser the noisy sum is divided by.
+      optimizer: e.g. ``optax.sgd(1.0)`` so the update is an affine image of the sum.
+      corrupted: optional frozen-pixel mask like ``x_support``.
+      chunk_size: rows per chunk; the batch is padded to a multiple of it.
+
+    Returns:
+      ``(train_step, state, pad)``: call ``train_step(state, Batch(x, y, mask), key)``
+      with rows padded to ``pad``.
+    """
+    import jax.numpy as jnp
+
+    from privkernels import dp_kip
+
+    xs = jnp.asarray(x_support, jnp.float32)
+    spc = xs.shape[0] // n_classes
+    cfg, plan, opt = dp_kip.configure(
+        n=batch_size,
+        input_shape=tuple(xs.shape[1:]),
+        n_classes=n_classes,
+        epsilon=1.0,
+        delta=delta,
+        kernel=kernel,
+        support_per_class=spc,
+        batch_size=batch_size,
+        epochs=1,
+        relative_reg=relative_reg,
+        clip_norm=clip_norm,
+        neighbouring="add-remove",
+        sampling_rate=1.0,
+        # only decides the clipped-sum strategy here (frozen pixels need explicit gradients)
+        corrupt_fraction=0.5 if corrupted is not None and bool(np.any(corrupted)) else 0.0,
+        optimizer=optimizer,
+        chunk_size=chunk_size,
+        grad_method=grad_method,
+    )
+    cfg = dataclasses.replace(cfg, chunk_size=chunk_size)
+    assert plan is not None  # epsilon was given
+    plan = plan._replace(noise_multiplier=float(noise_multiplier))
+    spec = dp_kip.make_kernel(kernel, tuple(xs.shape[1:]), n_classes)
+    mask = np.zeros(xs.shape, bool) if corrupted is None else np.asarray(corrupted, bool)
+    state = dp_kip.initial_state(cfg, {"x": xs}, opt, mask)
+    pad = -(-batch_size // chunk_size) * chunk_size
+    trainer = dp_kip.make_trainer(cfg, spec, plan, opt, n=batch_size, min_pad=pad, cacheable=False)
+    return trainer.train_step, state, pad

@@ -1,220 +1,118 @@
-"""Shared dense linear algebra: PSD solves by Cholesky with a documented jitter policy.
+"""The one ridge solve of privkernels: ``(K + s I) X = Y`` by Cholesky, one fallback.
 
-Kernel methods solve ``(K + reg I) X = Y`` with ``K`` symmetric positive
-semi-definite (PSD). In float32, Gram matrices of many examples are often
+Kernel methods solve ``(K + s I) X = Y`` with ``K`` symmetric positive
+semi-definite (PSD). In float32 a Gram matrix of many points can be
 numerically singular, and ``jnp.linalg.cholesky`` then returns NaNs instead of
-raising. :func:`psd_solve` handles that deterministically:
+raising. :func:`ridge_cholesky` handles that deterministically (the jitter
+policy):
 
-Jitter policy
--------------
-With ``s = mean(|diag(K)|)`` (``1`` when that is 0) and ``e = jitter`` (default:
-the machine epsilon of ``K``'s dtype, ``1.19e-7`` in float32, ``2.2e-16`` in
-float64):
+* factorise ``K + s I`` (``jnp.linalg.cholesky`` symmetrises its input);
+* if that factor is not finite and a ``fallback`` shift ``f > 0`` is given,
+  factorise ``K + (s + f) I`` instead, and report it (``ok=False``,
+  ``shift = s + f``), so callers can use the shift actually applied.
 
-* attempt 0 factorises ``K + reg I``;
-* attempt ``t = 1 .. max_tries`` factorises ``K + (reg + e * growth**t * s) I``
-  (with the default ``growth = 10``: ``10 e s``, ``100 e s``, ...);
+The choice is a ``lax.cond`` (differentiable, runs under ``jit`` and ``vmap``)
+that looks only at ``K``: whatever privacy cost ``K`` carries, the policy adds
+none of its own. DP-KIP (relative ridge ``s = reg tr(K)/m``, fallback
+``FALLBACK_JITTER tr(K)/m``) and DP NTK regression (absolute ``reg``, no
+fallback) both solve through here; :func:`psd_solve` is the validated public
+entry point.
 
-the first attempt whose factor is finite with a positive diagonal is used, and
-the extra diagonal ``e * growth**t * s`` (0 when attempt 0 succeeds) is
-returned next to the solution, so callers can report it. The loop is a
-``lax.while_loop``: it runs under ``jit``, costs one Cholesky when the matrix
-is well conditioned, and never inspects anything but ``K`` (no data-dependent
-privacy cost beyond what ``K`` already carries -- callers who solve with a
-private ``K`` must treat the jitter as data dependent if they release it).
-
-If every attempt fails the solution is all-NaN and ``ok`` is False
-(:func:`psd_solve` never raises under ``jit``; check ``ok`` on the host).
-
-Precision: float32 by default. For a float64 solve, pass float64 arrays inside
-``jax.enable_x64()`` (or with ``jax_enable_x64`` set); the dtype of ``K`` and
-``Y`` (promoted) is kept.
+Precision: the factorisation and the triangular solves run at full float32
+(``precision=HIGHEST`` for every matmul around them, see
+:mod:`privkernels.precision`); for float64 pass float64 arrays inside
+``jax.enable_x64()``.
 """
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from privkernels._validation import check_array, check_int, check_nonnegative, check_positive
+from privkernels._validation import check_array, check_nonnegative
 
-__all__ = ["PSDSolution", "CholeskyResult", "psd_cholesky", "psd_solve"]
-
-_DEFAULT_MAX_TRIES = 8
-_DEFAULT_GROWTH = 10.0
+__all__ = ["RidgeFactor", "PSDSolution", "ridge_cholesky", "ridge_solve", "psd_solve"]
 
 
-class CholeskyResult(NamedTuple):
-    """Lower factor ``L`` (``L L^T = K + (reg + jitter) I``), the extra ``jitter`` and success flag."""
+class RidgeFactor(NamedTuple):
+    """Lower Cholesky factor ``L`` of ``K + shift I`` and whether the first try worked."""
 
     factor: jax.Array  # (n, n)
-    jitter: jax.Array  # () absolute diagonal shift added beyond reg
-    ok: jax.Array  # () bool
-    tries: jax.Array  # () int32, 0 = no jitter needed
+    shift: jax.Array  # () diagonal shift actually applied (s, or s + fallback)
+    ok: jax.Array  # () bool: True when no fallback was needed
 
 
 class PSDSolution(NamedTuple):
-    """``X = (K + (reg + jitter) I)^{-1} Y`` plus the jitter policy's outcome."""
+    """``X = (K + shift I)^{-1} Y`` and the jitter policy's outcome."""
 
-    x: jax.Array  # shape of Y
-    jitter: jax.Array  # () absolute diagonal shift added beyond reg
-    ok: jax.Array  # () bool
-    tries: jax.Array  # () int32
-
-
-def _good(factor: jax.Array) -> jax.Array:
-    d = jnp.diagonal(factor)
-    return jnp.all(jnp.isfinite(factor)) & jnp.all(d > 0)
+    x: jax.Array
+    shift: jax.Array
+    ok: jax.Array
 
 
-@partial(jax.jit, static_argnames=("max_tries",))
-def _cholesky_impl(
-    k: jax.Array, reg: jax.Array, jitter: jax.Array, growth: jax.Array, *, max_tries: int
-) -> CholeskyResult:
-    n = k.shape[0]
-    dt = k.dtype
-    sym = 0.5 * (k + k.T)
-    diag_idx = jnp.arange(n)
-    scale = jnp.mean(jnp.abs(jnp.diagonal(sym)))
-    scale = jnp.where(scale > 0, scale, jnp.ones((), dt))
+def ridge_cholesky(k: jax.Array, shift: Any, *, fallback: Any = None) -> RidgeFactor:
+    """Cholesky factor of ``k + shift I`` with at most one fallback shift (module docstring).
 
-    def factor(shift: jax.Array) -> jax.Array:
-        return jnp.linalg.cholesky(sym.at[diag_idx, diag_idx].add(reg + shift))
+    Args:
+      k: ``(n, n)`` symmetric PSD matrix (traced or concrete; no validation).
+      shift: diagonal ridge ``s >= 0`` (scalar, may be traced).
+      fallback: extra diagonal used when the first factor is not finite, or None.
 
-    l0 = factor(jnp.zeros((), dt))
-    ok0 = _good(l0)
-
-    def cond(state: tuple[jax.Array, jax.Array, jax.Array, jax.Array]) -> jax.Array:
-        t, _, _, ok = state
-        return jnp.logical_and(jnp.logical_not(ok), t < max_tries)
-
-    def body(
-        state: tuple[jax.Array, jax.Array, jax.Array, jax.Array],
-    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-        t, _, _, _ = state
-        t = t + 1
-        shift = jitter * growth ** t.astype(dt) * scale
-        lt = factor(shift)
-        return t, lt, shift, _good(lt)
-
-    t, lfac, shift, ok = jax.lax.while_loop(
-        cond, body, (jnp.zeros((), jnp.int32), l0, jnp.zeros((), dt), ok0)
-    )
-    return CholeskyResult(lfac, shift, ok, t)
+    Returns:
+      :class:`RidgeFactor`.
+    """
+    eye = jnp.eye(k.shape[0], dtype=k.dtype)
+    mat = k + shift * eye
+    first = jnp.linalg.cholesky(mat)
+    ok = jnp.all(jnp.isfinite(first))
+    if fallback is None:
+        return RidgeFactor(first, jnp.asarray(shift, k.dtype), ok)
+    factor = jax.lax.cond(ok, lambda: first, lambda: jnp.linalg.cholesky(mat + fallback * eye))
+    used = jnp.where(ok, jnp.asarray(shift, k.dtype), jnp.asarray(shift + fallback, k.dtype))
+    return RidgeFactor(factor, used, ok)
 
 
-def _prepare(
-    K: Any, reg: Any, jitter: float | None, max_tries: int, growth: float
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, int]:
-    arr = check_array(K, "K", ndim=2)
-    if arr.shape[0] != arr.shape[1]:
-        raise ValueError(f"K must be a square matrix, got shape {tuple(arr.shape)}")
-    kmat = jnp.asarray(arr)
+def ridge_solve(k: jax.Array, y: jax.Array, shift: Any, *, fallback: Any = None) -> jax.Array:
+    """``(k + shift I)^{-1} y`` through :func:`ridge_cholesky` (jit-able, no validation)."""
+    rf = ridge_cholesky(k, shift, fallback=fallback)
+    return jax.scipy.linalg.cho_solve((rf.factor, True), y)
+
+
+@jax.jit
+def _psd_solve(k: jax.Array, y: jax.Array, shift: jax.Array, fallback: jax.Array) -> PSDSolution:
+    rf = ridge_cholesky(k, shift, fallback=fallback)
+    return PSDSolution(jax.scipy.linalg.cho_solve((rf.factor, True), y), rf.shift, rf.ok)
+
+
+def psd_solve(K: Any, Y: Any, *, reg: float = 0.0, fallback: float | None = None) -> PSDSolution:
+    """Validated ``(K + reg I)^{-1} Y`` for a symmetric PSD ``K`` (the jitter policy above).
+
+    Args:
+      K: ``(n, n)`` symmetric PSD, finite.
+      Y: ``(n,)`` or ``(n, c)`` right-hand side.
+      reg: ridge ``>= 0``.
+      fallback: extra diagonal for a numerically singular ``K + reg I``; default
+        ``eps(dtype) * mean(|diag K|)`` (at least ``eps``), 0 to disable.
+
+    Returns:
+      :class:`PSDSolution` ``(x, shift, ok)``; ``x`` is NaN only when even the
+      fallback factor failed.
+    """
+    kmat = jnp.asarray(check_array(K, "K", ndim=2))
+    if kmat.shape[0] != kmat.shape[1]:
+        raise ValueError(f"K must be a square matrix, got shape {tuple(kmat.shape)}")
     if not jnp.issubdtype(kmat.dtype, jnp.floating):
         kmat = kmat.astype(jnp.float32)
-    dt = kmat.dtype
-    if not isinstance(reg, jax.core.Tracer):
-        reg = check_nonnegative(reg, "reg")
-    eps = float(np.finfo(np.dtype(dt)).eps)
-    jit_rel = eps if jitter is None else check_positive(jitter, "jitter")
-    tries = check_int(max_tries, "max_tries", minimum=0)
-    grow = check_positive(growth, "growth")
-    if grow <= 1.0:
-        raise ValueError(f"growth must be > 1, got {growth}")
-    return (
-        kmat,
-        jnp.asarray(reg, dt),
-        jnp.asarray(jit_rel, dt),
-        jnp.asarray(grow, dt),
-        tries,
-    )
-
-
-def psd_cholesky(
-    K: Any,
-    *,
-    reg: float | jax.Array = 0.0,
-    jitter: float | None = None,
-    max_tries: int = _DEFAULT_MAX_TRIES,
-    growth: float = _DEFAULT_GROWTH,
-) -> CholeskyResult:
-    """Cholesky factor of ``(K + K^T)/2 + (reg + j) I`` with the module's jitter policy.
-
-    Args:
-        K: ``(n, n)`` symmetric PSD matrix (float32, or float64 under x64).
-        reg: ridge added on the diagonal in every attempt (>= 0, may be traced).
-        jitter: relative jitter ``e`` (default: machine epsilon of ``K``'s dtype).
-        max_tries: number of jittered retries after the plain attempt.
-        growth: geometric growth factor of the jitter (> 1).
-
-    Returns:
-        :class:`CholeskyResult` ``(factor (n, n), jitter (), ok (), tries ())``.
-    """
-    kmat, reg_a, jit_a, grow_a, tries = _prepare(K, reg, jitter, max_tries, growth)
-    return _cholesky_impl(kmat, reg_a, jit_a, grow_a, max_tries=tries)
-
-
-@partial(jax.jit, static_argnames=("max_tries",))
-def _solve_impl(
-    k: jax.Array,
-    y: jax.Array,
-    reg: jax.Array,
-    jitter: jax.Array,
-    growth: jax.Array,
-    *,
-    max_tries: int,
-) -> PSDSolution:
-    res = _cholesky_impl(k, reg, jitter, growth, max_tries=max_tries)
-    x = jax.scipy.linalg.cho_solve((res.factor, True), y)
-    x = jnp.where(res.ok, x, jnp.full_like(x, jnp.nan))
-    return PSDSolution(x, res.jitter, res.ok, res.tries)
-
-
-def psd_solve(
-    K: Any,
-    Y: Any,
-    *,
-    reg: float | jax.Array = 0.0,
-    jitter: float | None = None,
-    max_tries: int = _DEFAULT_MAX_TRIES,
-    growth: float = _DEFAULT_GROWTH,
-) -> PSDSolution:
-    """Solve ``(K + reg I) X = Y`` for PSD ``K`` by Cholesky, adding jitter on failure.
-
-    See the module docstring for the jitter policy: attempt ``t`` adds
-    ``jitter * growth**t * mean(|diag K|)`` (``t = 1..max_tries``) on top of
-    ``reg`` until the factor is finite with a positive diagonal.
-
-    Args:
-        K: ``(n, n)`` symmetric PSD matrix (only ``(K + K^T)/2`` is used).
-        Y: ``(n,)`` or ``(n, c)`` right-hand side.
-        reg: ridge ``>= 0`` (Python float or traced scalar).
-        jitter: relative jitter ``e``; default machine epsilon of the dtype.
-        max_tries: jittered retries after the plain attempt (0 = no jitter ever).
-        growth: factor between consecutive jitters (> 1).
-
-    Returns:
-        :class:`PSDSolution` ``(x, jitter, ok, tries)``: ``x`` has ``Y``'s shape and
-        the promoted dtype of ``K`` and ``Y``; ``jitter`` is the absolute shift added
-        beyond ``reg`` (0 if none was needed); ``x`` is NaN when ``ok`` is False.
-        Works under ``jax.jit`` (``max_tries`` / ``growth`` / ``jitter`` static Python numbers).
-    """
-    kmat, reg_a, jit_a, grow_a, tries = _prepare(K, reg, jitter, max_tries, growth)
-    yarr = check_array(Y, "Y", ndim=(1, 2))
-    if yarr.shape[0] != kmat.shape[0]:
-        raise ValueError(f"Y has {yarr.shape[0]} rows but K is {kmat.shape[0]}x{kmat.shape[1]}")
-    dt = jnp.result_type(kmat.dtype, jnp.asarray(yarr).dtype)
-    if not jnp.issubdtype(dt, jnp.floating):
-        dt = kmat.dtype
-    return _solve_impl(
-        kmat.astype(dt),
-        jnp.asarray(yarr, dt),
-        reg_a.astype(dt),
-        jit_a.astype(dt),
-        grow_a.astype(dt),
-        max_tries=tries,
-    )
+    y = jnp.asarray(check_array(Y, "Y", ndim=(1, 2)), kmat.dtype)
+    if y.shape[0] != kmat.shape[0]:
+        raise ValueError(f"Y has {y.shape[0]} rows but K is {kmat.shape[0]} x {kmat.shape[0]}")
+    reg = check_nonnegative(reg, "reg")
+    eps = float(jnp.finfo(kmat.dtype).eps)
+    if fallback is None:
+        scale = float(jnp.mean(jnp.abs(jnp.diagonal(kmat))))
+        fb = eps * max(scale, 1.0)
+    else:
+        fb = check_nonnegative(fallback, "fallback")
+    return _psd_solve(kmat, y, jnp.asarray(reg, kmat.dtype), jnp.asarray(fb, kmat.dtype))

@@ -220,7 +220,7 @@ def test_method_rejects_hostile_input_before_noise(fname, over, monkeypatch):
         pytest.param("dp_ntk.fit", {"batch_size": 0}, id="dp_ntk.fit-batch-zero"),
         pytest.param(
             "dp_ntk.fit",
-            {"label_mode": "released", "label_budget_fraction": 1.0},
+            {"label_mode": "released", "split": (0.0, 1.0)},
             id="dp_ntk.fit-label-fraction-one",
         ),
         pytest.param("dp_ntk_regression.fit", {"beta": 0.0}, id="regression-beta-zero"),
@@ -229,7 +229,7 @@ def test_method_rejects_hostile_input_before_noise(fname, over, monkeypatch):
         # randomness); the check must still precede every mechanism (samplers allowed below)
         pytest.param("dp_ntk_regression.fit", {"k": 10**9}, id="regression-k-too-large"),
         pytest.param("dp_ntk_regression.fit", {"kernel_shift": 0.0}, id="regression-no-eta-min"),
-        pytest.param("dp_ntk_regression.fit", {"epsilon_split": 1.0}, id="regression-split-one"),
+        pytest.param("dp_ntk_regression.fit", {"split": (1.0, 0.0)}, id="regression-split-one"),
         pytest.param("dp_ntk_regression.fit", {"delta": None}, id="regression-delta-none"),
         pytest.param("dp_ntk_regression.fit", {"dtype": "float16"}, id="regression-dtype-f16"),
     ],

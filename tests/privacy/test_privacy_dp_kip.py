@@ -2,14 +2,14 @@
 
 DP-KIP (Vinaroz & Park, Alg. 1) releases, every step, the support set updated
 with ``sum_i clip_C(grad_i) + N(0, (sigma C)^2 I)`` over a Poisson batch,
-accounted under add/remove neighbours. The tests drive the *real* jitted step
-builder ``dp_kip._make_step`` with a full batch (q = 1, so one step is a plain
-Gaussian release with L2 sensitivity C and claimed
-``eps = gaussian_epsilon(sigma, delta)``) and an SGD(lr=1) optimizer, so the
-update is an affine image of the noisy sum. Add/remove is modelled by giving
-both neighbours the same padded rows and removing the canary through the
-Poisson mask (the sampler is replaced by a fixed full-inclusion one; sampling
-amplification itself is dp-accounting's job and is not audited here).
+accounted by the privacy core. The tests drive the *real* jitted
+``train_step`` (built by :func:`privkernels.audit.dp_kip_full_batch_step`) on a
+full batch (q = 1, so one step is a plain Gaussian release with L2 sensitivity
+C and claimed ``eps = gaussian_epsilon(sigma, delta)``) and an SGD(lr=1)
+optimizer, so the update is an affine image of the noisy sum. Add/remove is
+modelled by giving both neighbours the same rows, the canary's gradient
+vanishing in one of them (sampling amplification itself is dp-accounting's job
+and is not audited here).
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ TRIALS = 20_000
 
 
 def _krr_pred(spec, x_s, y_s, xt):
-    return dp_kip._krr_predict_repr(
+    return dp_kip.krr.krr_predict_repr(
         spec.kind,
         spec.kernel_fn,
-        dp_kip._support_repr(spec, x_s),
+        dp_kip.krr.support_repr(spec, x_s),
         y_s,
-        dp_kip._target_repr(spec, xt),
+        dp_kip.krr.support_repr(spec, xt),
         RIDGE,
     )
 
@@ -58,26 +58,19 @@ def _setup(seed=0):
     rng = np.random.default_rng(seed)
     spec = dp_kip.make_kernel("fc_ntk", (D,), C_CLASSES)
     x_s0 = dp_kip.init_support(jax.random.key(1), 2, (D,))
-    y_s0 = dp_kip._encode_labels(jnp.asarray(dp_kip.support_labels(C_CLASSES, 1)), C_CLASSES)
+    y_s0 = dp_kip.encode_labels(jnp.asarray(dp_kip.support_labels(C_CLASSES, 1)), C_CLASSES)
     x = jnp.asarray(rng.normal(size=(N_BASE + 1, D)), jnp.float32)
-    y_enc = dp_kip._encode_labels(jnp.asarray(np.arange(N_BASE + 1) % C_CLASSES), C_CLASSES)
+    y_enc = dp_kip.encode_labels(jnp.asarray(np.arange(N_BASE + 1) % C_CLASSES), C_CLASSES)
     pred_c = _krr_pred(spec, x_s0, y_s0, x[-1:])[0]
     y_d = y_enc.at[-1].set(pred_c)
     y_dp = y_enc.at[-1].set(pred_c + 50.0 * jnp.asarray([1.0, -1.0]))
     opt = optax.sgd(1.0)
-    params = {"x": x_s0}
-    state = {
-        "params": params,
-        "opt_state": opt.init(params),
-        "grad_mask": jnp.zeros_like(x_s0),
-        "y_s": y_s0,
-    }
-    return spec, state, opt, x, y_d, y_dp
+    return spec, x_s0, y_s0, opt, x, y_d, y_dp
 
 
-def _reference_clipped_sum(spec, state, x, y_enc, clip=CLIP):
+def _reference_clipped_sum(spec, x_s0, y_s0, x, y_enc, clip=CLIP):
     """Reference: loop-free sum_i clip(g_i) from dp_kip.per_example_grads + privacy.clip_per_example."""
-    g = dp_kip.per_example_grads(spec, state["params"]["x"], state["y_s"], x, y_enc, reg=RIDGE)
+    g = dp_kip.per_example_grads(spec, x_s0, y_s0, x, y_enc, reg=RIDGE)
     clipped, norms = privacy.clip_per_example({"x": g}, clip)
     return (
         np.asarray(jnp.sum(clipped["x"], axis=0), np.float64),
@@ -86,37 +79,36 @@ def _reference_clipped_sum(spec, state, x, y_enc, clip=CLIP):
     )
 
 
-def _step_fn(spec, opt, n, *, noise_multiplier):
-    return dp_kip._make_step(
-        spec,
-        space="input",
-        private=True,
-        learn_labels=False,
-        ridge=RIDGE,
+def _step_fn(x_s0, opt, n, *, noise_multiplier):
+    return audit.dp_kip_full_batch_step(
+        "fc_ntk",
+        x_s0,
+        C_CLASSES,
+        n,
         clip_norm=CLIP,
         noise_multiplier=noise_multiplier,
-        n=n,
-        q=1.0,
-        pad_to=8,
-        chunk_size=8,
+        relative_reg=RIDGE,
         optimizer=opt,
-        n_classes=C_CLASSES,
     )
 
 
-def _noisy_sums(key, step, state, x, y_enc, trials=TRIALS):
-    """The released noisy sum of each trial, from the SGD(lr=1) update x1 = x0 - (sum + noise)/(q n)."""
+def _noisy_sums(key, step, x, y_enc, trials=TRIALS):
+    """The released noisy sum of each trial, from the SGD(lr=1) update x1 = x0 - (sum + noise)/n."""
+    train_step, state, pad = step
     n = x.shape[0]
+    xp = jnp.concatenate([x, jnp.zeros((pad - n, x.shape[1]), x.dtype)])
+    mask = jnp.arange(pad) < n
 
     def one(k, yy):
-        new_state, _ = step(state, x, yy, k)
-        return (state["params"]["x"] - new_state["params"]["x"]) * n
+        yp = jnp.concatenate([yy, jnp.zeros((pad - n, yy.shape[1]), yy.dtype)])
+        new_state, _ = train_step(state, dp_kip.Batch(xp, yp, mask.astype(jnp.float32)), k)
+        return (state.params["x"] - new_state.params["x"]) * n
 
     return audit.run_trials(key, one, y_enc, trials)
 
 
 def _run_variant(sigma_scale=1.0, no_clip=False):
-    spec, state, opt, x, y_d, y_dp = _setup()
+    spec, x_s0, y_s0, opt, x, y_d, y_dp = _setup()
     sigma = privacy.gaussian_sigma(EPS, DELTA)
     with pytest.MonkeyPatch.context() as mp:
         if no_clip:
@@ -129,19 +121,21 @@ def _run_variant(sigma_scale=1.0, no_clip=False):
             patch_privacy(mp, "clip_per_example", identity_clip)
             # the FC-NTK step clips in Gram form (no per-example gradients): unclip it too,
             # by making its clip factors 1 on every kept row (the norms stay computed)
-            real_factors = dp_kip.masked_clip_factors
+            sums = dp_kip.clipped_sums
+            real_factors = sums.masked_clip_factors
 
             def no_clip_factors(norms, mask, clip_norm):
                 _, keep = real_factors(norms, mask, clip_norm)
                 return jnp.where(keep, 1.0, 0.0), keep
 
-            mp.setattr(dp_kip, "masked_clip_factors", no_clip_factors)
-        step = _step_fn(spec, opt, x.shape[0], noise_multiplier=sigma * sigma_scale)
-        out_d = _noisy_sums(jax.random.key(60), step, state, x, y_d)
-        out_dp = _noisy_sums(jax.random.key(61), step, state, x, y_dp)
-    ref_d, _, _ = _reference_clipped_sum(spec, state, x, y_d)
-    ref_dp, clipped_dp, _ = _reference_clipped_sum(spec, state, x, y_dp)
-    _, clipped_d, _ = _reference_clipped_sum(spec, state, x, y_d)
+            mp.setattr(sums, "masked_clip_factors", no_clip_factors)
+            mp.setattr(sums, "clip_per_example", identity_clip)
+        step = _step_fn(x_s0, opt, x.shape[0], noise_multiplier=sigma * sigma_scale)
+        out_d = _noisy_sums(jax.random.key(60), step, x, y_d)
+        out_dp = _noisy_sums(jax.random.key(61), step, x, y_dp)
+    ref_d, _, _ = _reference_clipped_sum(spec, x_s0, y_s0, x, y_d)
+    ref_dp, clipped_dp, _ = _reference_clipped_sum(spec, x_s0, y_s0, x, y_dp)
+    _, clipped_d, _ = _reference_clipped_sum(spec, x_s0, y_s0, x, y_d)
     null_norm = float(np.linalg.norm(clipped_d[-1]))
     u = (ref_dp - ref_d).ravel()
     # claimed eps of one full-batch step (accountant), for the actual pair distance <= C + ||null||
@@ -189,14 +183,14 @@ def test_per_example_clipped_contribution_is_at_most_C(seed, clip, scale):
     global _SPEC3
     if _SPEC3 is None:
         spec = dp_kip.make_kernel("fc_ntk", (3,), 2)
-        ys = dp_kip._encode_labels(jnp.asarray([0, 1]), 2)
+        ys = dp_kip.encode_labels(jnp.asarray([0, 1]), 2)
         _SPEC3 = jax.jit(
             lambda xs, xt, yt: dp_kip.per_example_grads(spec, xs, ys, xt, yt, reg=RIDGE)
         )
     rng = np.random.default_rng(seed)
     xs = jnp.asarray(rng.normal(size=(2, 3)), jnp.float32)
     xt = jnp.asarray(scale * rng.normal(size=(5, 3)), jnp.float32)
-    yt = dp_kip._encode_labels(jnp.asarray(rng.integers(0, 2, 5)), 2)
+    yt = dp_kip.encode_labels(jnp.asarray(rng.integers(0, 2, 5)), 2)
     g = np.asarray(_SPEC3(xs, xt, yt))
     clipped, norms = privacy.clip_per_example({"x": jnp.asarray(g)}, clip)
     flat = np.asarray(clipped["x"]).reshape(5, -1)

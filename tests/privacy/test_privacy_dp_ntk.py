@@ -386,7 +386,7 @@ def test_private_embedding_noise_not_reproducible_from_user_key(net):
 
 def test_resume_keeps_budget_and_releases_nothing(net, tmp_path, monkeypatch):
     """Interrupt after 2 iterations, resume to 4: no new release, same report; resuming through
-    fit(resume_from=...) with a DIFFERENT epsilon and different data keeps the original budget."""
+    fit(resume=True) with a DIFFERENT epsilon, or with data, is refused."""
     network, params = net
     x, y = _data(4)
     ck = tmp_path / "ck.npz"
@@ -407,7 +407,8 @@ def test_resume_keeps_budget_and_releases_nothing(net, tmp_path, monkeypatch):
     )
     assert ck.exists()
     calls = spy_privacy(monkeypatch, "gaussian_mechanism")
-    resumed = dp_ntk.resume(ck, network=network, iterations=4, progress=False)
+    resume = dict(network=network, checkpoint_path=ck, resume=True, progress=False)
+    resumed = dp_ntk.fit(None, None, None, epsilon=EPS, delta=DELTA, iterations=4, **resume)
     assert calls == []  # nothing new released
     assert resumed.iteration == 4
     assert resumed.report == first.report
@@ -416,41 +417,13 @@ def test_resume_keeps_budget_and_releases_nothing(net, tmp_path, monkeypatch):
     )
     # adversarial: asking for a different budget on resume, or passing data, is refused
     with pytest.raises(ValueError, match="cannot change on resume"):
-        dp_ntk.fit(
-            jax.random.key(10),
-            None,
-            None,
-            epsilon=50.0,
-            delta=0.5,
-            network=network,
-            iterations=5,
-            resume_from=ck,
-            progress=False,
-        )
+        dp_ntk.fit(jax.random.key(10), None, None, epsilon=50.0, delta=0.5, iterations=5, **resume)
     with pytest.raises(ValueError, match="never reads data"):
-        dp_ntk.fit(
-            jax.random.key(10),
-            x,
-            y,
-            epsilon=EPS,
-            delta=DELTA,
-            network=network,
-            iterations=5,
-            resume_from=ck,
-            progress=False,
-        )
+        dp_ntk.fit(jax.random.key(10), x, y, epsilon=EPS, delta=DELTA, iterations=5, **resume)
     assert calls == []
     # the original budget resumes fine through fit and keeps the original report
     again = dp_ntk.fit(
-        jax.random.key(10),
-        None,
-        None,
-        epsilon=EPS,
-        delta=DELTA,
-        network=network,
-        iterations=5,
-        resume_from=ck,
-        progress=False,
+        jax.random.key(10), None, None, epsilon=EPS, delta=DELTA, iterations=5, **resume
     )
     assert calls == []
     assert again.report == first.report

@@ -109,8 +109,8 @@ def test_beta_close_kernel_change_is_bounded(seed, log_beta, scale):
         # TLap L1 sensitivity per record: ||x - x'||_1 <= sqrt(d) beta
         assert float(jnp.abs(xp - xp2).sum()) <= math.sqrt(d) * beta * (1 + 1e-9)
         w64 = jnp.asarray(w, jnp.float64)
-        k1 = np.asarray(reg._kernel_matrix(xp, xp, w64)) + shift * np.eye(n)
-        k2 = np.asarray(reg._kernel_matrix(xp2, xp2, w64)) + shift * np.eye(n)
+        k1 = np.asarray(reg.kernel.kernel_matrix(xp, xp, w64)) + shift * np.eye(n)
+        k2 = np.asarray(reg.kernel.kernel_matrix(xp2, xp2, w64)) + shift * np.eye(n)
     s_norm = np.linalg.eigvalsh(np.asarray(w, np.float64).T @ np.asarray(w, np.float64) / 32)[-1]
     assert np.linalg.norm(k1 - k2) <= 2 * s_norm * beta * math.sqrt(2 * n + 2) * (1 + 1e-6) + 1e-12
     ev, vec = np.linalg.eigh(k1)
@@ -179,14 +179,13 @@ def test_fit_calls_the_mechanisms_with_the_stated_parameters(monkeypatch):
         beta=beta,
         kernel_shift=0.5,
         width=16,
-        epsilon_split=0.25,
-        delta_split=0.5,
+        split=(0.25, 0.75),
     )
     assert len(tl) == 1 and len(gs) == 1
     kw = tl[0].kwargs
     assert kw["sensitivity"] == pytest.approx(math.sqrt(d) * beta)
     assert kw["epsilon"] == pytest.approx(0.8 * 0.75)
-    assert kw["delta"] == pytest.approx(1e-5 * 0.5)
+    assert kw["delta"] == pytest.approx(1e-5 * 0.75)
     k_arg = gs[0].args[2] if len(gs[0].args) > 2 else gs[0].kwargs["k"]
     assert k_arg == model.k
     xp = np.asarray(reg.project_to_ball(jnp.asarray(x), 1.0))

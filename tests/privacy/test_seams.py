@@ -37,11 +37,11 @@ def test_f1_gram_form_clipping_bounds_near_parallel_supports():
     """F1: with nearly parallel support points the closed-form norm cancels; every target must
     still move the released sum by at most C (on main: up to 860 C in this setting)."""
     spec = dp_kip.make_kernel("fc_ntk", (16,), 2)
-    ys = dp_kip._encode_labels(jnp.asarray([0, 0, 1, 1]), 2)
+    ys = dp_kip.encode_labels(jnp.asarray([0, 0, 1, 1]), 2)
     rng = np.random.default_rng(1)
     clip = 1.0
     step = jax.jit(
-        lambda xs, xt, yt, mk: dp_kip._gram_clipped_sum(
+        lambda xs, xt, yt, mk: dp_kip.clipped_sums.gram_clipped_sum(
             spec.gram_fn, xs, ys, xt, yt, mk, 1e-6, clip
         )[0]
     )
@@ -49,7 +49,7 @@ def test_f1_gram_form_clipping_bounds_near_parallel_supports():
     for _ in range(40):
         xs = _near_parallel_support(rng)
         xt = jnp.asarray(rng.normal(size=(6, 16)), jnp.float32)
-        yt = dp_kip._encode_labels(jnp.asarray(rng.integers(0, 2, 6)), 2)
+        yt = dp_kip.encode_labels(jnp.asarray(rng.integers(0, 2, 6)), 2)
         full = step(xs, xt, yt, jnp.ones(6))
         for i in range(6):  # add-remove neighbour: target i dropped from the same batch
             without = step(xs, xt, yt, jnp.ones(6).at[i].set(0.0))
@@ -64,7 +64,9 @@ def test_f1_feature_space_clipping_bounds_near_singular_support():
     m, f, b, clip = 6, 9, 8, 0.5
     ys = jnp.asarray(rng.normal(size=(m, 3)), jnp.float32)
     fn = jax.jit(
-        lambda s, phi, yt, mk: dp_kip._feature_clipped_sum(s, ys, phi, yt, mk, 1e-7, clip)[0]
+        lambda s, phi, yt, mk: dp_kip.clipped_sums.feature_clipped_sum(
+            s, ys, phi, yt, mk, 1e-7, clip
+        )[0]
     )
     worst = 0.0
     for _ in range(20):
@@ -112,17 +114,19 @@ def test_f2_non_finite_example_contributes_exactly_nothing(path):
     if path == "gram":
         spec = dp_kip.make_kernel("fc_ntk", (5,), 2)
         xs = jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)
-        ys = dp_kip._encode_labels(jnp.asarray([0, 0, 1, 1]), 2)
+        ys = dp_kip.encode_labels(jnp.asarray([0, 0, 1, 1]), 2)
         xt = jnp.asarray(rng.normal(size=(6, 5)), jnp.float32).at[0].set(3e38)
         fn = jax.jit(
-            lambda mk: dp_kip._gram_clipped_sum(spec.gram_fn, xs, ys, xt, yt, mk, 1e-6, 1.0)[0]
+            lambda mk: dp_kip.clipped_sums.gram_clipped_sum(
+                spec.gram_fn, xs, ys, xt, yt, mk, 1e-6, 1.0
+            )[0]
         )
     else:
         xs = jnp.asarray(rng.normal(size=(4, 7)), jnp.float32)
         ys = jnp.asarray(rng.normal(size=(4, 2)), jnp.float32)
         xt = jnp.asarray(rng.normal(size=(6, 7)), jnp.float32).at[0].set(3e38)
-        fn = lambda mk: dp_kip._feature_clipped_sum(xs, ys, xt, yt, mk, 1e-6, 1.0)[0]
-    yt = dp_kip._encode_labels(jnp.asarray(rng.integers(0, 2, 6)), 2)
+        fn = lambda mk: dp_kip.clipped_sums.feature_clipped_sum(xs, ys, xt, yt, mk, 1e-6, 1.0)[0]
+    yt = dp_kip.encode_labels(jnp.asarray(rng.integers(0, 2, 6)), 2)
     with_bad = fn(jnp.ones(6))
     without = fn(jnp.ones(6).at[0].set(0.0))
     assert bool(jnp.all(jnp.isfinite(with_bad)))
@@ -336,7 +340,7 @@ def test_f5_add_remove_needs_a_public_rate_and_never_releases_n(monkeypatch):
     monkeypatch.undo()
     res = dp_kip.fit(jax.random.key(0), x, y, sampling_rate=0.25, **kw)
     assert res.report.neighbouring == "add-remove"
-    assert res.config["n"] is None
+    assert res.config.n is None
     assert "40" not in res.report.to_json()
 
 

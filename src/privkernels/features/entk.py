@@ -572,6 +572,33 @@ def _class_layout(
     return perm, mask, cls
 
 
+def _mesh_embedding_core(
+    params: Any,
+    x: jax.Array,
+    lw: jax.Array,
+    *,
+    apply_fn: ApplyFn,
+    normalize: bool,
+    chunk: int,
+    plan: Any,
+    mesh: Any,
+) -> jax.Array:
+    """:func:`_embedding_core` on every shard of a row-sharded ``(x, lw)``, then one all-reduce."""
+    from jax.sharding import PartitionSpec as P
+
+    from privkernels.sharding import mesh_axis, sum_over_shards
+
+    name, _ = mesh_axis(mesh)
+
+    def local(p: Any, xl: jax.Array, ll: jax.Array) -> jax.Array:
+        out = _embedding_core(
+            p, xl, ll, apply_fn=apply_fn, normalize=normalize, chunk=chunk, plan=plan
+        )
+        return out[None]
+
+    return sum_over_shards(local, mesh, (P(), P(name), P(name)), params, x, lw)
+
+
 # jax.jit wrappers of the cores; jit's own cache is keyed by the static arguments.
 _JITTED: dict[Callable[..., Any], Callable[..., Any]] = {
     _features_core: jax.jit(_features_core, static_argnames=("apply_fn", "normalize", "chunk")),
@@ -582,6 +609,9 @@ _JITTED: dict[Callable[..., Any], Callable[..., Any]] = {
         _grouped_core, static_argnames=("apply_fn", "normalize", "plan", "n_classes")
     ),
     _kernel_core: jax.jit(_kernel_core, static_argnames=("apply_fn", "normalize", "chunk", "plan")),
+    _mesh_embedding_core: jax.jit(
+        _mesh_embedding_core, static_argnames=("apply_fn", "normalize", "chunk", "plan", "mesh")
+    ),
 }
 
 
@@ -711,6 +741,7 @@ def entk_mean_embedding(
     method: str = "auto",
     sample_weights: Any = None,
     normalize: bool = True,
+    mesh: Any = None,
 ) -> jax.Array:
     """Class-conditional e-NTK mean embedding (DP-NTK eq. 4 / eq. 5), streamed.
 
@@ -734,15 +765,24 @@ def entk_mean_embedding(
             (vmap of per-example grads) or ``"structured"`` (dense MLPs only).
         sample_weights: optional ``(n,)`` non-negative weights replacing ``1/n``.
         normalize: use normalised features (required for the 2/n sensitivity).
+        mesh: a one-dimensional device mesh over the example axis
+            (:mod:`privkernels.sharding`): every device streams its own rows
+            through the same chunk function and the partial sums are added by
+            one all-reduce; equal to ``mesh=None`` up to summation order. ``x``
+            and ``y`` may be global arrays sharded over the mesh (labels never
+            leave their host); the one-hot layout is used (not class-pure chunks).
 
     Returns:
-        ``(p, n_classes)`` float32; never materialises the ``(n, p)`` features.
+        ``(p, n_classes)`` float32 (replicated over ``mesh``); never materialises
+        the ``(n, p)`` features.
     """
     _check_apply(apply_fn)
     x = _check_x(x, "x")
     n = x.shape[0]
     method = _check_method(method)
     chunk = _check_chunk(chunk_size)
+    if mesh is not None:
+        return _mesh_embedding(apply_fn, params, x, y, n_classes, chunk, method, normalize, mesh)
     lw, w, labels = _label_weights(y, n_classes, n, sample_weights)
     n_classes = lw.shape[1]
     plan = _resolve_plan(method, apply_fn, params, x)
@@ -768,6 +808,52 @@ def entk_mean_embedding(
         chunk = _auto_chunk(n, 4 * per, _STRUCTURED_BUDGET)
     static = {"apply_fn": apply_fn, "normalize": bool(normalize), "chunk": chunk, "plan": plan}
     return _call_jitted(_embedding_core, static, params, x, lw)
+
+
+def _mesh_embedding(
+    apply_fn: ApplyFn,
+    params: Any,
+    x: jax.Array,
+    y: Any,
+    n_classes: int,
+    chunk: int | None,
+    method: str,
+    normalize: bool,
+    mesh: Any,
+) -> jax.Array:
+    """The mesh branch of :func:`entk_mean_embedding` (weights ``1/n``, one-hot layout)."""
+    from privkernels.sharding import mesh_axis, shard_rows
+
+    n_classes = check_int(n_classes, "n_classes", minimum=1)
+    n = int(x.shape[0])
+    if getattr(y, "ndim", 1) == 2:
+        lw = jnp.asarray(check_array(y, "y", ndim=2), jnp.float32) / n
+    else:
+        labels = check_labels(y, n_classes, "y", n_rows=n)
+        lw = jax.jit(lambda a: jax.nn.one_hot(a, n_classes, dtype=jnp.float32) / n)(labels)
+    plan = _resolve_plan(method, apply_fn, params, x)
+    (xs, lws), _ = shard_rows(mesh, x, lw)  # padding rows have zero weight
+    if any(not getattr(a, "is_fully_addressable", True) for a in (xs, lws)):
+        params = jax.tree_util.tree_map(np.asarray, params)  # host copies: replicated inputs
+    _, d = mesh_axis(mesh)
+    local_rows = int(xs.shape[0]) // d
+    if chunk is None:
+        per = (
+            3 * 4 * _num_params(params)
+            if plan is None
+            else 4 * sum(c.in_dim + c.out_dim + max(c.in_dim, c.out_dim) * n_classes for c in plan)
+        )
+        chunk = _auto_chunk(
+            local_rows, per, _GENERIC_BUDGET if plan is None else _STRUCTURED_BUDGET
+        )
+    static = {
+        "apply_fn": apply_fn,
+        "normalize": bool(normalize),
+        "chunk": min(chunk, local_rows),
+        "plan": plan,
+        "mesh": mesh,
+    }
+    return _call_jitted(_mesh_embedding_core, static, params, xs, lws)
 
 
 def entk_kernel(

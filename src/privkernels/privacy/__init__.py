@@ -36,6 +36,16 @@ _EXPORTS = {
     "poisson_batch": "sampling",
     "poisson_batches": "sampling",
     "poisson_pad_to": "sampling",
+    "PoissonSchedule": "sampling",
+    "poisson_schedule": "sampling",
+    # budgets and releases (the one place noise is drawn and recorded)
+    "Budget": "budget",
+    "as_budget": "budget",
+    "gaussian_release": "release",
+    "truncated_laplace_release": "release",
+    "gaussian_sampling_release": "release",
+    "DPSGDPlan": "dpsgd",
+    "dpsgd_plan": "dpsgd",
     # reports
     "MechanismRecord": "report",
     "PrivacyReport": "report",

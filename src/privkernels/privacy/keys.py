@@ -53,7 +53,7 @@ def params_digest(mechanism: str, **params: Any) -> tuple[int, int]:
     return int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")
 
 
-def fold_digest(key: Any, digest: tuple[int, int]) -> Any:
+def fold_digest(key: Any, digest: tuple[Any, Any]) -> Any:
     """Fold a :func:`params_digest` into ``key`` (jit-friendly: ``key`` may be traced)."""
     return jax.random.fold_in(jax.random.fold_in(key, digest[0]), digest[1])
 

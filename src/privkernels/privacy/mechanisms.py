@@ -521,15 +521,19 @@ def gaussian_sampling_record(
     delta: float,
     k: int,
     accountant: str = "gaussian-sampling (Gu et al. Lemma 5.4)",
+    sensitivity: float | None = None,
     **params: Any,
 ) -> MechanismRecord:
-    """:class:`MechanismRecord` of one :func:`gaussian_sampling_mechanism` release."""
+    """:class:`MechanismRecord` of one :func:`gaussian_sampling_mechanism` release.
+
+    ``sensitivity`` is the bound ``M`` of Gu et al. Def. 5.1 when the caller has one.
+    """
     return MechanismRecord.make(
         "gaussian_sampling",
         released,
         check_epsilon(epsilon),
         check_delta(delta),
-        sensitivity=None,
+        sensitivity=sensitivity,
         accountant=accountant,
         k=check_int(k, "k", minimum=1),
         **params,

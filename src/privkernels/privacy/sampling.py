@@ -36,11 +36,22 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from privkernels._validation import check_delta, check_int, check_key
 from privkernels.privacy.accounting import check_sampling_rate
 
-__all__ = ["PoissonBatch", "poisson_batch", "poisson_batches", "poisson_pad_to", "bucket_size"]
+__all__ = [
+    "PoissonBatch",
+    "PoissonSchedule",
+    "poisson_batch",
+    "poisson_batches",
+    "poisson_schedule",
+    "poisson_inclusion",
+    "compact_indices",
+    "poisson_pad_to",
+    "bucket_size",
+]
 
 #: Default bucket granularity of the eager (``pad_to=None``) mode.
 DEFAULT_PAD_MULTIPLE = 64
@@ -205,3 +216,94 @@ def _inclusion_probability(sampling_rate: float) -> float:
     """The exact inclusion probability used for rate ``q`` (<= q)."""
     q = check_sampling_rate(sampling_rate)
     return 1.0 if q >= 1.0 else _threshold(q) / 2.0**32
+
+
+class PoissonSchedule(NamedTuple):
+    """The Poisson samples of ``T`` consecutive steps, padded to one length.
+
+    Attributes:
+      indices: int32 ``(T, pad)``; step ``t``'s sampled indices in increasing
+        order, then ``pad_index``.
+      mask: bool ``(T, pad)``; True on the first ``sizes[t]`` entries of row ``t``.
+      sizes: int32 ``(T,)`` numpy; never larger than ``pad`` (nothing is truncated).
+    """
+
+    indices: jax.Array
+    mask: jax.Array
+    sizes: Any
+
+
+@partial(jax.jit, static_argnames=("n", "threshold", "full"))
+def _schedule_sizes(
+    keys: jax.Array, n: int, threshold: int, full: bool
+) -> tuple[jax.Array, jax.Array]:
+    return jax.vmap(lambda k: _inclusion(k, n, threshold, full))(keys)
+
+
+@partial(jax.jit, static_argnames=("pad", "pad_index"))
+def _schedule_compact(
+    include: jax.Array, sizes: jax.Array, pad: int, pad_index: int
+) -> tuple[jax.Array, jax.Array]:
+    return jax.vmap(lambda i, s: _compact(i, s, pad, pad_index))(include, sizes)
+
+
+def poisson_inclusion(keys: Any, n: int, sampling_rate: float) -> tuple[jax.Array, jax.Array]:
+    """``(include (T, n) bool, sizes (T,) int32)``: who is in each of ``T`` Poisson samples.
+
+    Row ``t`` is exactly the inclusion test of ``poisson_batch(keys[t], n, q)``.
+    """
+    n = check_int(n, "n", minimum=1)
+    q = check_sampling_rate(sampling_rate)
+    full = q >= 1.0
+    return _schedule_sizes(keys, n, 0 if full else _threshold(q), full)
+
+
+def compact_indices(
+    include: jax.Array, size: jax.Array, pad: int, pad_index: int
+) -> tuple[jax.Array, jax.Array]:
+    """``(indices (pad,), mask (pad,))`` of the included rows, padded with ``pad_index``.
+
+    Traceable (``pad`` and ``pad_index`` static); ``size`` must not exceed ``pad``.
+    """
+    return _compact(include, size, pad, pad_index)
+
+
+def poisson_schedule(
+    keys: Any,
+    n: int,
+    sampling_rate: float,
+    *,
+    min_pad: int = 1,
+    pad_multiple: int = 1,
+    pad_index: int = 0,
+) -> PoissonSchedule:
+    """Poisson samples for a batch of step keys ``(T,)``, padded to a common length.
+
+    Step ``t``'s sample equals ``poisson_batch(keys[t], n, q)`` exactly (same
+    bits, same inclusion test). The padded length is the smallest multiple of
+    ``pad_multiple`` that is ``>= max(min_pad, max_t size_t)``: the batch sizes
+    depend only on the keys (never on the data), so choosing the length costs
+    one small device-to-host read per schedule and no sample is ever truncated.
+    A training loop draws one schedule per epoch and scans over it.
+
+    Args:
+      keys: ``(T,)`` PRNG keys (one per step).
+      n: dataset size. sampling_rate: q in (0, 1].
+      min_pad: the usual padded length (e.g. :func:`poisson_pad_to`), so the
+        shapes (and compilations) repeat from one schedule to the next.
+      pad_multiple: round the length up to a multiple of this (a chunk size).
+      pad_index: index written into padding entries (a public row).
+
+    Returns:
+      :class:`PoissonSchedule`.
+    """
+    n = check_int(n, "n", minimum=1)
+    q = check_sampling_rate(sampling_rate)
+    m = check_int(pad_multiple, "pad_multiple", minimum=1)
+    full = q >= 1.0
+    include, sizes = _schedule_sizes(keys, n, 0 if full else _threshold(q), full)
+    sizes_np = np.asarray(sizes)
+    need = max(int(check_int(min_pad, "min_pad", minimum=1)), int(sizes_np.max(initial=1)))
+    pad = -(-need // m) * m
+    idx, mask = _schedule_compact(include, sizes, pad, check_int(pad_index, "pad_index", minimum=0))
+    return PoissonSchedule(idx, mask, sizes_np)

@@ -1,0 +1,75 @@
+"""DP-KIP: differentially private kernel inducing points (Vinaroz & Park).
+
+Dataset distillation by kernel ridge regression (KRR): a small *support* set
+``(X_s, Y_s)`` with ``m = support_per_class * n_classes`` points is learned so
+that KRR trained on it predicts the labels of the large *target* (private)
+dataset well (paper eq. 3). DP-KIP (Algorithm 1) optimises ``X_s`` with
+DP-SGD: Poisson batches of targets, per-target-example gradients of the KRR
+loss w.r.t. the support, clipped to ``C``, summed, Gaussian noise, an optax step.
+
+Modules, one concept each:
+
+* :mod:`~privkernels.dp_kip.kernels` -- ScatterNet, FC-NTK and e-NTK kernels;
+* :mod:`~privkernels.dp_kip.krr` -- the KRR solve, predictions and the loss;
+* :mod:`~privkernels.dp_kip.grads` -- per-example gradients (adjoint, vmap);
+* :mod:`~privkernels.dp_kip.clipped_sums` -- the clipped-sum strategies
+  (Gram form, feature space, explicit), chosen once per run;
+* :mod:`~privkernels.dp_kip.init` -- data-independent support initialisations;
+* :mod:`~privkernels.dp_kip.train` -- config, state and the pure ``train_step``;
+* :mod:`~privkernels.dp_kip.fitting` -- :func:`fit` and :func:`configure`;
+* :mod:`~privkernels.dp_kip.result` -- the release, ``save``/:func:`load`, :func:`predict`.
+
+Privacy: the Poisson-subsampled Gaussian mechanism composed over
+``epochs * round(1 / q)`` steps, calibrated and accounted by the privacy core
+(:func:`privkernels.privacy.dpsgd_plan`, PLD by default) under
+``neighbouring="replace-one"`` (default; n public) or ``"add-remove"`` (a
+public sampling rate; n never used in the release).
+"""
+
+from __future__ import annotations
+
+from privkernels.dp_kip.clipped_sums import STRATEGIES
+from privkernels.dp_kip.fitting import configure, fit
+from privkernels.dp_kip.grads import per_example_grads
+from privkernels.dp_kip.init import INITS, corruption_mask, init_support, support_labels
+from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
+from privkernels.dp_kip.krr import FALLBACK_JITTER, encode_labels, krr_loss
+from privkernels.dp_kip.result import DPKIPResult, accuracy, load, predict, predict_labels
+from privkernels.dp_kip.train import (
+    Batch,
+    DPKIPConfig,
+    State,
+    StepInfo,
+    Trainer,
+    initial_state,
+    make_trainer,
+)
+
+__all__ = [
+    "KERNELS",
+    "STRATEGIES",
+    "INITS",
+    "FALLBACK_JITTER",
+    "Batch",
+    "DPKIPConfig",
+    "DPKIPResult",
+    "KernelSpec",
+    "State",
+    "StepInfo",
+    "Trainer",
+    "accuracy",
+    "configure",
+    "initial_state",
+    "corruption_mask",
+    "encode_labels",
+    "fit",
+    "init_support",
+    "krr_loss",
+    "load",
+    "make_kernel",
+    "make_trainer",
+    "per_example_grads",
+    "predict",
+    "predict_labels",
+    "support_labels",
+]

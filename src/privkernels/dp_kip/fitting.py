@@ -1,0 +1,627 @@
+"""``dp_kip.fit``: validate, calibrate, train epoch by epoch, report (Vinaroz & Park, Alg. 1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels import checkpoint
+from privkernels._validation import (
+    N_CLASSES_INFERRED_NOTE,
+    check_array,
+    check_int,
+    check_key,
+    check_labels,
+    check_nonnegative,
+    check_positive,
+    infer_n_classes,
+)
+from privkernels.dp_kip.clipped_sums import choose_strategy
+from privkernels.dp_kip.init import corruption_mask, resolve_init, support_labels
+from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
+from privkernels.dp_kip.krr import encode_labels
+from privkernels.dp_kip.result import DPKIPResult, predictor
+from privkernels.dp_kip.train import (
+    DPKIPConfig,
+    State,
+    Trainer,
+    initial_state,
+    make_trainer,
+    padded_batch_length,
+)
+from privkernels.privacy.accounting import check_relation, check_sampling_rate
+from privkernels.privacy.budget import as_budget
+from privkernels.privacy.dpsgd import DPSGDPlan, dpsgd_plan
+from privkernels.privacy.report import PrivacyReport, non_private_report
+from privkernels.privacy.warnings import warn_privacy_leak
+
+__all__ = ["fit", "configure"]
+
+CHECKPOINT_FORMAT = "privkernels.dp_kip.checkpoint/1"
+
+
+def fit(
+    key: Any,
+    x: Any,
+    y: Any,
+    *,
+    epsilon: float | None,
+    delta: float = 1e-5,
+    n_classes: int | None = None,
+    mesh: Any = None,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    kernel: Literal["scatternet", "fc_ntk", "entk"] = "scatternet",
+    support_per_class: int,
+    batch_size: int,
+    epochs: int,
+    learning_rate: float = 1e-2,
+    relative_reg: float = 1e-6,
+    jitter: float = 0.0,
+    clip_norm: float = 1.0,
+    clip_space: Literal["auto", "input", "feature"] = "auto",
+    init: Any = "gaussian",
+    neighbouring: Literal["replace-one", "add-remove"] = "replace-one",
+    sampling_rate: float | None = None,
+    accountant: Literal["pld", "rdp"] = "pld",
+    corrupt_fraction: float = 0.0,
+    kernel_options: Mapping[str, Any] | None = None,
+    learn_labels: bool = False,
+    optimizer: Any = None,
+    chunk_size: int = 128,
+    grad_method: Literal["auto", "adjoint", "vmap"] = "auto",
+    x_test: Any = None,
+    y_test: Any = None,
+    eval_every: int = 1,
+    diagnostics: bool = False,
+    max_steps: int | None = None,
+) -> DPKIPResult:
+    """Distil ``(x, y)`` into ``support_per_class`` points per class with DP-KIP (Alg. 1).
+
+    Args:
+      key: ``jax.random.key``; split into support init, corruption mask, kernel
+        parameters (e-NTK) and training (step ``t``: ``fold_in(k_train, t)``).
+      x: ``(n, *input_shape)`` float private inputs; y: ``(n,)`` int labels.
+      epsilon, delta: target budget; ``epsilon=None``: the non-private KIP baseline.
+      n_classes: number of classes; None reads ``max(y) + 1`` with a
+        ``PrivacyLeakWarning`` and a report note.
+      mesh: a device mesh over the example axis (:mod:`privkernels.sharding`):
+        every device samples, gathers and clips its own rows and the clipped
+        sums are added before the noise (drawn once, from the step's key). ``x``
+        and ``y`` may be global arrays sharded over the mesh.
+      checkpoint_path, resume: an ``.npz`` written after every epoch and on
+        ``KeyboardInterrupt``; ``resume=True`` continues it (same settings).
+      progress: a progress bar over steps.
+      kernel ... grad_method: the run's settings, documented in :func:`configure`.
+      x_test, y_test: optional *public* test set, evaluated every ``eval_every`` epochs.
+      diagnostics: record the un-noised loss, clip fraction and batch sizes
+        (NOT private: ``PrivacyLeakWarning``).
+      max_steps: stop after this many steps in total; the report covers them.
+
+    Returns:
+      :class:`DPKIPResult`.
+
+    Raises:
+      ValueError: on bad input (TypeError on wrong kinds), before any noise is drawn.
+    """
+    key = check_key(key)
+    ck = None if checkpoint_path is None else Path(checkpoint_path)
+    _check_checkpoint_args(ck, resume)
+    run = _prepare(
+        x, y, locals(), n_classes=n_classes, kernel_options=kernel_options, optimizer=optimizer
+    )
+    cfg, data, test = run["config"], run["data"], run["test"]
+    k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
+    spec, state, corrupted, init_line = _start(
+        cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel
+    )
+    trainer = make_trainer(
+        cfg, spec, run["plan"], run["optimizer"], n=run["n"],
+        min_pad=padded_batch_length(run["n"], cfg.sampling_rate, chunk_size)[1],
+        cacheable=cfg.kernel != "entk" and not cfg.custom_optimizer, mesh=mesh,
+    )  # fmt: skip
+    history = _new_history(test is not None, diagnostics)
+    if resume:
+        state, history = _load_checkpoint(ck, state, cfg)
+    stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
+    evaluate = None if test is None else _evaluator(spec, cfg, *test)
+    state = _train(
+        trainer, state, data, k_train, stop_at=stop_at, history=history, checkpoint_path=ck,
+        evaluate=evaluate, eval_every=eval_every, progress=progress, diagnostics=diagnostics,
+    )  # fmt: skip
+    steps_done = int(state.step)
+    report = _report(cfg, run["plan"], steps_done, init_line, run["notes"], diagnostics)
+    return DPKIPResult(
+        support_x=np.asarray(state.params["x"]),
+        support_y=support_labels(cfg.n_classes, cfg.support_per_class),
+        support_targets=np.asarray(state.params.get("y", state.y_s)),
+        report=report,
+        config=cfg,
+        history=history,
+        corrupted=corrupted,
+        kernel_params=spec.params,
+        steps_done=steps_done,
+    )
+
+
+def _start(
+    cfg: DPKIPConfig, optimizer: Any, init: Any, k_init: Any, k_corrupt: Any, k_kernel: Any
+) -> tuple[KernelSpec, State, np.ndarray, str]:
+    """The kernel, the state before step 0 and the frozen-pixel mask (all data independent)."""
+    spec = make_kernel(
+        cfg.kernel, cfg.input_shape, cfg.n_classes, options=cfg.kernel_options, key=k_kernel
+    )
+    _, init_fn, init_line = resolve_init(init)
+    shape = (cfg.n_support, *cfg.input_shape)
+    corrupted = (
+        corruption_mask(k_corrupt, shape, cfg.corrupt_fraction)
+        if cfg.corrupt_fraction > 0
+        else np.zeros(shape, bool)
+    )
+    params = {"x": init_fn(k_init, cfg.n_support, cfg.input_shape)}
+    return spec, initial_state(cfg, params, optimizer, corrupted), corrupted, init_line
+
+
+_SETTINGS = (
+    "epsilon", "delta", "kernel", "support_per_class", "batch_size", "epochs",
+    "learning_rate", "relative_reg", "jitter", "clip_norm", "clip_space", "init",
+    "neighbouring", "sampling_rate", "accountant", "corrupt_fraction", "kernel_options",
+    "learn_labels", "optimizer", "chunk_size", "grad_method",
+)  # fmt: skip
+
+
+def _prepare(
+    x: Any, y: Any, args: dict[str, Any], *, n_classes: Any, kernel_options: Any, optimizer: Any
+) -> dict[str, Any]:
+    """Validate the data and everything else (before any randomness); build config and plan."""
+    if args["kernel"] not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {args['kernel']!r}")
+    x = check_array(x, "x", min_rows=1)
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (n, *input_shape), got {tuple(x.shape)}")
+    n, input_shape = int(x.shape[0]), tuple(int(s) for s in x.shape[1:])
+    n_classes, inferred = infer_n_classes(y, n_classes, minimum=2)
+    if n_classes < 2:
+        raise ValueError(f"n_classes must be >= 2, got {n_classes}")
+    y = check_labels(y, n_classes, "y", n_rows=n)
+    check_int(args["eval_every"], "eval_every", minimum=1)
+    if args["max_steps"] is not None:
+        check_int(args["max_steps"], "max_steps", minimum=1)
+    settings = {k: args[k] for k in _SETTINGS}
+    cfg, plan, opt = configure(n=n, input_shape=input_shape, n_classes=n_classes, **settings)
+    test = _check_test(args["x_test"], args["y_test"], input_shape, n_classes)
+    if args["diagnostics"] and plan is not None:
+        warn_privacy_leak(
+            "diagnostics=True: the training loss, clip fraction and Poisson batch sizes"
+        )
+    notes = (N_CLASSES_INFERRED_NOTE,) if inferred else ()
+    data = _device_data(x, y, n_classes, args["mesh"])
+    return dict(config=cfg, plan=plan, data=data, test=test, n=n, optimizer=opt, notes=notes)
+
+
+def configure(
+    *,
+    n: int,
+    input_shape: tuple[int, ...],
+    n_classes: int,
+    epsilon: float | None,
+    delta: float = 1e-5,
+    kernel: str = "scatternet",
+    support_per_class: int,
+    batch_size: int,
+    epochs: int,
+    learning_rate: float = 1e-2,
+    relative_reg: float = 1e-6,
+    jitter: float = 0.0,
+    clip_norm: float = 1.0,
+    clip_space: str = "auto",
+    init: Any = "gaussian",
+    neighbouring: str = "replace-one",
+    sampling_rate: float | None = None,
+    accountant: str = "pld",
+    corrupt_fraction: float = 0.0,
+    kernel_options: Mapping[str, Any] | None = None,
+    learn_labels: bool = False,
+    optimizer: Any = None,
+    chunk_size: int = 128,
+    grad_method: str = "auto",
+) -> tuple[DPKIPConfig, DPSGDPlan | None, Any]:
+    """The validated ``(config, DP-SGD plan, optax optimizer)`` of a run, without data.
+
+    The settings of :func:`fit`, plus the public shapes: ``n`` (the number of
+    rows; under add-remove only used to size arrays), ``input_shape`` and
+    ``n_classes``. Use it with :func:`~privkernels.dp_kip.make_trainer` to drive
+    ``train_step`` yourself.
+
+    Args:
+      epsilon, delta: target budget; ``epsilon=None``: the non-private KIP baseline.
+      kernel: ``"scatternet"``, ``"fc_ntk"`` or ``"entk"``; options in ``kernel_options``
+        (fc_ntk ``depth/W_std/b_std``; scatternet ``J/L/group_norm``; entk ``normalize``).
+      support_per_class: distilled points per class (``m = spc * c``).
+      batch_size: expected Poisson batch size, the public normaliser of the noisy sum.
+      epochs: ``steps = epochs * round(1 / q)``.
+      learning_rate: Adam step size (unless ``optimizer`` is given).
+      relative_reg, jitter: ridge ``lambda = (relative_reg + jitter) tr(K_ss) / m`` (eq. 3).
+      clip_norm: per-example L2 bound ``C``.
+      clip_space: ``"input"`` (paper), ``"feature"`` (linear-feature kernels: clip
+        w.r.t. the support features, noise there, one VJP to pixels; same
+        guarantee) or ``"auto"`` (``"input"``; ``"feature"`` for entk).
+      init: ``"gaussian"`` or a callable ``init(key, m, input_shape)`` that reads
+        no private data.
+      neighbouring: ``"replace-one"`` (n public, q = batch_size / n) or
+        ``"add-remove"`` (pass the public ``sampling_rate``; n is never released).
+      sampling_rate: the public Poisson rate (add-remove only).
+      accountant: ``"pld"`` or ``"rdp"`` (add-remove only).
+      corrupt_fraction: fraction of support pixels frozen at their initial value (Table 4).
+      learn_labels: learn the support labels too (non-private only).
+      optimizer: an optax ``GradientTransformation`` (default ``adam(learning_rate)``).
+      chunk_size: target examples per chunk inside a step (bounds memory).
+      grad_method: ``"auto"`` (fastest exact clipped sum), ``"adjoint"`` or ``"vmap"``.
+
+    Returns:
+      ``(DPKIPConfig, DPSGDPlan or None, optax optimizer)``.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    args = dict(locals())
+    budget = as_budget(epsilon, delta)
+    q, space = _check_settings(args, int(n), budget is not None)
+    if learn_labels and budget is not None:
+        raise ValueError("learn_labels=True is only allowed with epsilon=None (labels stay fixed)")
+    probe = make_kernel(
+        kernel, tuple(input_shape), n_classes, options=kernel_options, params=_ENTK_PROBE
+    )
+    if space == "feature" and probe.kind != "features":
+        raise ValueError(
+            f"clip_space='feature' needs a linear-feature kernel (scatternet or entk), not {kernel}"
+        )
+    strategy = choose_strategy(
+        probe,
+        space=space,
+        private=budget is not None,
+        learn_labels=bool(learn_labels),
+        corrupted=args["corrupt_fraction"] > 0,
+        grad_method=grad_method,
+    )
+    steps_per_epoch = max(1, round(1.0 / q))
+    epochs = check_int(epochs, "epochs", minimum=1)
+    plan = None
+    if budget is not None:
+        plan = dpsgd_plan(
+            budget,
+            sampling_rate=q,
+            steps=epochs * steps_per_epoch,
+            clip_norm=args["clip_norm"],
+            neighbouring=neighbouring,
+            accountant=accountant,
+        )
+    init_name, _, _ = resolve_init(init)
+    opt = optimizer
+    if opt is None:
+        import optax
+
+        opt = optax.adam(args["learning_rate"])
+    cfg = DPKIPConfig(
+        kernel=kernel,
+        kernel_options=probe.options,
+        input_shape=tuple(input_shape),
+        n_classes=n_classes,
+        support_per_class=check_int(support_per_class, "support_per_class"),
+        relative_reg=args["relative_reg"],
+        jitter=args["jitter"],
+        learning_rate=args["learning_rate"],
+        clip_space=space,
+        strategy=strategy,
+        batch_size=batch_size,
+        sampling_rate=q,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+        planned_steps=epochs * steps_per_epoch,
+        chunk_size=padded_batch_length(int(n), q, check_int(chunk_size, "chunk_size"))[0],
+        corrupt_fraction=args["corrupt_fraction"],
+        learn_labels=bool(learn_labels),
+        init=init_name,
+        custom_optimizer=optimizer is not None,
+        n=int(n) if neighbouring == "replace-one" else None,
+        epsilon=None if plan is None else plan.epsilon,
+        delta=None if plan is None else plan.delta,
+        clip_norm=None if plan is None else plan.clip_norm,
+        noise_multiplier=None if plan is None else plan.noise_multiplier,
+        neighbouring=None if plan is None else plan.neighbouring,
+        accountant=None if plan is None else plan.accountant,
+    )
+    return cfg, plan, opt
+
+
+#: placeholder e-NTK parameters for the validation-time kernel probe (shapes only)
+_ENTK_PROBE = "probe"
+
+
+def _check_settings(args: dict[str, Any], n: int, private: bool) -> tuple[float, str]:
+    """The numeric settings; returns ``(q, clip space)``."""
+    batch_size = check_int(args["batch_size"], "batch_size", minimum=1)
+    args["relative_reg"] = check_nonnegative(args["relative_reg"], "relative_reg")
+    args["jitter"] = check_nonnegative(args["jitter"], "jitter")
+    if args["relative_reg"] + args["jitter"] <= 0:
+        raise ValueError("relative_reg + jitter must be > 0 for a well-posed ridge solve")
+    args["learning_rate"] = check_positive(args["learning_rate"], "learning_rate")
+    cf = check_nonnegative(args["corrupt_fraction"], "corrupt_fraction")
+    if not cf < 1.0:
+        raise ValueError(f"corrupt_fraction must lie in [0, 1), got {cf!r}")
+    args["corrupt_fraction"] = cf
+    if args["accountant"] not in ("pld", "rdp"):
+        raise ValueError(f"accountant must be 'pld' or 'rdp', got {args['accountant']!r}")
+    if private:
+        args["clip_norm"] = check_positive(args["clip_norm"], "clip_norm")
+        check_relation(args["neighbouring"], args["accountant"])
+    if args["neighbouring"] not in ("replace-one", "add-remove"):
+        raise ValueError(
+            f"neighbouring must be 'replace-one' or 'add-remove', got {args['neighbouring']!r}"
+        )
+    if args["neighbouring"] == "add-remove":
+        if args["sampling_rate"] is None:
+            raise ValueError(
+                "neighbouring='add-remove' needs a public sampling_rate (add-remove neighbours "
+                "differ in size, so q = batch_size / n would read the private n)"
+            )
+        q = check_sampling_rate(args["sampling_rate"])
+    else:
+        if args["sampling_rate"] is not None:
+            raise ValueError(
+                "sampling_rate is only for neighbouring='add-remove'; under replace-one "
+                "q = batch_size / n (n is public for replace-one neighbours)"
+            )
+        if batch_size > n:
+            raise ValueError(f"batch_size must be <= n = {n}, got {batch_size}")
+        q = batch_size / n
+    space = args["clip_space"]
+    if space not in ("auto", "input", "feature"):
+        raise ValueError(f"clip_space must be 'auto', 'input' or 'feature', got {space!r}")
+    if space == "auto":  # e-NTK in pixel space needs second-order LeNet Jacobians
+        space = "feature" if args["kernel"] == "entk" else "input"
+    if space == "feature" and args["learn_labels"]:
+        raise ValueError("learn_labels is only supported with clip_space='input'")
+    return q, space
+
+
+def _check_test(x_test: Any, y_test: Any, input_shape: tuple[int, ...], n_classes: int) -> Any:
+    if x_test is None and y_test is None:
+        return None
+    if x_test is None or y_test is None:
+        raise ValueError("give both x_test and y_test, or neither")
+    x_test = check_array(x_test, "x_test")
+    if tuple(x_test.shape[1:]) != input_shape:
+        raise ValueError(f"x_test must have shape (n, {input_shape}), got {tuple(x_test.shape)}")
+    y_test = check_labels(y_test, n_classes, "y_test", n_rows=int(x_test.shape[0]))
+    return jnp.asarray(x_test, jnp.float32), np.asarray(y_test)
+
+
+def _device_data(x: Any, y: Any, n_classes: int, mesh: Any) -> tuple[jax.Array, jax.Array]:
+    """The n private rows, then one public zero row (index n): where padding points.
+
+    With a mesh: the rows sharded over it (each device appends its own public row).
+    """
+    if mesh is not None:
+        from privkernels.sharding import shard_rows
+
+        xd = jnp.asarray(x).astype(jnp.float32)
+        yd = jax.jit(lambda a: encode_labels(a, n_classes))(jnp.asarray(y))
+        (xs, ys), _ = shard_rows(mesh, xd, yd)
+        return xs, ys
+    xd = jnp.asarray(x, jnp.float32)
+    xd = jnp.concatenate([xd, jnp.zeros((1, *xd.shape[1:]), jnp.float32)])
+    yd = jnp.concatenate(
+        [encode_labels(jnp.asarray(y), n_classes), jnp.zeros((1, n_classes), jnp.float32)]
+    )
+    return xd, yd
+
+
+def _check_checkpoint_args(path: Path | None, resume: bool) -> None:
+    if path is None:
+        if resume:
+            raise ValueError("resume=True needs checkpoint_path")
+        return
+    if resume and not path.exists():
+        raise ValueError(f"resume=True but checkpoint {path} does not exist")
+    if not resume and path.exists():
+        raise ValueError(
+            f"checkpoint {path} exists; pass resume=True to continue it (a fresh run would not "
+            "count the steps already taken) or delete it"
+        )
+
+
+def _new_history(has_test: bool, diagnostics: bool) -> dict[str, list[Any]]:
+    history: dict[str, list[Any]] = {"epoch": [], "step": [], "seconds": []}
+    if has_test:
+        history.update(test_accuracy=[], test_loss=[])
+    if diagnostics:
+        history.update(train_loss=[], clip_fraction=[], batch_sizes=[])
+    return history
+
+
+def _evaluator(spec: KernelSpec, cfg: DPKIPConfig, xt: jax.Array, yt: np.ndarray) -> Any:
+    from privkernels._batching import map_row_chunks
+
+    run = predictor(spec, cfg)
+    yt_enc = np.asarray(encode_labels(jnp.asarray(yt), cfg.n_classes))
+
+    def evaluate(state: State) -> tuple[float, float]:
+        xs, ys = state.params["x"], state.params.get("y", state.y_s)
+        pred = map_row_chunks(lambda xb: run(xs, ys, xb), xt, 1000)
+        acc = float(np.mean(np.argmax(pred, -1) == yt))
+        return acc, float(np.mean(np.sum((pred - yt_enc) ** 2, -1)))
+
+    return evaluate
+
+
+def _train(
+    trainer: Trainer,
+    state: State,
+    data: tuple[jax.Array, jax.Array],
+    k_train: Any,
+    *,
+    stop_at: int,
+    history: dict[str, list[Any]],
+    checkpoint_path: Path | None,
+    evaluate: Any,
+    eval_every: int,
+    progress: bool,
+    diagnostics: bool,
+) -> State:
+    """Epoch loop: one compiled scan per epoch, then history, evaluation and a checkpoint."""
+    cfg = trainer.config
+    per_epoch = cfg.steps_per_epoch
+    t0 = time.perf_counter()
+    bar = _progress_bar(progress, cfg, int(state.step))
+    try:
+        while int(state.step) < stop_at:
+            done = int(state.step)
+            count = min(per_epoch - done % per_epoch, stop_at - done)
+            new_state, info = trainer.run_steps(state, *data, k_train, count)
+            _check_support(new_state)
+            state = new_state  # one assignment commits (state, step) together
+            _log_epoch(history, state, info, cfg, t0, stop_at, evaluate, eval_every, diagnostics)
+            _save(checkpoint_path, state, cfg, history)
+            if bar is not None:
+                bar.update(count)
+                if evaluate is not None and not math.isnan(history["test_accuracy"][-1]):
+                    bar.set_postfix(test_acc=f"{history['test_accuracy'][-1]:.4f}")
+    except KeyboardInterrupt:
+        _save(checkpoint_path, state, cfg, history)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return state
+
+
+def _progress_bar(progress: bool, cfg: DPKIPConfig, initial: int) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=cfg.planned_steps,
+        initial=initial,
+        desc=f"DP-KIP[{cfg.kernel}]",
+        unit="step",
+        mininterval=1.0,
+    )
+
+
+def _check_support(state: State) -> None:
+    if not bool(jnp.all(jnp.isfinite(state.params["x"]))):
+        raise FloatingPointError(
+            "support set became non-finite; increase relative_reg/jitter or lower the learning rate"
+        )
+
+
+def _log_epoch(
+    history: dict[str, list[Any]],
+    state: State,
+    info: Any,
+    cfg: DPKIPConfig,
+    t0: float,
+    stop_at: int,
+    evaluate: Any,
+    eval_every: int,
+    diagnostics: bool,
+) -> None:
+    done = int(state.step)
+    epoch = done / cfg.steps_per_epoch
+    history["epoch"].append(epoch)
+    history["step"].append(done)
+    history["seconds"].append(time.perf_counter() - t0)
+    if diagnostics:
+        sizes = np.asarray(info.batch_size)
+        count = max(float(sizes.sum()), 1.0)
+        history["train_loss"].append(float(np.sum(info.loss_sum)) / count)
+        history["clip_fraction"].append(float(np.sum(info.n_clipped)) / count)
+        history["batch_sizes"].append(sizes.tolist())
+    if evaluate is not None:
+        if done == stop_at or int(round(epoch)) % eval_every == 0:
+            acc, loss = evaluate(state)
+        else:
+            acc, loss = math.nan, math.nan
+        history["test_accuracy"].append(acc)
+        history["test_loss"].append(loss)
+
+
+def _save(path: Path | None, state: State, cfg: DPKIPConfig, history: dict[str, list[Any]]) -> None:
+    if path is None:
+        return
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "fingerprint": cfg.fingerprint(),
+        "config": cfg.to_dict(),
+        "history": history,
+        "steps_done": int(state.step),
+    }
+    checkpoint.save(path, checkpoint.flatten_tree("state", state), meta)
+
+
+def _load_checkpoint(
+    path: Path | None, template: State, cfg: DPKIPConfig
+) -> tuple[State, dict[str, list[Any]]]:
+    assert path is not None
+    arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
+    if meta.get("fingerprint") != cfg.fingerprint():
+        raise ValueError(
+            "checkpoint configuration differs from this call (epsilon, delta, sampling rate, "
+            "planned steps, kernel, ...); resuming with another accountant state is not allowed"
+        )
+    state = checkpoint.unflatten_like(template, arrays, "state")
+    return state, meta["history"]
+
+
+def _report(
+    cfg: DPKIPConfig,
+    plan: DPSGDPlan | None,
+    steps_done: int,
+    init_line: str,
+    notes: tuple[str, ...],
+    diagnostics: bool,
+) -> PrivacyReport:
+    if plan is None:
+        return non_private_report("epsilon=None: non-private KIP baseline")
+    data_indep = (
+        init_line,
+        "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
+        f"kernel: {cfg.kernel} {cfg.kernel_options} (fixed feature map; e-NTK weights drawn from the key)",
+        (
+            "n (dataset size): equal for replace-one neighbours (public); sets q = batch_size/n"
+            if plan.neighbouring == "replace-one"
+            else f"sampling rate q={plan.sampling_rate:.6g} and normaliser batch_size="
+            f"{cfg.batch_size}: public values given by the caller; the true n is not used in the release"
+        ),
+        "Poisson padding rows: one fixed public zero row, masked out",
+    ) + (("corrupted-pixel mask: drawn from the key",) if cfg.corrupt_fraction > 0 else ())
+    if cfg.clip_space == "feature":
+        notes += (
+            "clip_space='feature': per-example gradients are clipped w.r.t. the support features and "
+            "mapped to pixels after noising (post-processing); same guarantee, not the paper's variant",
+        )
+    if diagnostics:
+        notes += ("diagnostics=True: history holds un-noised training statistics (not covered)",)
+    record = plan.record(
+        f"noisy clipped sum of per-example KRR gradients w.r.t. the support ({cfg.clip_space} space)",
+        steps_done,
+    )
+    return PrivacyReport.from_mechanisms(
+        [record], plan.neighbouring, data_independent=data_indep, notes=notes
+    )
+
+
+def replace_config(result: DPKIPResult, **changes: Any) -> DPKIPResult:
+    """A copy of ``result`` with config fields replaced (for tests and tools)."""
+    return dataclasses.replace(result, config=dataclasses.replace(result.config, **changes))

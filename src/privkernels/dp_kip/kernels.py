@@ -1,0 +1,158 @@
+"""DP-KIP kernels: ScatterNet features, the infinite FC-NTK, the e-NTK of a LeNet.
+
+Vinaroz & Park, Sec. 3.3 and App. C. A :class:`KernelSpec` is either a linear
+kernel of a fixed feature map (``kind="features"``: ScatterNet, e-NTK; the KRR
+solve can then run in feature space and clipping can happen there) or a
+kernel function (``kind="kernel"``: FC-NTK, with its Gram form enabling exact
+input-space clipping without per-example gradients). Every kernel is a fixed,
+data-independent function; e-NTK network weights come from a key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+
+__all__ = ["KERNELS", "KernelSpec", "make_kernel"]
+
+KERNELS = ("scatternet", "fc_ntk", "entk")
+
+_FC_NTK_DEFAULTS = {"depth": 1, "W_std": math.sqrt(2.0), "b_std": 0.1}
+_SCATTER_DEFAULTS: dict[str, Any] = {"J": 2, "L": 8, "group_norm": "auto"}
+_ENTK_DEFAULTS: dict[str, Any] = {"normalize": True}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """A kernel for KIP.
+
+    Attributes:
+      name: one of :data:`KERNELS`.
+      kind: ``"features"`` (linear kernel of ``feature_fn``) or ``"kernel"``.
+      options: the resolved options (JSON-friendly).
+      feature_fn: ``(b, *input_shape) -> (b, f)`` (``kind == "features"``).
+      kernel_fn: ``(n1, *s), (n2, *s) -> (n1, n2)`` (``kind == "kernel"``); must be
+        symmetric, ``kernel_fn(a, b) == kernel_fn(b, a).T`` (used by the adjoint gradients).
+      params: data-independent parameters (e-NTK network weights) or None.
+      gram_fn: for dot-product kernels, ``(gram (n1, n2), sq1 (n1,), sq2 (n2,)) ->
+        (n1, n2)``, the kernel as a function of the flattened inputs' inner
+        products and squared norms; enables the exact Gram-form input-space
+        clipping (:func:`_gram_clipped_sum`). None otherwise.
+    """
+
+    name: str
+    kind: str
+    options: dict[str, Any]
+    feature_fn: Callable[[jax.Array], jax.Array] | None = None
+    kernel_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    params: Any = None
+    gram_fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None
+
+
+def make_kernel(
+    name: str,
+    input_shape: tuple[int, ...],
+    n_classes: int,
+    *,
+    options: Mapping[str, Any] | None = None,
+    key: Any = None,
+    params: Any = None,
+) -> KernelSpec:
+    """Build the kernel ``name`` for inputs of shape ``input_shape``.
+
+    ``key`` (only for ``"entk"``) draws the LeNet's data-independent parameters
+    unless ``params`` are given.
+    """
+    if name not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
+    opts = dict(options or {})
+    from privkernels import features
+
+    if name == "fc_ntk":
+        full = {**_FC_NTK_DEFAULTS, **opts}
+        unknown = set(full) - {"depth", "W_std", "b_std"}
+        if unknown:
+            raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
+
+        def kfn(a: jax.Array, b: jax.Array) -> jax.Array:
+            return features.fc_ntk_kernel(
+                a.reshape(a.shape[0], -1),
+                b.reshape(b.shape[0], -1),
+                depth=int(full["depth"]),
+                W_std=float(full["W_std"]),
+                b_std=float(full["b_std"]),
+            )
+
+        dim = math.prod(input_shape)
+
+        def gfn(gram: jax.Array, sq1: jax.Array, sq2: jax.Array) -> jax.Array:
+            return features.fc_ntk_kernel_from_gram(
+                gram,
+                sq1,
+                sq2,
+                dim=dim,
+                depth=int(full["depth"]),
+                W_std=float(full["W_std"]),
+                b_std=float(full["b_std"]),
+            )
+
+        return KernelSpec(name, "kernel", full, kernel_fn=kfn, gram_fn=gfn)
+
+    if name == "scatternet":
+        full = {**_SCATTER_DEFAULTS, **opts}
+        unknown = set(full) - {"J", "L", "group_norm"}
+        if unknown:
+            raise ValueError(f"unknown kernel_options for scatternet: {sorted(unknown)}")
+        if len(input_shape) not in (2, 3):
+            raise ValueError(
+                f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}"
+            )
+        J, L = int(full["J"]), int(full["L"])
+        from privkernels.features.scatternet import check_group_norm, num_scattering_maps
+
+        if full["group_norm"] == "auto":  # 27 groups of 3 for the default J=2, L=8
+            n_maps = num_scattering_maps(J, L)
+            full["group_norm"] = 27 if n_maps % 27 == 0 and n_maps >= 54 else None
+        group_norm = (
+            None
+            if full["group_norm"] is None
+            else check_group_norm(int(full["group_norm"]), J=J, L=L)
+        )
+        if min(input_shape[:2]) < 2**J:
+            raise ValueError(
+                f"scatternet with J={J} needs images of side >= {2**J}, got {input_shape}; "
+                "pass kernel_options={'J': 1} or pad the images"
+            )
+
+        def ffn(xb: jax.Array) -> jax.Array:
+            out = features.scatternet_features(xb, J=J, L=L, group_norm=group_norm)
+            return out.reshape(out.shape[0], -1)
+
+        return KernelSpec(name, "features", full, feature_fn=ffn)
+
+    # e-NTK of a LeNet with random (data-independent) parameters.
+    full = {**_ENTK_DEFAULTS, **opts}
+    unknown = set(full) - {"normalize"}
+    if unknown:
+        raise ValueError(f"unknown kernel_options for entk: {sorted(unknown)}")
+    if len(input_shape) not in (2, 3) or min(input_shape[:2]) < 12:
+        raise ValueError(
+            f"entk (LeNet) needs images (h, w) or (h, w, ch) with sides >= 12, got input shape {input_shape}"
+        )
+    module = features.lenet(out_features=n_classes)
+    if params is None:
+        if key is None:
+            raise ValueError(
+                "make_kernel('entk') needs a key (or params) for the LeNet initialisation"
+            )
+        params = features.init_params(key, module, tuple(input_shape))
+    normalize = bool(full["normalize"])
+
+    def efn(xb: jax.Array) -> jax.Array:
+        return features.entk_features(module.apply, params, xb, normalize=normalize)
+
+    return KernelSpec(name, "features", full, feature_fn=efn, params=params)

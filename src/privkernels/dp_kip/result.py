@@ -1,0 +1,200 @@
+"""The DP-KIP release: the distilled support set, its report, save/load and KRR prediction.
+
+Everything here is post-processing of the released support set: predicting,
+saving and loading cost no privacy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels import checkpoint
+from privkernels._batching import map_row_chunks
+from privkernels._validation import check_array, check_int, check_labels
+from privkernels.dp_kip.kernels import KernelSpec, make_kernel
+from privkernels.dp_kip.krr import make_predictor
+from privkernels.dp_kip.train import DPKIPConfig
+from privkernels.privacy.report import PrivacyReport
+
+__all__ = ["DPKIPResult", "load", "predict", "predict_labels", "accuracy", "FORMAT"]
+
+#: File format name and version of :meth:`DPKIPResult.save`.
+FORMAT = "privkernels.dp_kip.result/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class DPKIPResult:
+    """Output of :func:`privkernels.dp_kip.fit`.
+
+    Attributes:
+      support_x: ``(m, *input_shape)`` float32 distilled inputs (the DP release).
+      support_y: ``(m,)`` int32 class of each support point (data independent).
+      support_targets: ``(m, c)`` float32 KRR targets (centred one-hot, or the
+        learned labels in the non-private ``learn_labels`` mode).
+      report: the :class:`~privkernels.privacy.report.PrivacyReport`.
+      config: the typed :class:`~privkernels.dp_kip.DPKIPConfig` of the run.
+      history: per-epoch lists (``epoch``, ``step``, ``seconds``; ``test_accuracy``,
+        ``test_loss`` with a public test set; ``train_loss``, ``clip_fraction``,
+        ``batch_sizes`` with ``diagnostics=True``, which are NOT private).
+      corrupted: ``(m, *input_shape)`` bool mask of frozen (noise) pixels.
+      kernel_params: data-independent kernel parameters (e-NTK LeNet) or None.
+      steps_done: DP-SGD steps taken (what the report accounts).
+    """
+
+    support_x: np.ndarray
+    support_y: np.ndarray
+    support_targets: np.ndarray
+    report: PrivacyReport
+    config: DPKIPConfig
+    history: dict[str, list[Any]]
+    corrupted: np.ndarray
+    kernel_params: Any = None
+    steps_done: int = 0
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the release (arrays, config, report, history) to an ``.npz`` (no pickle)."""
+        arrays = {
+            "support_x": self.support_x,
+            "support_y": self.support_y,
+            "support_targets": self.support_targets,
+            "corrupted": self.corrupted,
+        }
+        if self.kernel_params is not None:
+            arrays.update(checkpoint.flatten_tree("kernel_params", self.kernel_params))
+        meta = {
+            "format": FORMAT,
+            "config": self.config.to_dict(),
+            "report": self.report.to_dict(),
+            "history": self.history,
+            "steps_done": self.steps_done,
+        }
+        return checkpoint.save(path, arrays, meta)
+
+
+def load(path: str | os.PathLike[str]) -> DPKIPResult:
+    """Read a :class:`DPKIPResult` written by :meth:`DPKIPResult.save`.
+
+    The stored report is checked against the stored config (same budget and
+    steps), so a file whose report was edited apart from its release is refused.
+    """
+    arrays, meta = checkpoint.load(path, format=FORMAT)
+    config = DPKIPConfig.from_dict(meta["config"])
+    report = PrivacyReport.from_dict(meta["report"])
+    _check_report(report, config, int(meta["steps_done"]))
+    kp = None
+    if any(k.startswith("kernel_params/") for k in arrays):
+        kp = checkpoint.dict_tree(arrays, "kernel_params")
+    return DPKIPResult(
+        support_x=arrays["support_x"],
+        support_y=arrays["support_y"],
+        support_targets=arrays["support_targets"],
+        report=report,
+        config=config,
+        history=meta["history"],
+        corrupted=arrays["corrupted"],
+        kernel_params=kp,
+        steps_done=int(meta["steps_done"]),
+    )
+
+
+def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -> None:
+    if report.private != config.private:
+        raise ValueError("saved report and config disagree on whether the run was private")
+    if not report.private:
+        return
+    mech = report.mechanisms[0].param_dict
+    if (
+        report.neighbouring != config.neighbouring
+        or int(mech.get("steps", -1)) != steps_done
+        or abs(float(mech.get("noise_multiplier", -1.0)) - float(config.noise_multiplier or 0))
+        > 1e-12 * max(1.0, float(config.noise_multiplier or 0))
+    ):
+        raise ValueError("saved report does not match the saved run (relation, steps or sigma)")
+    from privkernels.privacy.accounting import dpsgd_epsilon
+
+    spent = dpsgd_epsilon(
+        float(config.noise_multiplier or 0),
+        float(config.delta or 0),
+        sampling_rate=config.sampling_rate,
+        steps=steps_done,
+        accountant=config.accountant or "pld",  # type: ignore[arg-type]
+        neighbouring=config.neighbouring or "replace-one",  # type: ignore[arg-type]
+    )
+    if abs(spent - report.epsilon) > 1e-6 * max(1.0, spent):
+        raise ValueError(
+            f"saved report claims epsilon={report.epsilon:.6g}, the saved run spent {spent:.6g}"
+        )
+
+
+def spec_of(result: DPKIPResult) -> KernelSpec:
+    """The kernel of a result (e-NTK parameters restored from the result)."""
+    cfg = result.config
+    return make_kernel(
+        cfg.kernel,
+        tuple(cfg.input_shape),
+        int(cfg.n_classes),
+        options=cfg.kernel_options,
+        params=result.kernel_params,
+    )
+
+
+#: Compiled predictors of data-independent kernels (fc_ntk, scatternet), keyed by
+#: every static setting; a bounded pure cache that never holds data.
+_PREDICTORS: OrderedDict[tuple[Any, ...], Callable[..., Any]] = OrderedDict()
+
+
+def predictor(spec: KernelSpec, config: DPKIPConfig) -> Callable[..., Any]:
+    """Jitted ``(x_s, y_s, x_batch) -> (b, c)``, shared across results with equal settings."""
+    import json
+
+    if config.kernel == "entk":
+        return make_predictor(spec, config.ridge)
+    key = (
+        config.kernel,
+        json.dumps(spec.options, sort_keys=True),
+        config.input_shape,
+        config.ridge,
+    )
+    fn = _PREDICTORS.get(key)
+    if fn is None:
+        fn = make_predictor(spec, config.ridge)
+        _PREDICTORS[key] = fn
+        while len(_PREDICTORS) > 16:
+            _PREDICTORS.popitem(last=False)
+    return fn
+
+
+def predict(result: DPKIPResult, x: Any, *, chunk_size: int = 1000) -> np.ndarray:
+    """KRR predictions ``(n, c)`` float32 for ``x`` ``(n, *input_shape)`` from the support set.
+
+    Post-processing of the DP release (no extra privacy cost).
+    """
+    x = check_array(x, "x")
+    shape = tuple(result.config.input_shape)
+    if tuple(x.shape[1:]) != shape:
+        raise ValueError(
+            f"x must have shape (n, {', '.join(map(str, shape))}), got {tuple(x.shape)}"
+        )
+    chunk_size = check_int(chunk_size, "chunk_size")
+    run = predictor(spec_of(result), result.config)
+    xs, ys = jnp.asarray(result.support_x), jnp.asarray(result.support_targets)
+    return map_row_chunks(lambda xb: run(xs, ys, xb), jnp.asarray(x, jnp.float32), chunk_size)
+
+
+def predict_labels(result: DPKIPResult, x: Any, *, chunk_size: int = 1000) -> np.ndarray:
+    """Argmax of :func:`predict`: ``(n,)`` int32 class labels."""
+    return np.argmax(predict(result, x, chunk_size=chunk_size), axis=-1).astype(np.int32)
+
+
+def accuracy(result: DPKIPResult, x: Any, y: Any, *, chunk_size: int = 1000) -> float:
+    """KRR test accuracy of the support set on ``(x, y)``."""
+    y = check_labels(y, int(result.config.n_classes), "y", n_rows=np.shape(x)[0])
+    return float(np.mean(predict_labels(result, x, chunk_size=chunk_size) == y))

@@ -1,0 +1,384 @@
+"""``dp_ntk.fit``: release once, then train a generator on the release (Yang et al., Alg. 1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from privkernels import checkpoint
+from privkernels._validation import (
+    N_CLASSES_INFERRED_NOTE,
+    check_int,
+    check_key,
+    check_positive,
+    infer_n_classes,
+)
+from privkernels.dp_ntk.release import (
+    N_PUBLIC_NOTE,
+    NTK_PARAMS_NOTE,
+    private_class_proportions,
+    private_embedding,
+    validate_xy,
+)
+from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
+from privkernels.dp_ntk.train import (
+    LABEL_MODES,
+    DPNTKConfig,
+    TrainState,
+    run_steps,
+    target_embedding,
+)
+from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
+from privkernels.privacy.budget import Budget, as_budget
+from privkernels.privacy.report import PrivacyReport, compose
+
+__all__ = ["fit", "default_generator", "CHECKPOINT_FORMAT"]
+
+CHECKPOINT_FORMAT = "privkernels.dp_ntk.checkpoint/1"
+
+GEN_NOTE = (
+    "generator initialisation, latent codes and generated labels: drawn from keys split off "
+    "the user key; generator training is post-processing of the release(s)"
+)
+
+
+def default_generator(data_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """Conditional CNN for images (rank >= 2 examples), FC tabular generator otherwise."""
+    if len(data_shape) >= 2:
+        return ConvCondGenerator(n_classes=n_classes, output_shape=tuple(data_shape))
+    d = int(data_shape[0])
+    return TabularGenerator(n_classes=n_classes, n_features=d, hidden=(4 * d, 2 * d))
+
+
+def fit(
+    key: jax.Array,
+    x: Any,
+    y: Any,
+    *,
+    epsilon: float | None,
+    delta: float = 1e-5,
+    n_classes: int | None = None,
+    mesh: Any = None,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    network: nn.Module,
+    generator: nn.Module | None = None,
+    iterations: int | None = None,
+    batch_size: int = 5000,
+    learning_rate: float = 0.01,
+    d_code: int = 5,
+    label_mode: str = "uniform",
+    split: tuple[float, float] = (0.9, 0.1),
+    min_proportion: float = 1e-3,
+    ntk_params: Any = None,
+    groups: tuple[ColumnGroup, ...] | None = None,
+    chunk_size: int | None = None,
+    method: str = "auto",
+    checkpoint_every: int | None = None,
+    callback: Callable[[int, float], None] | None = None,
+) -> DPNTKResult:
+    """Train a DP-NTK generator (Algorithm 1).
+
+    Args:
+      key: JAX PRNG key; split into (release, label release, generator init, training).
+      x: ``(n, *data_shape)`` private examples; y: ``(n,)`` int labels. Not read
+        when resuming (may be None then).
+      epsilon, delta: total budget; ``epsilon=None`` -> non-private baseline.
+      n_classes: None reads ``max(y) + 1`` (``PrivacyLeakWarning``, report note).
+      mesh: a device mesh over the example axis: the embedding is computed over
+        it (:func:`private_embedding`); ``x``/``y`` may be global sharded arrays.
+        Generator training (post-processing) runs on one device.
+      checkpoint_path, resume: an ``.npz`` written every ``checkpoint_every``
+        iterations, at the end and on ``KeyboardInterrupt``; ``resume=True``
+        continues it WITHOUT reading the data again (its budget must equal the
+        checkpoint's; ``iterations`` may extend the run).
+      progress: a progress bar with the loss.
+      network: flax module whose e-NTK is the kernel (paper: fc_1l width 800 for MNIST).
+      generator: flax generator ``apply(params, z, onehot)``; default from :func:`default_generator`.
+      iterations, batch_size, learning_rate: Adam training (Appendix A: 2000, 5000, 0.01 for
+        MNIST; ``iterations=None`` -> 2000, or the checkpoint's total when resuming).
+      d_code: latent code size (Appendix A: 5 for MNIST/FMNIST).
+      label_mode: ``"uniform"`` (balanced data; paper) or ``"released"`` (noisy
+        class proportions weight the embedding and drive label sampling).
+      split: ``(embedding, labels)`` budget fractions in ``"released"`` mode
+        (:meth:`privkernels.privacy.Budget.split`).
+      min_proportion: floor of the noisy proportion when dividing the embedding.
+      ntk_params: optional data-independent e-NTK parameters.
+      groups: tabular column groups (for :func:`sample` discretisation); default
+        from ``generator.groups`` when present.
+      chunk_size, method: passed to the feature core.
+      checkpoint_every: checkpoint interval in iterations (also the scan length).
+      callback: ``callback(iteration, loss)`` after each iteration.
+
+    Returns:
+      :class:`DPNTKResult`.
+    """
+    ck = None if checkpoint_path is None else Path(checkpoint_path)
+    if checkpoint_every is not None:
+        check_int(checkpoint_every, "checkpoint_every", minimum=1)
+    if resume:
+        return _resume(ck, x, y, epsilon, delta, network, generator, iterations, checkpoint_every,
+                       progress, callback)  # fmt: skip
+    _check_fresh(ck)
+    key = check_key(key)
+    n_classes, inferred = infer_n_classes(y, n_classes)
+    x, y_np, n_classes = validate_xy(x, y, n_classes)
+    budget = as_budget(epsilon, delta)
+    cfg = _config(x, n_classes, budget, iterations, batch_size, learning_rate, d_code, label_mode,
+                  split, min_proportion, chunk_size, method)  # fmt: skip
+    generator = default_generator(cfg.data_shape, n_classes) if generator is None else generator
+    groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else groups
+    k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
+    if ntk_params is None:  # same split as private_embedding uses internally
+        ntk_params = _init_ntk(jax.random.split(k_emb)[0], network, cfg.data_shape)
+    noisy_emb, proportions, report = _release(
+        k_emb, k_lab, x, y_np, budget, cfg, network, ntk_params, inferred, mesh
+    )
+    del x, y, y_np  # everything below is post-processing
+    z0, oh0 = make_code(k_gen, jnp.zeros((2,), jnp.int32), d_code=cfg.d_code, n_classes=n_classes)
+    gparams = generator.init(k_gen, z0, oh0)
+    state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), k_train, jnp.int32(0))
+    result = DPNTKResult(generator, gparams, network, ntk_params, noisy_emb, proportions, report,
+                         np.zeros((0,), np.float32), cfg, tuple(groups), 0)  # fmt: skip
+    return _train(result, state, ck, checkpoint_every, progress, callback)
+
+
+def _init_ntk(key: Any, network: nn.Module, data_shape: tuple[int, ...]) -> Any:
+    from privkernels.features import init_params
+
+    return init_params(key, network, data_shape)
+
+
+def _config(
+    x: Any,
+    n_classes: int,
+    budget: Budget | None,
+    iterations: Any,
+    batch_size: Any,
+    learning_rate: Any,
+    d_code: Any,
+    label_mode: Any,
+    split: Any,
+    min_proportion: Any,
+    chunk_size: Any,
+    method: Any,
+) -> DPNTKConfig:
+    """Validate the training settings (before any randomness) into a config."""
+    if label_mode not in LABEL_MODES:
+        raise ValueError(f"label_mode must be one of {LABEL_MODES}, got {label_mode!r}")
+    if n_classes == 1:
+        label_mode = "uniform"  # one class: nothing to release about labels
+    split_t = tuple(float(f) for f in split)
+    if len(split_t) != 2:
+        raise ValueError(f"split must be (embedding, labels) fractions, got {split!r}")
+    if label_mode == "released" and budget is not None:
+        budget.split(*split_t)  # validates the fractions
+    if chunk_size is not None:
+        check_int(chunk_size, "chunk_size", minimum=1)
+    return DPNTKConfig(
+        iterations=check_int(2000 if iterations is None else iterations, "iterations", minimum=1),
+        batch_size=check_int(batch_size, "batch_size", minimum=1),
+        learning_rate=check_positive(learning_rate, "learning_rate"),
+        n_classes=n_classes,
+        d_code=check_int(d_code, "d_code", minimum=1),
+        label_mode=label_mode,
+        split=split_t,  # type: ignore[arg-type]
+        min_proportion=check_positive(min_proportion, "min_proportion"),
+        chunk_size=chunk_size,
+        method=method,
+        data_shape=tuple(int(s) for s in x.shape[1:]),
+        epsilon=None if budget is None else budget.epsilon,
+        delta=None if budget is None else budget.delta,
+    )
+
+
+def _release(
+    k_emb: Any,
+    k_lab: Any,
+    x: Any,
+    y: np.ndarray,
+    budget: Budget | None,
+    cfg: DPNTKConfig,
+    network: nn.Module,
+    ntk_params: Any,
+    inferred: bool,
+    mesh: Any,
+) -> tuple[jax.Array, np.ndarray | None, PrivacyReport]:
+    """The only reads of private data: the embedding, and the proportions in released mode."""
+    kw = dict(
+        network=network, params=ntk_params, chunk_size=cfg.chunk_size, method=cfg.method, mesh=mesh
+    )
+    if cfg.label_mode == "released":
+        parts: tuple[Any, ...] = (None, None) if budget is None else budget.split(*cfg.split)
+        eps = [None if p is None else p.epsilon for p in parts]
+        dlt = [None if p is None else p.delta for p in parts]
+        emb, rep_e = private_embedding(
+            k_emb, x, y, n_classes=cfg.n_classes, epsilon=eps[0], delta=dlt[0], **kw
+        )
+        props, rep_l = private_class_proportions(
+            k_lab, y, n_classes=cfg.n_classes, epsilon=eps[1], delta=dlt[1]
+        )
+        report = compose(rep_e, rep_l)
+    else:
+        epsilon = None if budget is None else budget.epsilon
+        delta = None if budget is None else budget.delta
+        emb, report = private_embedding(
+            k_emb, x, y, n_classes=cfg.n_classes, epsilon=epsilon, delta=delta, **kw
+        )
+        props = None
+    if report.private:
+        notes = (N_CLASSES_INFERRED_NOTE,) if inferred else ()
+        report = dataclasses.replace(
+            report,
+            data_independent=tuple(
+                dict.fromkeys((*report.data_independent, NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE))
+            ),
+            notes=report.notes + notes,
+        )
+    return emb, props, report
+
+
+def _train(
+    result: DPNTKResult,
+    state: TrainState,
+    path: Path | None,
+    checkpoint_every: int | None,
+    progress: bool,
+    callback: Callable[[int, float], None] | None,
+) -> DPNTKResult:
+    """Scan the generator steps in segments; history, progress and checkpoints in between."""
+    cfg = result.config
+    target = target_embedding(result.noisy_embedding, result.noisy_proportions, cfg.min_proportion)
+    segment = checkpoint_every or max(1, min(100, cfg.iterations))
+    losses = [np.asarray(result.loss_history, np.float32)]
+    bar = _bar(progress, cfg.iterations, int(state.step))
+    try:
+        while int(state.step) < cfg.iterations:
+            count = min(segment, cfg.iterations - int(state.step))
+            state, seg_losses = run_steps(state, count, cfg, result.generator, result.network,
+                                          result.ntk_params, target)  # fmt: skip
+            losses.append(np.asarray(seg_losses, np.float32))
+            done = int(state.step)
+            if callback is not None:
+                for i, lv in enumerate(losses[-1]):
+                    callback(done - count + i + 1, float(lv))
+            if bar is not None:
+                bar.update(count)
+                bar.set_postfix(loss=f"{float(losses[-1][-1]):.4g}")
+            if checkpoint_every is not None and done % checkpoint_every == 0:
+                _save(path, _with(result, state, losses), state)
+    except KeyboardInterrupt:
+        _save(path, _with(result, state, losses), state)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    final = _with(result, state, losses)
+    _save(path, final, state)
+    return final
+
+
+def _bar(progress: bool, total: int, initial: int) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="DP-NTK", leave=False, mininterval=1.0)
+
+
+def _with(result: DPNTKResult, state: TrainState, losses: list[np.ndarray]) -> DPNTKResult:
+    history = np.concatenate(losses) if losses else np.zeros((0,), np.float32)
+    return dataclasses.replace(
+        result, generator_params=state.params, loss_history=history, iteration=int(state.step)
+    )
+
+
+def _save(path: Path | None, result: DPNTKResult, state: TrainState) -> None:
+    if path is None:
+        return
+    arrays = release_arrays(result)
+    arrays.update(checkpoint.flatten_tree("opt_state", state.opt_state))
+    key_data, typed = checkpoint.key_to_array(state.key)
+    arrays["train_key"] = key_data
+    meta = {**release_meta(result, CHECKPOINT_FORMAT), "typed_key": typed}
+    checkpoint.save(path, arrays, meta)
+
+
+def _check_fresh(path: Path | None) -> None:
+    if path is not None and path.exists():
+        raise ValueError(
+            f"checkpoint {path} exists; pass resume=True to continue it (nothing is released "
+            "again) or delete it"
+        )
+
+
+def _resume(
+    path: Path | None,
+    x: Any,
+    y: Any,
+    epsilon: Any,
+    delta: Any,
+    network: nn.Module | None,
+    generator: nn.Module | None,
+    iterations: int | None,
+    checkpoint_every: int | None,
+    progress: bool,
+    callback: Callable[[int, float], None] | None,
+) -> DPNTKResult:
+    """Continue a checkpointed run from the saved release alone (the data is never read)."""
+    if path is None or not path.exists():
+        raise ValueError(f"resume=True needs an existing checkpoint_path, got {path}")
+    if x is not None or y is not None:
+        raise ValueError(
+            "resume=True continues from the checkpoint alone and never reads data: pass x=None, y=None"
+        )
+    arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
+    saved = PrivacyReport.from_dict(meta["report"])
+    _check_resume_budget(saved, epsilon, delta)
+    result = result_from(arrays, meta, generator=generator, network=network, generator_params={})
+    if iterations is not None:
+        cfg = dataclasses.replace(result.config, iterations=check_int(iterations, "iterations"))
+        result = dataclasses.replace(result, config=cfg)
+    z0, oh0 = make_code(jax.random.key(0), jnp.zeros((2,), jnp.int32), d_code=result.d_code,
+                        n_classes=result.n_classes)  # fmt: skip
+    template = result.generator.init(jax.random.key(0), z0, oh0)  # shapes only
+    gparams = checkpoint.unflatten_like(template, arrays, "generator_params")
+    opt_state = checkpoint.unflatten_like(
+        optax.adam(result.config.learning_rate).init(gparams), arrays, "opt_state"
+    )
+    key = checkpoint.key_from_array(arrays["train_key"], bool(meta["typed_key"]))
+    state = TrainState(gparams, opt_state, key, jnp.int32(result.iteration))
+    result = dataclasses.replace(result, generator_params=gparams)
+    return _train(result, state, path, checkpoint_every, progress, callback)
+
+
+def _check_resume_budget(saved: PrivacyReport, epsilon: Any, delta: Any) -> None:
+    """A resumed run keeps the budget it was released with; refuse anything else."""
+    if not saved.private:
+        if epsilon is not None:
+            raise ValueError(
+                f"the checkpointed run is non-private; epsilon={epsilon!r} cannot be added on "
+                "resume (start a new fit instead)"
+            )
+        return
+    if (
+        epsilon is None
+        or not math.isclose(float(epsilon), saved.epsilon, rel_tol=1e-9)
+        or (delta is not None and not math.isclose(float(delta), saved.delta, rel_tol=1e-9))
+    ):
+        raise ValueError(
+            f"the checkpoint's release was made at (epsilon={saved.epsilon:g}, "
+            f"delta={saved.delta:g}); got (epsilon={epsilon!r}, delta={delta!r}). The budget of a "
+            "release cannot change on resume: pass the original values."
+        )

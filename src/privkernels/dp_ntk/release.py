@@ -1,0 +1,213 @@
+"""DP-NTK's releases: the only functions that read the private data (Yang et al., Alg. 1).
+
+* :func:`private_embedding` -- the class-conditional mean embedding of
+  normalised e-NTK features, eq. (4): ``mu = (1/n) sum_i phi(x_i) onehot(y_i)^T``
+  of shape ``(p, C)``; replace-one Frobenius sensitivity ``2/n`` (Prop. 3.1),
+  released with the analytic Gaussian mechanism by the privacy core.
+* :func:`private_class_proportions` -- ``counts / n``; replace-one changes two
+  counts by one, L2 sensitivity ``sqrt(2)/n``; released the same way, then
+  clipped at 0 and renormalised (post-processing).
+
+``n`` is public under replace-one (neighbours have the same size). The e-NTK
+network's parameters come from the key, never from the data.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels._validation import check_array, check_int, check_key, check_labels
+from privkernels.privacy.budget import as_budget
+from privkernels.privacy.release import gaussian_release
+from privkernels.privacy.report import REPLACE_ONE, PrivacyReport, non_private_report
+from privkernels.sharding import to_host
+
+__all__ = [
+    "private_embedding",
+    "private_class_proportions",
+    "mean_embedding",
+    "NTK_PARAMS_NOTE",
+    "N_PUBLIC_NOTE",
+]
+
+NTK_PARAMS_NOTE = (
+    "e-NTK network parameters: random initialisation from a key split off the user key, "
+    "independent of the data"
+)
+N_PUBLIC_NOTE = (
+    "dataset size n: treated as public (replace-one neighbours keep n fixed); used unnoised "
+    "in the 2/n sensitivity"
+)
+
+
+def _features_module() -> Any:
+    return importlib.import_module("privkernels.features")
+
+
+def mean_embedding(
+    network: nn.Module,
+    params: Any,
+    x: jax.Array,
+    y: jax.Array | np.ndarray,
+    n_classes: int,
+    *,
+    chunk_size: int | None,
+    method: str,
+    mesh: Any = None,
+) -> jax.Array:
+    """``(1/n) sum_i phi(x_i) onehot(y_i)^T`` -> ``(p, n_classes)`` via the feature core (eq. 4)."""
+    feats = _features_module()
+    return feats.entk_mean_embedding(
+        network.apply, params, x, y, n_classes, chunk_size=chunk_size, method=method, mesh=mesh
+    )
+
+
+def validate_xy(x: Any, y: Any, n_classes: Any) -> tuple[Any, np.ndarray, int]:
+    """``(x, int32 labels, n_classes)``; a class without examples is allowed."""
+    n_classes = check_int(n_classes, "n_classes", minimum=1)
+    x = check_array(x, "x", min_rows=1)
+    if x.ndim < 2:
+        raise ValueError(
+            f"x must have shape (n, ...) with at least 2 dimensions, got {tuple(x.shape)}"
+        )
+    y = check_labels(y, n_classes, "y", n_rows=int(x.shape[0]))
+    return x, y, n_classes
+
+
+def private_embedding(
+    key: jax.Array,
+    x: Any,
+    y: Any,
+    *,
+    n_classes: int,
+    epsilon: float | None,
+    delta: float | None = 1e-5,
+    network: nn.Module,
+    params: Any = None,
+    chunk_size: int | None = None,
+    method: str = "auto",
+    mesh: Any = None,
+) -> tuple[jax.Array, PrivacyReport]:
+    """Release the e-NTK mean embedding of ``(x, y)`` (Algorithm 1, eq. 4 + Gaussian mechanism).
+
+    ``key`` is split into ``(k_params, k_noise)``: the network parameters are
+    ``init_params(k_params, network, x.shape[1:])`` unless ``params`` is given
+    (which must then be data-independent), and the noise uses ``k_noise``
+    (bound to the budget by the privacy core, so one key at two budgets gives
+    independent noise). The same key with ``epsilon=None`` gives the exact
+    (pre-noise) embedding with the same network.
+
+    Args:
+      key: JAX PRNG key.
+      x: ``(n, *input_shape)`` float private inputs; y: ``(n,)`` int labels in
+        ``[0, n_classes)``. A class without examples is allowed (its column is
+        pure noise): refusing it would depend on the private data.
+      n_classes: number of classes ``C`` (1 for unconditional generation).
+      epsilon, delta: the guarantee of this release; ``epsilon=None`` -> no noise.
+      network: flax module whose e-NTK is used (e.g. ``features.fc_1l(800, out_features=10)``).
+      params: optional network parameters (data-independent!).
+      chunk_size: examples per streamed chunk (bounded memory).
+      method: ``"auto" | "generic" | "structured"`` (passed to the feature core).
+      mesh: a device mesh over the example axis (:mod:`privkernels.sharding`): the
+        embedding is summed over the devices' rows by the feature core, and the
+        noise is drawn once, from ``key``, on the replicated sum (the same release
+        as on one device, up to summation order). ``x``/``y`` may be global arrays.
+
+    Returns:
+      ``(embedding (p, C) float32, PrivacyReport)``. Sensitivity ``2/n``
+      (Prop. 3.1), noise std ``sigma * 2/n`` per entry (``sigma`` the analytic-Gaussian multiplier).
+
+    Raises:
+      ValueError: on bad input (and TypeError on wrong kinds), before any noise is drawn.
+    """
+    key = check_key(key)
+    x, y_np, n_classes = validate_xy(x, y, n_classes)
+    budget = as_budget(epsilon, delta)
+    if chunk_size is not None:
+        check_int(chunk_size, "chunk_size", minimum=1)
+    n = int(x.shape[0])
+    k_params, k_noise = jax.random.split(key)
+    if params is None:
+        params = _features_module().init_params(k_params, network, tuple(x.shape[1:]))
+    emb = mean_embedding(
+        network,
+        params,
+        jnp.asarray(x, jnp.float32),
+        jnp.asarray(y_np),
+        n_classes,
+        chunk_size=chunk_size,
+        method=method,
+        mesh=mesh,
+    )
+    # replicated over the mesh: every process holds the same sum; noise is added once, locally
+    emb = jnp.asarray(to_host(emb) if mesh is not None else emb, jnp.float32)
+    if budget is None:
+        report = non_private_report(
+            "epsilon=None: the e-NTK mean embedding was released WITHOUT noise (non-private baseline)"
+        )
+        return emb, report
+    noisy, record = gaussian_release(
+        k_noise,
+        emb,
+        budget=budget,
+        sensitivity=2.0 / n,
+        released=f"e-NTK mean embedding ({emb.shape[0]}, {n_classes})",
+        n=n,
+    )
+    report = PrivacyReport.from_mechanisms(
+        [record], REPLACE_ONE, data_independent=(NTK_PARAMS_NOTE, N_PUBLIC_NOTE)
+    )
+    return jnp.asarray(noisy, jnp.float32), report
+
+
+def private_class_proportions(
+    key: jax.Array,
+    y: Any,
+    *,
+    n_classes: int,
+    epsilon: float | None,
+    delta: float | None = 1e-5,
+) -> tuple[np.ndarray, PrivacyReport]:
+    """Release class proportions ``counts / n`` with the Gaussian mechanism.
+
+    Replace-one changes two counts by one: L2 sensitivity ``sqrt(2)/n`` on
+    proportions. Post-processing: clip at 0, renormalise to sum 1 (uniform if
+    everything was clipped). ``epsilon=None`` -> exact proportions, non-private.
+
+    Returns:
+      ``(proportions (n_classes,) float64 summing to 1, PrivacyReport)``.
+    """
+    key = check_key(key)
+    n_classes = check_int(n_classes, "n_classes", minimum=1)
+    y_np = check_labels(y, n_classes, "y")
+    budget = as_budget(epsilon, delta)
+    n = int(y_np.shape[0])
+    if isinstance(y_np, jax.Array):  # possibly sharded over hosts: count where the labels live
+        counts = to_host(jax.jit(lambda a: jnp.sum(jax.nn.one_hot(a, n_classes), axis=0))(y_np))
+    else:
+        counts = np.bincount(y_np, minlength=n_classes)
+    props = np.asarray(counts, np.float64) / n
+    if budget is None:
+        return props, non_private_report("epsilon=None: class proportions released WITHOUT noise")
+    noisy, record = gaussian_release(
+        key,
+        jnp.asarray(props, jnp.float32),
+        budget=budget,
+        sensitivity=math.sqrt(2.0) / n,
+        released=f"class proportions ({n_classes},)",
+        n=n,
+        post_processing="clip at 0, renormalise",
+    )
+    clipped = np.clip(np.asarray(noisy, dtype=np.float64), 0.0, None)
+    total = clipped.sum()
+    out = clipped / total if total > 0 else np.full(n_classes, 1.0 / n_classes)
+    return out, PrivacyReport.from_mechanisms(
+        [record], REPLACE_ONE, data_independent=(N_PUBLIC_NOTE,)
+    )

@@ -1,0 +1,263 @@
+"""The DP-NTK result: a trained generator, the release it was trained on, its report.
+
+Saving, loading and sampling are post-processing: they read only the
+released noisy embedding (and proportions) and data-independent parameters.
+Modules are stored as their privkernels class path and fields (never pickled,
+and only privkernels classes are rebuilt from a file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import os
+from pathlib import Path
+from typing import Any, cast
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels import checkpoint
+from privkernels._validation import check_int, check_key, check_labels
+from privkernels.dp_ntk.train import DPNTKConfig
+from privkernels.generators import ColumnGroup, discretize, make_code
+from privkernels.privacy.report import PrivacyReport
+
+__all__ = ["DPNTKResult", "load", "sample", "FORMAT", "module_spec", "module_from_spec"]
+
+#: File format name and version of :meth:`DPNTKResult.save`.
+FORMAT = "privkernels.dp_ntk.result/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class DPNTKResult:
+    """What :func:`privkernels.dp_ntk.fit` returns.
+
+    Attributes:
+      generator: the flax generator module; ``generator.apply(generator_params, z, onehot)``.
+      generator_params: trained generator parameters (pytree).
+      network: the flax module whose e-NTK defines the kernel.
+      ntk_params: its (data-independent, random) parameters.
+      noisy_embedding: the released embedding ``(p, n_classes)`` float32.
+      noisy_proportions: released class proportions ``(n_classes,)`` or None.
+      report: the :class:`PrivacyReport` of everything released.
+      loss_history: ``(iterations,)`` float32 training loss (eq. 6) per iteration.
+      config: the typed :class:`~privkernels.dp_ntk.DPNTKConfig`.
+      groups: tabular output column groups (for discretising categorical heads).
+      iteration: number of completed training iterations.
+    """
+
+    generator: nn.Module
+    generator_params: Any
+    network: nn.Module
+    ntk_params: Any
+    noisy_embedding: jax.Array
+    noisy_proportions: np.ndarray | None
+    report: PrivacyReport
+    loss_history: np.ndarray
+    config: DPNTKConfig
+    groups: tuple[ColumnGroup, ...] = ()
+    iteration: int = 0
+
+    @property
+    def n_classes(self) -> int:
+        return self.config.n_classes
+
+    @property
+    def d_code(self) -> int:
+        return self.config.d_code
+
+    @property
+    def data_shape(self) -> tuple[int, ...]:
+        return self.config.data_shape
+
+    @property
+    def label_mode(self) -> str:
+        return self.config.label_mode
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the result (no optimiser state) to an ``.npz`` (no pickle)."""
+        return checkpoint.save(path, release_arrays(self), release_meta(self, FORMAT))
+
+
+def release_arrays(result: DPNTKResult) -> dict[str, Any]:
+    arrays: dict[str, Any] = {
+        "noisy_embedding": np.asarray(result.noisy_embedding),
+        "loss_history": np.asarray(result.loss_history, np.float32),
+    }
+    if result.noisy_proportions is not None:
+        arrays["noisy_proportions"] = np.asarray(result.noisy_proportions)
+    arrays.update(checkpoint.flatten_tree("generator_params", result.generator_params))
+    arrays.update(checkpoint.flatten_tree("ntk_params", result.ntk_params))
+    return arrays
+
+
+def release_meta(result: DPNTKResult, format: str) -> dict[str, Any]:
+    return {
+        "format": format,
+        "config": result.config.to_dict(),
+        "report": result.report.to_dict(),
+        "groups": [[g.kind, g.start, g.stop] for g in result.groups],
+        "generator": module_spec(result.generator),
+        "network": module_spec(result.network),
+        "iteration": int(result.iteration),
+    }
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    generator: nn.Module | None = None,
+    network: nn.Module | None = None,
+) -> DPNTKResult:
+    """Read a :class:`DPNTKResult` written by :meth:`DPNTKResult.save`.
+
+    ``generator`` / ``network`` are rebuilt from the file when they are
+    privkernels modules with simple fields; pass them otherwise.
+    """
+    arrays, meta = checkpoint.load(path, format=FORMAT)
+    return result_from(arrays, meta, generator=generator, network=network)
+
+
+def result_from(
+    arrays: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    *,
+    generator: nn.Module | None,
+    network: nn.Module | None,
+    generator_params: Any = None,
+) -> DPNTKResult:
+    """Rebuild a result from :func:`release_arrays` / :func:`release_meta` entries."""
+    report = PrivacyReport.from_dict(meta["report"])
+    config = DPNTKConfig.from_dict(meta["config"])
+    if report.private and (
+        config.epsilon is None or abs(report.epsilon - config.epsilon) > 1e-9 * config.epsilon
+    ):
+        raise ValueError("saved report and config disagree on the budget")
+    return DPNTKResult(
+        generator=generator
+        if generator is not None
+        else module_from_spec(meta["generator"], "generator"),
+        generator_params=(
+            checkpoint.dict_tree(arrays, "generator_params")
+            if generator_params is None
+            else generator_params
+        ),
+        network=network if network is not None else module_from_spec(meta["network"], "network"),
+        ntk_params=checkpoint.dict_tree(arrays, "ntk_params"),
+        noisy_embedding=jnp.asarray(arrays["noisy_embedding"]),
+        noisy_proportions=arrays.get("noisy_proportions"),
+        report=report,
+        loss_history=np.asarray(arrays["loss_history"], np.float32),
+        config=config,
+        groups=tuple(ColumnGroup(*g) for g in meta["groups"]),
+        iteration=int(meta["iteration"]),
+    )
+
+
+# --------------------------------------------------------------------------- modules
+
+
+def _to_jsonable(v: Any) -> Any:
+    if isinstance(v, ColumnGroup):
+        return {"__column_group__": [v.kind, v.start, v.stop]}
+    if isinstance(v, (tuple, list)):
+        return (
+            {"__tuple__": [_to_jsonable(e) for e in v]}
+            if isinstance(v, tuple)
+            else [_to_jsonable(e) for e in v]
+        )
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    raise TypeError(f"cannot serialise {type(v).__name__}")
+
+
+def _from_jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "__column_group__" in v:
+            return ColumnGroup(*v["__column_group__"])
+        if "__tuple__" in v:
+            return tuple(_from_jsonable(e) for e in v["__tuple__"])
+        return {k: _from_jsonable(e) for k, e in v.items()}
+    if isinstance(v, list):
+        return [_from_jsonable(e) for e in v]
+    return v
+
+
+def module_spec(m: nn.Module) -> dict[str, Any] | None:
+    """``{"class": "pkg.mod.Class", "fields": {...}}`` when every field is JSON-able."""
+    try:
+        fields = {
+            f.name: _to_jsonable(getattr(m, f.name))
+            for f in dataclasses.fields(m)
+            if f.name not in ("parent", "name") and f.init
+        }
+    except TypeError:
+        return None
+    return {"class": f"{type(m).__module__}.{type(m).__qualname__}", "fields": fields}
+
+
+def module_from_spec(spec: dict[str, Any] | None, what: str) -> nn.Module:
+    """Rebuild a privkernels module from :func:`module_spec` (never imports other code)."""
+    if spec is None:
+        raise ValueError(f"the file cannot rebuild the {what}; pass {what}=")
+    path = spec["class"]
+    if not path.startswith("privkernels."):  # never import arbitrary code named in a file
+        raise ValueError(f"the file names {what} class {path!r} outside privkernels; pass {what}=")
+    mod, cls = path.rsplit(".", 1)
+    klass = getattr(importlib.import_module(mod), cls)
+    return cast(nn.Module, klass(**{k: _from_jsonable(v) for k, v in spec["fields"].items()}))
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+@functools.partial(jax.jit, static_argnames=("generator",))
+def _generator_apply(
+    params: Any, z: jax.Array, onehot: jax.Array, *, generator: nn.Module
+) -> jax.Array:
+    return cast(jax.Array, generator.apply(params, z, onehot))
+
+
+def sample(
+    key: jax.Array,
+    result: DPNTKResult,
+    n: int,
+    *,
+    labels: Any = None,
+    discretize_categorical: bool = True,
+    batch_size: int = 10000,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draw ``n`` synthetic examples ``(x (n, *data_shape) float32, y (n,) int32)``.
+
+    Labels are drawn uniformly over the classes (``label_mode="uniform"``) or
+    from the released noisy class proportions (``"released"``), unless given.
+    Tabular categorical heads are turned into exact one-hots when
+    ``discretize_categorical``.
+    """
+    key = check_key(key)
+    n = check_int(n, "n", minimum=1)
+    k_lab, k_z = jax.random.split(key)
+    C = result.n_classes
+    if labels is not None:
+        y = check_labels(labels, C, "labels", n_rows=n)
+    elif result.label_mode == "released" and result.noisy_proportions is not None:
+        p = jnp.asarray(result.noisy_proportions, jnp.float32)
+        y = np.asarray(jax.random.choice(k_lab, C, (n,), p=p / p.sum()), np.int32)
+    else:
+        y = np.asarray(jax.random.randint(k_lab, (n,), 0, C), np.int32)
+    apply = functools.partial(_generator_apply, generator=result.generator)
+    xs = []
+    for i, start in enumerate(range(0, n, batch_size)):
+        yb = jnp.asarray(y[start : start + batch_size])
+        z, oh = make_code(jax.random.fold_in(k_z, i), yb, d_code=result.d_code, n_classes=C)
+        xs.append(np.asarray(apply(result.generator_params, z, oh), np.float32))
+    x = np.concatenate(xs, axis=0)
+    if discretize_categorical and any(g.kind == "categorical" for g in result.groups):
+        x = discretize(x, result.groups)
+    return x, y

@@ -1,0 +1,463 @@
+"""``dp_ntk_regression.fit`` (Gu et al., Alg. 2): noisy kernel, noisy inputs, one ridge solve."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels._validation import (
+    N_CLASSES_INFERRED_NOTE,
+    check_array,
+    check_fraction,
+    check_int,
+    check_key,
+    check_labels,
+    check_nonnegative,
+    check_positive,
+    infer_n_classes,
+)
+from privkernels.dp_ntk_regression.kernel import (
+    add_diagonal,
+    draw_weights,
+    kernel_matrix,
+    project_to_ball,
+)
+from privkernels.dp_ntk_regression.model import (
+    DPNTKRegressionModel,
+    RegressionConfig,
+    load,
+    x64,
+)
+from privkernels.dp_ntk_regression.sensitivity import max_k, sensitivity_bound
+from privkernels.linalg import ridge_solve
+from privkernels.privacy.budget import Budget, as_budget
+from privkernels.privacy.release import gaussian_sampling_release, truncated_laplace_release
+from privkernels.privacy.report import (
+    BETA_CLOSE,
+    MechanismRecord,
+    PrivacyReport,
+    non_private_report,
+)
+
+__all__ = ["fit", "LABELS_NOT_PROTECTED"]
+
+#: The caveat every private report of this module carries (Def. 4.1 keeps y_n).
+LABELS_NOT_PROTECTED = (
+    "LABELS ARE NOT PROTECTED: beta-close neighbours (Gu et al., Def. 4.1) keep every label "
+    "and change one record's features by at most beta in L2; Y enters alpha = (K~ + reg I)^-1 Y "
+    "without noise, so the labels are treated as public."
+)
+
+
+def fit(
+    key: Any,
+    x: Any,
+    y: Any,
+    *,
+    epsilon: float | None,
+    delta: float = 1e-5,
+    n_classes: int | None = None,
+    mesh: Any = None,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    width: int = 256,
+    reg: float = 10.0,
+    beta: float = 1e-6,
+    eta_min: float | None = None,
+    input_bound: float = 1.0,
+    split: tuple[float, float] = (0.5, 0.5),
+    k: int | None = None,
+    weight_std: float = 1.0,
+    kernel_shift: float = 0.0,
+    chunk_size: int = 1024,
+    dtype: Literal["float32", "float64"] | Any = "float32",
+    allow_unproven: bool = False,
+) -> DPNTKRegressionModel:
+    """Fit private quadratic-NTK ridge regression (Gu et al., Alg. 2).
+
+    Args:
+      key: ``jax.random.key``; split into (weights, kernel mechanism, input mechanism).
+      x: ``(n, d)`` training inputs (higher-rank inputs are flattened per example);
+        projected to the L2 ball of radius ``input_bound`` first.
+      y: ``(n,)`` integer labels (one-hot targets, Sec. 6.1) or ``(n,)`` / ``(n, c)``
+        real targets. **Not protected** (Def. 4.1).
+      epsilon, delta: total budget; ``epsilon=None`` fits the non-private baseline
+        (same kernel, ``alpha = (K + (kernel_shift + reg) I)^{-1} Y``, raw inputs).
+      n_classes: for integer labels; None reads ``max(y) + 1`` (``PrivacyLeakWarning``,
+        report note; labels are public under beta-close anyway).
+      mesh: a device mesh over the example axis: the kernel rows are computed over
+        it (each device its rows, against all inputs); the mechanisms then run on
+        one device.
+      checkpoint_path, resume: the fitted model is saved there; ``resume=True``
+        returns the saved model without reading the data (same budget required).
+      progress: accepted for the common contract (a fit is one solve).
+      width: number of neurons m. reg: ridge lambda added after the mechanism (absolute).
+      beta: neighbouring radius of Def. 4.1 (what the guarantee hides).
+      eta_min: PUBLIC lower bound on the smallest eigenvalue of ``K + kernel_shift I``;
+        defaults to ``kernel_shift`` when that is > 0 (then it holds by construction).
+        When ``eta_min > kernel_shift`` it is checked in float64 and a dataset that
+        violates it is refused before any noise (no value from the data in the message).
+      split: ``(kernel, inputs)`` budget fractions (``eps_alpha = epsilon * split[0]``).
+      k: number of Gaussian samples; default the largest allowed (:func:`max_k`).
+      weight_std: sigma of the NTK weights (paper: 1).
+      kernel_shift: ``s >= 0``; the mechanism privatizes ``K + s I`` instead of K.
+      chunk_size: rows per chunk when building kernel matrices.
+      dtype: ``"float32"`` (default) or ``"float64"`` (local ``jax.enable_x64``).
+      allow_unproven: ``eps_alpha >= 1`` lies outside Lemma D.1; refused unless True,
+        and the report is then marked ``proven=False``.
+
+    Returns:
+      :class:`DPNTKRegressionModel` (beta-close report with two mechanisms).
+
+    Raises:
+      ValueError: on invalid input (TypeError on wrong kinds), before any noise is
+        drawn; also when no k satisfies the privacy condition (see :func:`max_k`).
+    """
+    ck = None if checkpoint_path is None else Path(checkpoint_path)
+    if resume:
+        return _resume(ck, x, y, epsilon, delta)
+    if ck is not None and ck.exists():
+        raise ValueError(
+            f"checkpoint {ck} exists; pass resume=True to return the saved model or delete it"
+        )
+    key = check_key(key)
+    budget = as_budget(epsilon, delta)
+    cfg, x_arr, y_mat, inferred = _validate(locals())
+    dt = jnp.float64 if cfg.dtype == "float64" else jnp.float32
+    n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
+    with x64(dt == jnp.float64):
+        k_w, k_alpha, k_x = jax.random.split(key, 3)
+        # Data-independent weights first: the fixed-weights sensitivity bound needs them.
+        weights = draw_weights(k_w, d, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
+        plan = None if budget is None else _plan(cfg, budget, n, weights, allow_unproven)
+        xp = project_to_ball(
+            jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=dt), cfg.input_bound
+        )
+        if plan is not None and cfg.eta_min is not None and cfg.eta_min > cfg.kernel_shift:
+            _check_eta_min(xp, weights, cfg.eta_min, cfg.kernel_shift, cfg.chunk_size)
+        kmat = kernel_matrix(xp, xp, weights, cfg.chunk_size, mesh=mesh)
+        if cfg.kernel_shift > 0:
+            kmat = add_diagonal(kmat, jnp.asarray(cfg.kernel_shift, dt))
+        y_j = jnp.asarray(y_mat, dtype=dt)
+        if plan is None:
+            alpha = ridge_solve(kmat, y_j, jnp.asarray(cfg.reg, dt))
+            _check_finite(alpha, dt)
+            cfg = dataclasses.replace(cfg, k=None)
+            model = DPNTKRegressionModel(alpha, xp, weights, _non_private(), cfg)
+        else:
+            model = _release(k_alpha, k_x, kmat, xp, y_j, weights, cfg, plan, n, d, dt, inferred)
+    if ck is not None:
+        model.save(ck)
+    return model
+
+
+def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, bool]:
+    """All checks before any randomness; the config, inputs and target matrix."""
+    name = np.dtype(args["dtype"]).name if not isinstance(args["dtype"], str) else args["dtype"]
+    if name not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {args['dtype']!r}")
+    private = args["epsilon"] is not None
+    split = tuple(float(f) for f in args["split"])
+    if len(split) != 2:
+        raise ValueError(f"split must be (kernel, inputs) fractions, got {args['split']!r}")
+    if private:
+        for f in split:
+            check_fraction(f, "split")
+        if abs(sum(split) - 1.0) > 1e-9:
+            raise ValueError(f"split fractions must sum to 1, got {args['split']!r}")
+        if args["epsilon"] * split[0] >= 1.0 and not args["allow_unproven"]:
+            raise ValueError(
+                f"eps_alpha = epsilon * split[0] = {args['epsilon'] * split[0]:.4g} >= 1: the "
+                "Gaussian sampling mechanism's guarantee (Gu et al. Lemma D.1, Def. 5.2) is stated "
+                "for eps_alpha in (0, 1) only. Lower epsilon or the kernel share of split, or pass "
+                "allow_unproven=True to release anyway with a report marked unproven"
+            )
+    kernel_shift = check_nonnegative(args["kernel_shift"], "kernel_shift")
+    eta_min = args["eta_min"]
+    if private and eta_min is None:
+        if kernel_shift <= 0:
+            raise ValueError(
+                "eta_min is required for a private fit: a PUBLIC lower bound on the smallest "
+                "eigenvalue of the kernel matrix (the paper uses 7e-3), or pass kernel_shift=s > 0 "
+                "to make eta_min=s hold for every dataset"
+            )
+        eta_min = kernel_shift
+    if eta_min is not None:
+        eta_min = check_positive(eta_min, "eta_min")
+    k = None if args["k"] is None else check_int(args["k"], "k")
+    x_arr = check_array(args["x"], "x", finite=True)
+    if x_arr.ndim < 2:
+        raise ValueError(
+            f"x must have shape (n, d) (or (n, ...) flattened per example), got {tuple(x_arr.shape)}"
+        )
+    if int(np.prod(x_arr.shape[1:])) == 0:
+        raise ValueError(f"x has no features (shape {tuple(x_arr.shape)})")
+    y_mat, n_classes, target_ndim, inferred = _targets(
+        args["y"], int(x_arr.shape[0]), args["n_classes"]
+    )
+    cfg = RegressionConfig(
+        width=check_int(args["width"], "width"),
+        reg=check_positive(args["reg"], "reg"),
+        beta=check_positive(args["beta"], "beta"),
+        eta_min=eta_min,
+        input_bound=check_positive(args["input_bound"], "input_bound"),
+        split=split,  # type: ignore[arg-type]
+        k=k,
+        weight_std=check_positive(args["weight_std"], "weight_std"),
+        kernel_shift=kernel_shift,
+        chunk_size=check_int(args["chunk_size"], "chunk_size"),
+        dtype=name,
+        n_classes=n_classes,
+        target_ndim=target_ndim,
+        epsilon=None,
+        delta=None,
+    )
+    return cfg, x_arr, y_mat, inferred
+
+
+def _targets(y: Any, n: int, n_classes: int | None) -> tuple[np.ndarray, int | None, int, bool]:
+    """One-hot ``(n, c)`` targets for labels, or real targets as ``(n, c)``."""
+    arr = np.asarray(y)
+    if arr.ndim == 0:
+        raise ValueError("y must be a 1-D array of labels or an (n,) / (n, c) array of targets")
+    inferred = False
+    if n_classes is not None or (arr.ndim == 1 and np.issubdtype(arr.dtype, np.integer)):
+        if n_classes is None:  # labels are public under beta-close, but read with the warning
+            n_classes, inferred = infer_n_classes(arr, None, minimum=2)
+        n_classes = check_int(n_classes, "n_classes", minimum=1)
+        labels = check_labels(arr, n_classes, "y", n_rows=n)
+        return np.eye(n_classes, dtype=np.float64)[labels], n_classes, 2, inferred
+    vals = np.asarray(check_array(arr, "y", ndim=(1, 2)), dtype=np.float64)
+    if vals.shape[0] != n:
+        raise ValueError(f"y has {vals.shape[0]} rows but x has {n} rows")
+    return (vals[:, None] if vals.ndim == 1 else vals), None, vals.ndim, inferred
+
+
+class _Plan(NamedTuple):
+    """The two budgets, k and the sensitivity bounds of a private fit."""
+
+    kernel: Budget
+    inputs: Budget
+    k: int
+    k_allowed: int
+    bounds: dict[str, float]
+
+
+def _plan(
+    cfg: RegressionConfig, budget: Budget, n: int, weights: jax.Array, allow_unproven: bool
+) -> _Plan:
+    """Split the budget and choose k (Condition 5.3, eq. (1)); refuse k above the maximum."""
+    inputs, kernel = budget.split(cfg.split[1], cfg.split[0])
+    assert cfg.eta_min is not None
+    kw: dict[str, Any] = dict(
+        eta_min=cfg.eta_min,
+        beta=cfg.beta,
+        weight_std=cfg.weight_std,
+        input_bound=cfg.input_bound,
+        weights=weights,
+    )
+    bounds = sensitivity_bound(n, **kw)
+    k_allowed = max_k(n, epsilon_alpha=kernel.epsilon, delta_alpha=kernel.delta, **kw)
+    k = cfg.k
+    if k is None:  # capped where the sampler's int32 count ends (fewer samples: more noise)
+        k = min(k_allowed, 2**31 - 1)
+    elif k > k_allowed:
+        raise ValueError(
+            f"k={k} exceeds the largest private k={k_allowed} for n={n}, eps_alpha={kernel.epsilon:.4g}, "
+            f"delta_alpha={kernel.delta:.3g}, eta_min={cfg.eta_min}, beta={cfg.beta} (eq. (1)); "
+            f"use k <= {k_allowed}"
+        )
+    return _Plan(kernel, inputs, k, k_allowed, bounds)
+
+
+def _release(
+    k_alpha: Any,
+    k_x: Any,
+    kmat: jax.Array,
+    xp: jax.Array,
+    y_j: jax.Array,
+    weights: jax.Array,
+    cfg: RegressionConfig,
+    plan: _Plan,
+    n: int,
+    d: int,
+    dt: Any,
+    inferred: bool,
+) -> DPNTKRegressionModel:
+    """Alg. 2 lines 4-6: K~ by Gaussian sampling, alpha by the ridge solve, X~ by TLap."""
+    k_tilde, kernel_rec = gaussian_sampling_release(
+        k_alpha,
+        kmat,
+        budget=plan.kernel,
+        k=plan.k,
+        released=f"kernel matrix K~ = (1/k) sum g g^T, g ~ N(0, K + {cfg.kernel_shift:g} I) "
+        f"({n}, {n}); only alpha = (K~ + reg I)^-1 Y is kept",
+        sensitivity=plan.bounds["used"],
+        accountant="closed-form: M <= Delta(k) (Gu et al. Lemma D.1, Def. 5.1/5.2, eq. (1))",
+        **_kernel_params(cfg, plan, n),
+    )
+    del kmat
+    alpha = ridge_solve(jnp.asarray(k_tilde, dtype=dt), y_j, jnp.asarray(cfg.reg, dt))  # Sec. 6.2
+    del k_tilde
+    _check_finite(alpha, dt)
+    sens_x = math.sqrt(d) * cfg.beta  # Lemma G.1: L1 sensitivity of X under beta-close
+    x_tilde, input_rec = truncated_laplace_release(
+        k_x,
+        xp,
+        budget=plan.inputs,
+        sensitivity=sens_x,
+        released=f"privatized training inputs X~ ({n}, {d}), used for test-time kernel rows K(x, X~)",
+        accountant="closed-form (Gu et al. Lemma 3.2, G.1, G.2)",
+        norm="L1 over one record: sqrt(d) * beta",
+        beta=cfg.beta,
+        d=d,
+    )
+    report = _private_report(cfg, plan, kernel_rec, input_rec, n, d, inferred)
+    cfg = dataclasses.replace(cfg, k=plan.k, epsilon=report.epsilon, delta=report.delta)
+    return DPNTKRegressionModel(alpha, jnp.asarray(x_tilde, dt), weights, report, cfg)
+
+
+def _kernel_params(cfg: RegressionConfig, plan: _Plan, n: int) -> dict[str, Any]:
+    return dict(
+        k_max=plan.k_allowed,
+        m_bound_paper=plan.bounds["paper"],
+        m_bound_fixed_weights=plan.bounds.get("fixed_weights", math.nan),
+        eta_min=cfg.eta_min,
+        beta=cfg.beta,
+        n=n,
+        width=cfg.width,
+        weight_std=cfg.weight_std,
+        input_bound=cfg.input_bound,
+        kernel_shift=cfg.kernel_shift,
+        reg=cfg.reg,
+    )
+
+
+def _check_eta_min(
+    xp: jax.Array, weights: jax.Array, eta_min: float, kernel_shift: float, chunk_size: int
+) -> None:
+    """Refuse (ValueError, before any noise) when ``lambda_min(K + s I) < eta_min``.
+
+    ``K`` is rebuilt in float64 and ``K + (s - eta_min) I`` factorised by
+    Cholesky: success certifies the assumption up to float64 rounding. The
+    refusal depends on the data only outside the domain the guarantee assumes.
+    """
+    with jax.enable_x64(True):
+        xf = jnp.asarray(xp, jnp.float64)
+        kmat = np.asarray(kernel_matrix(xf, xf, jnp.asarray(weights, jnp.float64), chunk_size))
+    kmat = 0.5 * (kmat + kmat.T)
+    kmat[np.diag_indices_from(kmat)] += kernel_shift - eta_min
+    try:
+        np.linalg.cholesky(kmat)
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            f"the kernel matrix violates the eigenvalue assumption lambda_min(K + {kernel_shift:g} I) "
+            f">= eta_min = {eta_min:g} that the privacy guarantee needs; nothing was released. "
+            "Use kernel_shift >= eta_min (then it holds for every dataset) or a smaller public "
+            "eta_min"
+        ) from None
+
+
+def _check_finite(alpha: jax.Array, dt: Any) -> None:
+    if not bool(jnp.all(jnp.isfinite(alpha))):
+        hint = " or dtype='float64'" if dt == jnp.float32 else ""
+        raise FloatingPointError(
+            "the Cholesky solve of (K~ + reg I) alpha = Y produced non-finite values; "
+            f"use a larger reg{hint}"
+        )
+
+
+def _non_private() -> PrivacyReport:
+    return non_private_report(
+        "epsilon=None: non-private quadratic-NTK ridge regression baseline (kernel and inputs "
+        "used without noise)"
+    )
+
+
+def _private_report(
+    cfg: RegressionConfig,
+    plan: _Plan,
+    kernel_rec: MechanismRecord,
+    input_rec: MechanismRecord,
+    n: int,
+    d: int,
+    inferred: bool,
+) -> PrivacyReport:
+    assert cfg.eta_min is not None
+    eps_alpha = plan.kernel.epsilon
+    notes = [
+        LABELS_NOT_PROTECTED,
+        f"Neighbouring relation beta-close with beta={cfg.beta:g} (Def. 4.1): the guarantee hides a "
+        "move of one record's features by at most beta in L2, NOT its presence, its label, or a "
+        "larger change.",
+    ]
+    if cfg.eta_min <= cfg.kernel_shift:
+        notes.append(
+            f"eta_min={cfg.eta_min:g} <= kernel_shift={cfg.kernel_shift:g}: the eigenvalue condition "
+            "K + shift I >= eta_min I holds for every dataset (no assumption)."
+        )
+    else:
+        notes.append(
+            f"ASSUMPTION: lambda_min(K + {cfg.kernel_shift:g} I) >= eta_min={cfg.eta_min:g} for every "
+            "dataset (and neighbour) in the domain. This dataset was checked (float64 Cholesky) and "
+            "would have been refused otherwise; a neighbour outside the domain is not covered."
+        )
+    if eps_alpha >= 1.0:
+        notes.append(
+            f"UNPROVEN: eps_alpha={eps_alpha:.4g} >= 1 lies outside the range eps_alpha in (0, 1) "
+            "of Lemma D.1 (Condition 5.3, Def. 5.2); released only because allow_unproven=True. The "
+            "paper's Figure 1 uses such values, but the cited theorem states no guarantee for them."
+        )
+    notes.append(
+        "The paper's M (eq. (1)) drops the constants of O(.) bounds and relies on a width "
+        "m = Omega(n d B^2 / beta^2 log(1/delta_2)) (Condition 5.5); k is also capped by an exact "
+        "bound for the drawn weights (m_bound_fixed_weights), the larger M being used."
+    )
+    if inferred:
+        notes.append(N_CLASSES_INFERRED_NOTE)
+    return PrivacyReport.from_mechanisms(
+        [kernel_rec, input_rec],
+        BETA_CLOSE,
+        proven=eps_alpha < 1.0,
+        data_independent=(
+            f"random NTK weights w (m={cfg.width}, d={d}) ~ N(0, {cfg.weight_std:g}^2 I): drawn "
+            "from the key, independent of the data",
+            f"projection of every input onto the L2 ball of radius {cfg.input_bound:g}: a fixed map",
+            f"n={n} and d={d}: equal for beta-close neighbours (public)",
+            f"eta_min={cfg.eta_min:g}: a public value supplied by the caller, not read from the data",
+        ),
+        notes=tuple(notes),
+    )
+
+
+def _resume(path: Path | None, x: Any, y: Any, epsilon: Any, delta: Any) -> DPNTKRegressionModel:
+    """Return the saved model without reading the data (its budget must be the one asked for)."""
+    if path is None or not path.exists():
+        raise ValueError(f"resume=True needs an existing checkpoint_path, got {path}")
+    if x is not None or y is not None:
+        raise ValueError(
+            "resume=True returns the saved model and never reads data: pass x=None, y=None"
+        )
+    model = load(path)
+    if model.report.private != (epsilon is not None) or (
+        epsilon is not None and not math.isclose(float(epsilon), model.report.epsilon, rel_tol=1e-9)
+    ):
+        raise ValueError(
+            f"the saved model was released at epsilon={model.report.epsilon:g}; got "
+            f"epsilon={epsilon!r}. The budget of a release cannot change on resume."
+        )
+    if (
+        delta is not None
+        and model.report.private
+        and not math.isclose(float(delta), model.report.delta, rel_tol=1e-9)
+    ):
+        raise ValueError("the saved model was released at another delta")
+    return model

@@ -1,0 +1,152 @@
+"""The quadratic NTK of DP NTK regression and its data-independent pieces (Gu et al., Def. 3.5).
+
+``K(x, z) = (1/m) sum_r <<w_r, x> x, <w_r, z> z> = <x, z> * x^T S z`` with
+``S = W^T W / m`` and ``w_r ~ N(0, sigma^2 I_d)`` drawn from the key; inputs are
+projected to a ball of public radius (a fixed 1-Lipschitz map).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels._validation import check_array, check_key, check_nonnegative, check_positive
+from privkernels.privacy.warnings import warn_privacy_leak
+
+__all__ = [
+    "draw_weights",
+    "project_to_ball",
+    "kernel_block",
+    "kernel_matrix",
+    "add_diagonal",
+    "chunking",
+    "smallest_eigenvalue",
+]
+
+
+def draw_weights(
+    key: Any, d: int, *, width: int = 256, weight_std: float = 1.0, dtype: Any = jnp.float32
+) -> jax.Array:
+    """Random NTK weights ``w_r ~ N(0, weight_std^2 I_d)``, shape ``(width, d)`` (Def. 3.5).
+
+    Data-independent: depends only on the key and the public ``d``.
+    """
+    from privkernels.features.quadratic_ntk import random_ntk_weights
+
+    return random_ntk_weights(key, width, d, sigma=weight_std, dtype=dtype)
+
+
+def project_to_ball(x: Any, radius: float = 1.0) -> jax.Array:
+    """Project each row of ``x (n, d)`` onto the L2 ball of ``radius`` (a fixed,
+    1-Lipschitz map, so beta-close records stay beta-close; the paper assumes
+    ``||x_i|| <= B``, Sec. 3.3)."""
+    radius = check_positive(radius, "input_bound")
+    x = jnp.asarray(x)
+    norms = jnp.linalg.norm(x, axis=-1, keepdims=True)
+    scale = jnp.minimum(1.0, radius / jnp.maximum(norms, jnp.finfo(x.dtype).tiny))
+    return x * scale
+
+
+def kernel_block(x1: jax.Array, x2: jax.Array, w: jax.Array) -> jax.Array:
+    from privkernels.features import quadratic_ntk_kernel
+
+    return quadratic_ntk_kernel(x1, x2, w)
+
+
+def chunking(n: int, chunk_size: int) -> tuple[int, int]:
+    """Return ``(chunk, n_padded)`` with equal chunks and little padding."""
+    n_chunks = max(1, -(-n // max(1, chunk_size)))
+    chunk = -(-n // n_chunks)
+    return chunk, n_chunks * chunk
+
+
+def kernel_matrix(
+    x1: jax.Array, x2: jax.Array, w: jax.Array, chunk_size: int = 1024, *, mesh: Any = None
+) -> jax.Array:
+    """``K(x1, x2)`` of shape ``(n1, n2)`` (Def. 3.5), built ``chunk`` rows at a time by
+    :func:`privkernels.features.quadratic_ntk_kernel` (one compiled chunk shape).
+
+    With ``mesh`` the rows of ``x1`` are sharded over the devices and each
+    device builds its rows with the same function against the replicated
+    ``x2`` (every device needs all of ``x2``: this does not keep data on its host).
+    """
+    from privkernels.features import quadratic_ntk_kernel
+
+    if mesh is None:
+        chunk, _ = chunking(x1.shape[0], chunk_size)
+        return quadratic_ntk_kernel(x1, x2, w, chunk_size=chunk)
+    return _mesh_rows(x1, x2, w, chunk_size, mesh)
+
+
+def _mesh_rows(x1: jax.Array, x2: jax.Array, w: jax.Array, chunk_size: int, mesh: Any) -> jax.Array:
+    from jax.sharding import PartitionSpec as P
+
+    from privkernels.features.quadratic_ntk import _kernel_jit
+    from privkernels.sharding import mesh_axis, shard_rows, to_host
+
+    name, d = mesh_axis(mesh)
+    (xs,), n1 = shard_rows(mesh, x1)
+    chunk, _ = chunking(int(xs.shape[0]) // d, chunk_size)
+
+    def local(xl: jax.Array, xr: jax.Array, wl: jax.Array) -> jax.Array:
+        return _kernel_jit(xl, xr, wl, chunk_size=chunk)
+
+    fn = jax.shard_map(
+        local, mesh=mesh, in_specs=(P(name), P(), P()), out_specs=P(name), check_vma=False
+    )
+    return jnp.asarray(to_host(jax.jit(fn)(xs, x2, w))[:n1])
+
+
+@partial(jax.jit, donate_argnums=(0,))
+def add_diagonal(k: jax.Array, value: jax.Array) -> jax.Array:
+    idx = jnp.arange(k.shape[0])
+    return k.at[idx, idx].add(value)
+
+
+# --------------------------------------------------------------------------------------
+# Sensitivity and k (Def. 5.1, 5.2, Lemma E.2-E.4, E.15, eq. (1))
+# --------------------------------------------------------------------------------------
+
+
+def smallest_eigenvalue(
+    key: Any,
+    x: Any,
+    *,
+    width: int = 256,
+    weight_std: float = 1.0,
+    input_bound: float = 1.0,
+    kernel_shift: float = 0.0,
+    chunk_size: int = 1024,
+) -> float:
+    """DIAGNOSTIC that READS PRIVATE DATA: the true smallest eigenvalue of ``K + s I``.
+
+    Uses the same weights as :func:`fit` with the same ``key``, and float64 for the
+    eigenvalue. Emits :class:`~privkernels.privacy.warnings.PrivacyLeakWarning`:
+    the value is computed from the private inputs without noise, and using it as
+    ``eta_min`` makes the eigenvalue itself (and hence the choice of k) a
+    non-private release. Use it to check an assumption on public or synthetic
+    data, not to set ``eta_min`` for a private fit.
+    """
+    key = check_key(key)
+    x_arr = check_array(x, "x", finite=True)
+    if x_arr.ndim < 2:
+        raise ValueError(f"x must have shape (n, d), got {tuple(x_arr.shape)}")
+    kernel_shift = check_nonnegative(kernel_shift, "kernel_shift")
+    warn_privacy_leak("smallest_eigenvalue: the smallest eigenvalue of the kernel matrix")
+    n = int(x_arr.shape[0])
+    d = int(np.prod(x_arr.shape[1:]))
+    with jax.enable_x64(True):
+        k_w, _, _ = jax.random.split(key, 3)
+        w32 = draw_weights(k_w, d, width=width, weight_std=weight_std, dtype=jnp.float32)
+        w = jnp.asarray(w32, jnp.float64)
+        xp = project_to_ball(jnp.asarray(np.asarray(x_arr).reshape(n, d), jnp.float64), input_bound)
+        kmat = np.asarray(kernel_matrix(xp, xp, w, chunk_size))
+    import scipy.linalg
+
+    lams = scipy.linalg.eigvalsh(kmat, subset_by_index=[0, 0], overwrite_a=True, check_finite=False)
+    lam = lams[0]
+    return float(lam) + kernel_shift

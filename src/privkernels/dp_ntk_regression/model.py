@@ -1,0 +1,184 @@
+"""A fitted DP NTK regression model: config, save/load and prediction (Gu et al., Alg. 2 line 7).
+
+Prediction is post-processing: ``K(x, X~) alpha`` uses only the released
+``alpha`` (from the noisy kernel) and the noisy inputs ``X~``, never the raw
+training inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels import checkpoint
+from privkernels._batching import map_row_chunks
+from privkernels._config import ConfigMixin
+from privkernels._validation import check_array
+from privkernels.dp_ntk_regression.kernel import kernel_block, project_to_ball
+from privkernels.privacy.report import PrivacyReport
+
+__all__ = [
+    "RegressionConfig",
+    "DPNTKRegressionModel",
+    "load",
+    "predict",
+    "predict_labels",
+    "FORMAT",
+]
+
+#: File format name and version of :meth:`DPNTKRegressionModel.save`.
+FORMAT = "privkernels.dp_ntk_regression.model/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionConfig(ConfigMixin):
+    """Public settings of a fit (``split`` = ``(kernel, inputs)`` budget fractions)."""
+
+    width: int
+    reg: float
+    beta: float
+    eta_min: float | None
+    input_bound: float
+    split: tuple[float, float]
+    k: int | None
+    weight_std: float
+    kernel_shift: float
+    chunk_size: int
+    dtype: str
+    n_classes: int | None
+    target_ndim: int
+    epsilon: float | None
+    delta: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DPNTKRegressionModel:
+    """A fitted (private or non-private) quadratic-NTK ridge regression.
+
+    Attributes:
+      alpha: ``(n, c)`` ridge coefficients ``(K~ + reg I)^{-1} Y`` (private by
+        post-processing of ``K~``; ``Y`` itself is not protected under beta-close).
+      x_tilde: ``(n, d)`` privatized training inputs ``X~`` (after projection to
+        the ball); the non-private model stores the projected raw inputs.
+      weights: ``(m, d)`` random NTK weights (data-independent).
+      report: the :class:`~privkernels.privacy.report.PrivacyReport`.
+      config: the typed :class:`RegressionConfig` (``k`` is the number of
+        Gaussian samples used; None when non-private).
+    """
+
+    alpha: jax.Array
+    x_tilde: jax.Array
+    weights: jax.Array
+    report: PrivacyReport
+    config: RegressionConfig
+
+    @property
+    def private(self) -> bool:
+        return self.report.private
+
+    @property
+    def dtype(self) -> Any:
+        return self.alpha.dtype
+
+    @property
+    def k(self) -> int | None:
+        return self.config.k
+
+    @property
+    def n_classes(self) -> int | None:
+        return self.config.n_classes
+
+    @property
+    def input_bound(self) -> float:
+        return self.config.input_bound
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model (arrays, config, report) to an ``.npz`` (no pickle)."""
+        arrays = {
+            "alpha": np.asarray(self.alpha),
+            "x_tilde": np.asarray(self.x_tilde),
+            "weights": np.asarray(self.weights),
+        }
+        meta = {"format": FORMAT, "config": self.config.to_dict(), "report": self.report.to_dict()}
+        return checkpoint.save(path, arrays, meta)
+
+
+def load(path: str | os.PathLike[str]) -> DPNTKRegressionModel:
+    """Read a model written by :meth:`DPNTKRegressionModel.save` (report checked against config)."""
+    arrays, meta = checkpoint.load(path, format=FORMAT)
+    config = RegressionConfig.from_dict(meta["config"])
+    report = PrivacyReport.from_dict(meta["report"])
+    if report.private != (config.epsilon is not None) or (
+        report.private and abs(report.epsilon - float(config.epsilon or 0)) > 1e-9
+    ):
+        raise ValueError("saved report and config disagree on the budget")
+    with x64(config.dtype == "float64"):
+        dt = jnp.float64 if config.dtype == "float64" else jnp.float32
+        return DPNTKRegressionModel(
+            alpha=jnp.asarray(arrays["alpha"], dt),
+            x_tilde=jnp.asarray(arrays["x_tilde"], dt),
+            weights=jnp.asarray(arrays["weights"], dt),
+            report=report,
+            config=config,
+        )
+
+
+def x64(enable: bool) -> Any:
+    """A local 64-bit context when needed (never turns x64 *off* for the caller)."""
+    return jax.enable_x64(True) if enable else contextlib.nullcontext()
+
+
+def _queries(model: DPNTKRegressionModel, x: Any) -> jax.Array:
+    x_arr = check_array(x, "x", finite=True)
+    if x_arr.ndim < 2:
+        raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
+    d = model.weights.shape[1]
+    n = int(x_arr.shape[0])
+    if int(np.prod(x_arr.shape[1:])) != d:
+        raise ValueError(
+            f"x has {int(np.prod(x_arr.shape[1:]))} features per example, the model expects {d}"
+        )
+    xr = jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=model.dtype)
+    return project_to_ball(xr, model.input_bound)
+
+
+@partial(jax.jit)
+def _block_scores(xb: jax.Array, x_tilde: jax.Array, w: jax.Array, alpha: jax.Array) -> jax.Array:
+    return kernel_block(xb, x_tilde, w) @ alpha
+
+
+def predict(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
+    """Scores ``K(x, X~) alpha`` (Alg. 2 line 7), NumPy ``(n_test, c)``.
+
+    Test inputs are projected onto the same ball; the kernel rows use the
+    privatized inputs ``X~`` (never the raw training inputs). Returns ``(n_test,)``
+    when the model was fitted on 1-D real targets. (Def. 3.8 has a 1/n factor that
+    Alg. 2 omits; it changes no argmax.)
+    """
+    if not isinstance(model, DPNTKRegressionModel):
+        raise TypeError(f"model must be a DPNTKRegressionModel, got {type(model).__name__}")
+    with x64(model.dtype == jnp.float64):
+        xq = _queries(model, x)
+        scores = map_row_chunks(
+            lambda xb: _block_scores(xb, model.x_tilde, model.weights, model.alpha),
+            xq,
+            model.config.chunk_size,
+        )
+    return scores[:, 0] if model.config.target_ndim == 1 else scores
+
+
+def predict_labels(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
+    """``argmax`` of :func:`predict` over classes, ``(n_test,)`` int32 (Sec. 6.1)."""
+    if not isinstance(model, DPNTKRegressionModel):
+        raise TypeError(f"model must be a DPNTKRegressionModel, got {type(model).__name__}")
+    if model.n_classes is None:
+        raise ValueError("predict_labels needs a model fitted on class labels (n_classes set)")
+    return np.argmax(predict(model, x), axis=-1).astype(np.int32)

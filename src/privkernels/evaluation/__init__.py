@@ -1,0 +1,31 @@
+"""Evaluation of released data (post-processing: no privacy cost).
+
+* :mod:`~privkernels.evaluation.classifiers` -- the scikit-learn classifiers of
+  the DP-NTK / DP-KIP tables (train on synthetic or distilled data, test on real).
+* :mod:`~privkernels.evaluation.convnet` -- the ConvNet of DP-KIP Table 3,
+  trained on a distilled support set.
+"""
+
+from __future__ import annotations
+
+from privkernels.evaluation.classifiers import (
+    IMAGE_CLASSIFIERS,
+    TABULAR_CLASSIFIERS,
+    evaluate_images,
+    evaluate_tabular,
+    make_classifier,
+    subsample,
+)
+from privkernels.evaluation.convnet import ConvNet, convnet_accuracy, train_convnet
+
+__all__ = [
+    "IMAGE_CLASSIFIERS",
+    "TABULAR_CLASSIFIERS",
+    "ConvNet",
+    "convnet_accuracy",
+    "evaluate_images",
+    "evaluate_tabular",
+    "make_classifier",
+    "subsample",
+    "train_convnet",
+]

@@ -1,0 +1,66 @@
+"""A privacy budget as a value: ``Budget(epsilon, delta)`` and its explicit split.
+
+Every method that releases more than one thing (DP-NTK's embedding and class
+proportions, DP NTK regression's kernel and inputs) divides its budget with
+:meth:`Budget.split`; the parts add up to the total exactly, so basic
+composition of the releases gives back the budget the caller asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from privkernels._validation import check_delta, check_epsilon, check_fraction
+
+__all__ = ["Budget", "as_budget"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """An (epsilon, delta) guarantee to spend.
+
+    Attributes:
+      epsilon: finite, > 0.
+      delta: in (0, 1).
+    """
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "delta", check_delta(self.delta))
+
+    def split(self, *fractions: float) -> tuple[Budget, ...]:
+        """Divide epsilon and delta in the given proportions (basic composition).
+
+        ``fractions`` lie in (0, 1) and sum to 1 (within 1e-9). Every part
+        after the first is ``(epsilon f_i, delta f_i)``; the first takes the
+        remainder, so the parts sum to the total exactly in floating point.
+
+        Example: ``embedding, labels = budget.split(0.9, 0.1)``.
+        """
+        if len(fractions) < 2:
+            raise ValueError("split needs at least two fractions")
+        fr = [check_fraction(f, "fraction") for f in fractions]
+        if abs(sum(fr) - 1.0) > 1e-9:
+            raise ValueError(f"fractions must sum to 1, got {sum(fr)!r}")
+        rest = [Budget(self.epsilon * f, self.delta * f) for f in fr[1:]]
+        first = Budget(
+            self.epsilon - sum(b.epsilon for b in rest), self.delta - sum(b.delta for b in rest)
+        )
+        return (first, *rest)
+
+
+def as_budget(epsilon: Any, delta: Any) -> Budget | None:
+    """``Budget(epsilon, delta)``, or None for the non-private mode (``epsilon=None``)."""
+    if epsilon is None:
+        if delta is not None:
+            check_delta(delta)
+        return None
+    if delta is None:
+        raise ValueError(
+            "delta is required when epsilon is given (use epsilon=None for the non-private baseline)"
+        )
+    return Budget(epsilon, delta)

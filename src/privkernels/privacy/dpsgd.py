@@ -1,0 +1,172 @@
+"""DP-SGD as a value: calibrate once, add noise in the compiled step, record after.
+
+A :class:`DPSGDPlan` is the Poisson-subsampled Gaussian mechanism of Abadi et
+al. (2016) composed over ``steps`` steps, calibrated for a
+:class:`~privkernels.privacy.budget.Budget` under a neighbouring relation
+(:mod:`privkernels.privacy.accounting`). The training step of a method calls
+:meth:`DPSGDPlan.add_noise` on its clipped sum (DP-KIP Alg. 1 lines 5-8); the
+method's ``fit`` calls :meth:`DPSGDPlan.record` with the steps actually taken.
+The sampler must be :func:`privkernels.privacy.poisson_batch` at
+``plan.sampling_rate`` (never truncated): that is what the accountant assumes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+
+from privkernels._validation import check_int, check_positive
+from privkernels.privacy.accounting import (
+    check_relation,
+    check_sampling_rate,
+    dpsgd_epsilon,
+    dpsgd_event,
+    dpsgd_noise_multiplier,
+    dpsgd_record,
+)
+from privkernels.privacy.budget import Budget
+from privkernels.privacy.keys import fold_digest, params_digest
+from privkernels.privacy.report import MechanismRecord
+
+__all__ = ["DPSGDPlan", "dpsgd_plan", "add_dpsgd_noise"]
+
+
+def add_dpsgd_noise(key: Any, summed: Any, noise_std: Any, digest: Any) -> Any:
+    """``summed + N(0, noise_std^2 I)`` per leaf, keys from ``fold_digest(key, digest)``.
+
+    The one place DP-SGD noise is drawn (DP-KIP Alg. 1 line 8). Every argument
+    may be traced, so a compiled training step serves every budget; ``digest``
+    is the plan's parameter digest (two uint32 words), which binds the noise to
+    the mechanism's parameters (:mod:`privkernels.privacy.keys`).
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(summed)
+    keys = jax.random.split(fold_digest(key, (digest[0], digest[1])), len(leaves))
+    noisy = [
+        leaf + noise_std * jax.random.normal(k, leaf.shape, leaf.dtype)
+        for leaf, k in zip(leaves, keys, strict=True)
+    ]
+    return jax.tree_util.tree_unflatten(treedef, noisy)
+
+
+class DPSGDPlan(NamedTuple):
+    """A calibrated DP-SGD mechanism (public parameters only).
+
+    Attributes:
+      epsilon, delta: the target budget.
+      noise_multiplier: sigma (noise std per unit of clip norm).
+      clip_norm: per-example L2 bound C.
+      sampling_rate: Poisson rate q.
+      steps: planned number of steps T.
+      neighbouring: ``"replace-one"`` or ``"add-remove"``.
+      accountant: ``"pld"`` or ``"rdp"``.
+      digest: the parameters' digest folded into every noise key.
+    """
+
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    clip_norm: float
+    sampling_rate: float
+    steps: int
+    neighbouring: str
+    accountant: str
+    digest: tuple[int, int]
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the noise on the clipped sum: ``sigma * C``."""
+        return self.noise_multiplier * self.clip_norm
+
+    def add_noise(self, key: Any, summed: Any) -> Any:
+        """``summed + N(0, (sigma C)^2 I)`` per leaf (jit-friendly; ``key`` may be traced).
+
+        The key is ``fold_digest(key, plan.digest)`` and split once per leaf, so
+        two plans (two budgets) never share a draw from one key.
+        """
+        return add_dpsgd_noise(key, summed, self.noise_multiplier * self.clip_norm, self.digest)
+
+    def epsilon_spent(self, steps_done: int) -> float:
+        """The accounted epsilon of the first ``steps_done`` steps (<= ``epsilon``)."""
+        return dpsgd_epsilon(
+            self.noise_multiplier,
+            self.delta,
+            sampling_rate=self.sampling_rate,
+            steps=check_int(steps_done, "steps_done", minimum=1),
+            accountant=self.accountant,  # type: ignore[arg-type]
+            neighbouring=self.neighbouring,  # type: ignore[arg-type]
+        )
+
+    def event(self, steps_done: int | None = None) -> Any:
+        """The dp-accounting ``DpEvent`` of ``steps_done`` (default: planned) steps."""
+        steps = self.steps if steps_done is None else check_int(steps_done, "steps_done")
+        return dpsgd_event(self.noise_multiplier, sampling_rate=self.sampling_rate, steps=steps)
+
+    def record(self, released: str, steps_done: int, **params: Any) -> MechanismRecord:
+        """The :class:`MechanismRecord` of the steps actually taken."""
+        return dpsgd_record(
+            released,
+            noise_multiplier=self.noise_multiplier,
+            delta=self.delta,
+            sampling_rate=self.sampling_rate,
+            steps=check_int(steps_done, "steps_done", minimum=1),
+            clip_norm=self.clip_norm,
+            accountant=self.accountant,  # type: ignore[arg-type]
+            neighbouring=self.neighbouring,  # type: ignore[arg-type]
+            planned_steps=self.steps,
+            target_epsilon=self.epsilon,
+            **params,
+        )
+
+
+def dpsgd_plan(
+    budget: Budget,
+    *,
+    sampling_rate: float,
+    steps: int,
+    clip_norm: float,
+    neighbouring: str = "replace-one",
+    accountant: str = "pld",
+) -> DPSGDPlan:
+    """Calibrate sigma so that ``steps`` Poisson steps at rate q spend ``budget``.
+
+    Args:
+      budget: the target (epsilon, delta).
+      sampling_rate: Poisson inclusion probability q in (0, 1].
+      steps: planned number of steps T >= 1.
+      clip_norm: per-example clipping bound C > 0.
+      neighbouring: ``"replace-one"`` (PLD only) or ``"add-remove"``.
+      accountant: ``"pld"`` (default) or ``"rdp"``.
+
+    Returns:
+      :class:`DPSGDPlan`. Calibration is memoized on the public parameters.
+    """
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a Budget, got {type(budget).__name__}")
+    q = check_sampling_rate(sampling_rate)
+    t = check_int(steps, "steps", minimum=1)
+    c = check_positive(clip_norm, "clip_norm")
+    if accountant not in ("pld", "rdp"):
+        raise ValueError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
+    rel = check_relation(neighbouring, accountant)
+    sigma = float(
+        dpsgd_noise_multiplier(
+            budget.epsilon,
+            budget.delta,
+            sampling_rate=q,
+            steps=t,
+            accountant=accountant,  # type: ignore[arg-type]
+            neighbouring=rel,  # type: ignore[arg-type]
+        )
+    )
+    digest = params_digest(
+        "dpsgd",
+        noise_multiplier=sigma,
+        clip_norm=c,
+        sampling_rate=q,
+        steps=t,
+        neighbouring=rel,
+        epsilon=budget.epsilon,
+        delta=budget.delta,
+    )
+    return DPSGDPlan(budget.epsilon, budget.delta, sigma, c, q, t, rel, accountant, digest)

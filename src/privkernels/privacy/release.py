@@ -1,0 +1,138 @@
+"""Releases: the one place a budget becomes noise and a record.
+
+Each function takes the caller's key, the private value, a
+:class:`~privkernels.privacy.budget.Budget` and the sensitivity the caller
+derived for its neighbouring relation, calibrates the noise, draws it (from a
+key bound to the mechanism's parameters, :mod:`privkernels.privacy.keys`) and
+returns ``(noisy_value, MechanismRecord)``. Method modules never draw privacy
+noise or build records themselves (a test greps for it).
+
+* :func:`gaussian_release` -- analytic Gaussian mechanism (Balle & Wang 2018).
+* :func:`truncated_laplace_release` -- TLap per coordinate (Geng et al. 2020;
+  Gu et al. Lemma 3.2 / G.1-G.2).
+* :func:`gaussian_sampling_release` -- Gu et al. Alg. 1 (PSD kernel release).
+
+DP-SGD, whose noise is added inside a compiled training step, has its own
+value, :class:`~privkernels.privacy.dpsgd.DPSGDPlan`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import privkernels.privacy as _privacy  # mechanisms looked up at call time (spies, audits)
+from privkernels.privacy.budget import Budget
+from privkernels.privacy.mechanisms import (
+    gaussian_record,
+    gaussian_sampling_record,
+    truncated_laplace_bound,
+    truncated_laplace_record,
+)
+from privkernels.privacy.report import MechanismRecord
+
+__all__ = ["gaussian_release", "truncated_laplace_release", "gaussian_sampling_release"]
+
+
+def _budget(budget: Any) -> Budget:
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a privkernels.privacy.Budget, got {type(budget).__name__}")
+    return budget
+
+
+def gaussian_release(
+    key: Any, value: Any, *, budget: Budget, sensitivity: float, released: str, **params: Any
+) -> tuple[Any, MechanismRecord]:
+    """``value + N(0, (sigma Delta_2)^2 I)`` with ``sigma = gaussian_sigma(epsilon, delta)``.
+
+    Args:
+      key: PRNG key of this release.
+      value: array (any shape) computed from the private data.
+      budget: the (epsilon, delta) of this release.
+      sensitivity: L2 sensitivity ``Delta_2`` under the caller's relation.
+      released: what the value is (goes into the record).
+      **params: extra record parameters (e.g. ``n``).
+
+    Returns:
+      ``(noisy value, record)``; the record holds sigma and the noise std.
+    """
+    budget = _budget(budget)
+    sigma = float(_privacy.gaussian_sigma(budget.epsilon, budget.delta))
+    noisy = _privacy.gaussian_mechanism(key, value, sensitivity=sensitivity, sigma=sigma)
+    record = gaussian_record(
+        released,
+        epsilon=budget.epsilon,
+        delta=budget.delta,
+        sensitivity=sensitivity,
+        sigma=sigma,
+        **params,
+    )
+    return noisy, record
+
+
+def truncated_laplace_release(
+    key: Any,
+    value: Any,
+    *,
+    budget: Budget,
+    sensitivity: float,
+    released: str,
+    accountant: str = "closed-form (Geng et al. 2020; Gu et al. Lemma 3.2)",
+    **params: Any,
+) -> tuple[Any, MechanismRecord]:
+    """``value + Z`` with ``Z`` i.i.d. TLap(Delta_1, epsilon, delta) per coordinate.
+
+    ``sensitivity`` is the **L1** sensitivity of the whole vector (matrix) under
+    the caller's relation. The noise has ``value``'s shape and dtype (float).
+    """
+    import jax.numpy as jnp
+
+    budget = _budget(budget)
+    arr = jnp.asarray(value)
+    dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else jnp.float32
+    noise = _privacy.truncated_laplace(
+        key,
+        tuple(arr.shape),
+        sensitivity=sensitivity,
+        epsilon=budget.epsilon,
+        delta=budget.delta,
+        dtype=dtype,
+    )
+    bound = truncated_laplace_bound(sensitivity, budget.epsilon, budget.delta)
+    record = truncated_laplace_record(
+        released,
+        epsilon=budget.epsilon,
+        delta=budget.delta,
+        sensitivity=sensitivity,
+        **{"accountant_detail": accountant, "per_coordinate_bound": bound, **params},
+    )
+    return arr.astype(dtype) + noise, record
+
+
+def gaussian_sampling_release(
+    key: Any,
+    kmat: Any,
+    *,
+    budget: Budget,
+    k: int,
+    released: str,
+    sensitivity: float | None = None,
+    accountant: str = "gaussian-sampling (Gu et al. Lemma 5.4)",
+    **params: Any,
+) -> tuple[Any, MechanismRecord]:
+    """``K~ = (1/k) sum_j g_j g_j^T``, ``g_j ~ N(0, K)`` (Gu et al. Alg. 1).
+
+    The guarantee holds under the caller's Condition 5.3 (``M <= Delta(k)``);
+    the caller chooses ``k`` accordingly and records ``M`` as ``sensitivity``.
+    """
+    budget = _budget(budget)
+    noisy = _privacy.gaussian_sampling_mechanism(key, kmat, k)
+    record = gaussian_sampling_record(
+        released,
+        epsilon=budget.epsilon,
+        delta=budget.delta,
+        k=k,
+        accountant=accountant,
+        sensitivity=sensitivity,
+        **params,
+    )
+    return noisy, record

@@ -1,0 +1,163 @@
+"""One method contract, checked the same way for DP-NTK, DP-KIP and DP NTK regression.
+
+* ``fit(key, x, y, *, epsilon, delta=1e-5, n_classes=None, mesh=None,
+  checkpoint_path=None, resume=False, progress=True, ...)``;
+* ``n_classes=None`` reads the labels only with a ``PrivacyLeakWarning`` and a
+  report note (one helper for all three);
+* results are frozen dataclasses with ``.report``, a typed ``.config`` and
+  ``.save(path)``; the module's ``load(path)`` gives back an equal release;
+* ``predict`` (where there is one) returns NumPy;
+* ``resume=True`` continues (or returns) from the checkpoint without reading data;
+* no method module draws privacy noise or builds a mechanism record itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import warnings
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from privkernels import PrivacyLeakWarning, PrivacyReport, dp_kip, dp_ntk, features
+from privkernels import dp_ntk_regression as reg
+
+SHARED = {
+    "delta": 1e-5,
+    "n_classes": None,
+    "mesh": None,
+    "checkpoint_path": None,
+    "resume": False,
+    "progress": True,
+}
+MODULES = {"dp_ntk": dp_ntk, "dp_kip": dp_kip, "dp_ntk_regression": reg}
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 6)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x, (np.arange(48) % 3).astype(np.int32)
+
+
+def _kwargs(name):
+    return {
+        "dp_ntk": dict(network=features.fc_1l(8, out_features=3), iterations=2, batch_size=12),
+        "dp_kip": dict(kernel="fc_ntk", support_per_class=1, batch_size=12, epochs=1),
+        "dp_ntk_regression": dict(kernel_shift=1.0, width=8),
+    }[name]
+
+
+def _fit(name, **over):
+    x, y = _data()
+    kw = {"epsilon": 0.8, "n_classes": 3, "progress": False, **_kwargs(name), **over}
+    return MODULES[name].fit(jax.random.key(0), x, y, **kw)
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_fit_signature_is_shared(name):
+    params = inspect.signature(MODULES[name].fit).parameters
+    assert list(params)[:3] == ["key", "x", "y"]
+    assert params["epsilon"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["epsilon"].default is inspect.Parameter.empty
+    for arg, default in SHARED.items():
+        assert params[arg].kind is inspect.Parameter.KEYWORD_ONLY, arg
+        assert params[arg].default == default, (arg, params[arg].default)
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_n_classes_none_warns_and_notes(name):
+    with pytest.warns(PrivacyLeakWarning, match="n_classes"):
+        res = _fit(name, n_classes=None)
+    assert any("n_classes was inferred" in note for note in res.report.notes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        res = _fit(name)
+    assert not any("n_classes was inferred" in note for note in res.report.notes)
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_result_is_frozen_typed_and_round_trips(name, tmp_path):
+    res = _fit(name)
+    assert dataclasses.is_dataclass(res) and isinstance(res.report, PrivacyReport)
+    assert dataclasses.is_dataclass(res.config)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.report = None  # type: ignore[misc]
+    path = res.save(tmp_path / f"{name}.npz")
+    back = MODULES[name].load(path)
+    assert back.report == res.report and back.config == res.config
+    x, _ = _data()
+    if name == "dp_ntk":
+        a, _ = dp_ntk.sample(jax.random.key(1), res, 5)
+        b, _ = dp_ntk.sample(jax.random.key(1), back, 5)
+    else:
+        a, b = MODULES[name].predict(res, x), MODULES[name].predict(back, x)
+        assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_load_refuses_a_report_edited_apart_from_its_release(name, tmp_path):
+    import json
+
+    res = _fit(name)
+    path = res.save(tmp_path / "r.npz")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["__meta__"]))
+    meta["report"]["epsilon"] = 0.01
+    meta["report"]["mechanisms"][0]["epsilon"] = 0.01
+    arrays["__meta__"] = np.asarray(json.dumps(meta))
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError):
+        MODULES[name].load(path)
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_checkpoint_and_resume(name, tmp_path):
+    """A checkpoint is never silently overwritten; resume=True continues it. DP-NTK and the
+    regression resume from the file alone (x = y = None: no data is read); DP-KIP's
+    remaining steps need the data, and a finished run resumes to the same release."""
+    ck = tmp_path / "ck.npz"
+    first = _fit(name, checkpoint_path=ck)
+    assert ck.exists()
+    with pytest.raises(ValueError):
+        _fit(name, checkpoint_path=ck)
+    if name == "dp_kip":
+        again = _fit(name, checkpoint_path=ck, resume=True)
+        np.testing.assert_array_equal(again.support_x, first.support_x)
+    else:
+        extra = {"network": _kwargs(name)["network"]} if name == "dp_ntk" else {}
+        again = MODULES[name].fit(
+            None, None, None, epsilon=0.8, checkpoint_path=ck, resume=True, progress=False, **extra
+        )
+    assert again.report == first.report
+
+
+NOISE_AND_RECORDS = re.compile(
+    r"MechanismRecord\.make\(|MechanismRecord\(|\b(gaussian|dpsgd|truncated_laplace|"
+    r"gaussian_sampling)_record\(|\bgaussian_mechanism\(|\btruncated_laplace\(|"
+    r"\bgaussian_sampling_mechanism\(|\bnoisy_clipped_sum\(|\bgaussian_sigma\(|"
+    r"\bdpsgd_noise_multiplier\(|jax\.random\.(normal|laplace|uniform|gamma|bits)\("
+)
+#: data-independent randomness a method may draw itself (file -> allowed lines' content)
+ALLOWED = {"dp_kip/init.py": ("jax.random.normal(key, (n_support, *input_shape)",)}
+
+
+def test_no_method_module_draws_noise_or_builds_records():
+    """Only the privacy core turns a budget into noise and a record."""
+    root = Path(dp_kip.__file__).resolve().parents[1]
+    offenders = []
+    for pkg in ("dp_kip", "dp_ntk", "dp_ntk_regression"):
+        for path in sorted((root / pkg).glob("*.py")):
+            rel = f"{pkg}/{path.name}"
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if NOISE_AND_RECORDS.search(line) and not any(
+                    a in line for a in ALLOWED.get(rel, ())
+                ):
+                    offenders.append(f"{rel}:{i}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
