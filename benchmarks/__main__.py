@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     p_perf.add_argument("--quick", action="store_true")
     p_perf.add_argument("--out", default="benchmarks/results")
     p_perf.add_argument("--data-dir", default=None)
+    p_perf.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="cpu: pin JAX to the CPU (perf-quick/perf-full); gpu: require a GPU (perf-gpu)",
+    )
 
     args = parser.parse_args(argv)
 
@@ -105,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(out=Path(args.out), epsilon=args.epsilon, delta=args.delta, seed=args.seed)
 
     if args.command == "perf":
+        if args.device == "cpu" and "jax" not in sys.modules:
+            os.environ["JAX_PLATFORMS"] = "cpu"  # the CPU table measures the CPU
         from benchmarks.perf import run_perf
 
         return run_perf(
-            quick=args.quick, out=Path(args.out), data_dir=resolve_data_dir(args.data_dir)
+            quick=args.quick,
+            out=Path(args.out),
+            data_dir=resolve_data_dir(args.data_dir),
+            device=args.device,
         )
 
     return 2

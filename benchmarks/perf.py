@@ -68,6 +68,13 @@ QUICK: dict[str, Any] = dict(
     gsm_loop_draws=20,
     mem_n=(10_000, 30_000, 60_000),
     mem_kip_batch=600,
+    epoch_n=6000,
+    epoch_batch=500,
+    epoch_spc=10,
+    epoch_kernels=(("fc_ntk", "input"), ("scatternet", "feature")),
+    epoch_repeats=5,
+    ntk_loop_steps=20,
+    ntk_loop_batch=500,
 )
 FULL: dict[str, Any] = dict(
     QUICK,
@@ -85,6 +92,11 @@ FULL: dict[str, Any] = dict(
     scat_n=1024,
     scat_chunks=(16, 64, 256, 1024),
     gsm_n=(1000, 2000, 5000, 10_000),
+    epoch_n=60_000,
+    epoch_batch=500,
+    epoch_kernels=(("fc_ntk", "input"), ("scatternet", "feature"), ("scatternet", "input")),
+    ntk_loop_steps=50,
+    ntk_loop_batch=5000,
 )
 
 TARGETS = {
@@ -95,6 +107,7 @@ TARGETS = {
     "scatternet_vs_numpy": 2.5,
     "gsm_vs_loop_n2000": 10.0,
     "memory_flat_rel": 0.15,
+    "epoch_scan_vs_loop": 1.5,
 }
 
 
@@ -860,7 +873,9 @@ def bench_scatternet(
     x, _, source = _mnist_like(n, data_dir, seed=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from kymatio.numpy import Scattering2D
+        from kymatio.scattering2d.frontend.numpy_frontend import (
+            ScatteringNumPy2D as Scattering2D,
+        )
 
         scat_np = Scattering2D(J=2, shape=(28, 28), L=8)
     t_np = _time(lambda: scat_np(x[:, None]), reps)
@@ -1231,12 +1246,29 @@ def _plot(
     plt.close(fig)
 
 
-def run_perf(*, quick: bool, out: Path, data_dir: str | None) -> int:
-    """Run every section; write ``perf-{quick,full}.{json,md,png}`` under ``out``. Returns 0 (1 if a section failed)."""
-    from benchmarks.common import write_results
+def _backend() -> str:
+    import jax
 
+    return f"{jax.default_backend()} (jax {jax.__version__})"
+
+
+def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu") -> int:
+    """Run every section; write ``perf-{quick,full,gpu}.{json,md,png}`` under ``out``.
+
+    ``device="gpu"`` refuses (``SystemExit``) unless JAX sees a GPU, uses the
+    full sizes unless ``quick`` and adds the paper-profile cells
+    (:mod:`benchmarks.perf_gpu`). Returns 0 (1 if a section failed).
+    """
+    from benchmarks.common import write_results
+    from benchmarks.perf_loops import bench_dp_kip_epoch, bench_dp_ntk_loop
+
+    gpu_name = None
+    if device == "gpu":
+        from benchmarks.perf_gpu import bench_paper_cells, require_gpu
+
+        gpu_name = require_gpu()
     cfg = QUICK if quick else FULL
-    name = "perf-quick" if quick else "perf-full"
+    name = "perf-gpu" if device == "gpu" else ("perf-quick" if quick else "perf-full")
     sections = [s for s in os.environ.get("PRIVKERNELS_PERF_SECTIONS", "").split(",") if s]
     t_start = time.perf_counter()
     load_start = os.getloadavg()
@@ -1283,6 +1315,10 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None) -> int:
     rows += r or []
     r = section("dp_kip", lambda: bench_dp_kip(cfg, data_dir))
     rows += r or []
+    r = section("dp_kip_epoch", lambda: bench_dp_kip_epoch(cfg, data_dir))
+    rows += r or []
+    r = section("dp_ntk_loop", lambda: bench_dp_ntk_loop(cfg))
+    rows += r or []
     r = section("scatternet", lambda: bench_scatternet(cfg, data_dir))
     if r:
         rows += r[0]
@@ -1293,10 +1329,15 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None) -> int:
         gsm_plot = r[1]
     r = section("memory", lambda: bench_memory(cfg))
     rows += r or []
+    if device == "gpu":
+        r = section("paper_cells", lambda: bench_paper_cells(data_dir))
+        rows += r or []
 
     load_end = os.getloadavg()
     meta = {
         "mode": "quick" if quick else "full",
+        "device": gpu_name or "cpu",
+        "jax_backend": _backend(),
         "load_avg_start_1_5_15": [round(v, 2) for v in load_start],
         "load_avg_end_1_5_15": [round(v, 2) for v in load_end],
         "matmul_roof_gflops_median": round(roof["gflops"], 2),
@@ -1327,6 +1368,7 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None) -> int:
         "working_mb",
         "data_mb",
         "note",
+        "gpu_util_mean",
     ]
     jpath, mpath = write_results(out, name, rows, meta=meta, columns=columns)
     try:

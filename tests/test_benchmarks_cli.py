@@ -13,3 +13,16 @@ def test_every_table_refuses_unknown_options(name):
     with pytest.raises(SystemExit, match="unknown --set option"):
         table.check_options({"definitely_not_an_option": "1"})
     table.check_options({k: "1" for k in table.options})  # its own keys are accepted
+
+
+def test_perf_gpu_refuses_without_a_gpu(tmp_path):
+    """``perf --device gpu`` names the reason and writes nothing when JAX sees no GPU."""
+    import jax
+
+    from benchmarks.perf import run_perf
+
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("a GPU is visible: the refusal path cannot be exercised here")
+    with pytest.raises(SystemExit, match="JAX sees no GPU"):
+        run_perf(quick=True, out=tmp_path, data_dir=None, device="gpu")
+    assert list(tmp_path.iterdir()) == []

@@ -17,7 +17,9 @@ def _numpy_scattering(x: np.ndarray, J: int, L: int) -> np.ndarray:
     """Independent reference: kymatio's NumPy backend (no JAX involved)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        from kymatio.numpy import Scattering2D
+        from kymatio.scattering2d.frontend.numpy_frontend import (
+            ScatteringNumPy2D as Scattering2D,
+        )
 
         s = Scattering2D(J=J, shape=x.shape[-2:], L=L)
     return np.asarray(s(x)).reshape(x.shape[0], -1)

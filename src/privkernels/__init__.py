@@ -28,11 +28,19 @@ _SUBMODULES = (
     "features",
     "generators",
     "linalg",
+    "precision",
     "privacy",
+    "runtime",
     "sharding",
 )
 
-__all__ = [*_SUBMODULES, "PrivacyReport", "PrivacyLeakWarning", "__version__"]
+__all__ = [
+    *_SUBMODULES,
+    "PrivacyReport",
+    "PrivacyLeakWarning",
+    "enable_compilation_cache",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -42,6 +50,10 @@ def __getattr__(name: str) -> Any:
         from privkernels.privacy.report import PrivacyReport
 
         return PrivacyReport
+    if name == "enable_compilation_cache":
+        from privkernels.runtime import enable_compilation_cache
+
+        return enable_compilation_cache
     if name == "PrivacyLeakWarning":
         from privkernels.privacy.warnings import PrivacyLeakWarning
 

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from privkernels._validation import check_array, check_nonnegative
+from privkernels.precision import full_precision
 
 __all__ = ["RidgeFactor", "PSDSolution", "ridge_cholesky", "ridge_solve", "psd_solve"]
 
@@ -52,6 +53,7 @@ class PSDSolution(NamedTuple):
     ok: jax.Array
 
 
+@full_precision
 def ridge_cholesky(k: jax.Array, shift: Any, *, fallback: Any = None) -> RidgeFactor:
     """Cholesky factor of ``k + shift I`` with at most one fallback shift (module docstring).
 
@@ -74,6 +76,7 @@ def ridge_cholesky(k: jax.Array, shift: Any, *, fallback: Any = None) -> RidgeFa
     return RidgeFactor(factor, used, ok)
 
 
+@full_precision
 def ridge_solve(k: jax.Array, y: jax.Array, shift: Any, *, fallback: Any = None) -> jax.Array:
     """``(k + shift I)^{-1} y`` through :func:`ridge_cholesky` (jit-able, no validation)."""
     rf = ridge_cholesky(k, shift, fallback=fallback)

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from privkernels.dp_kip.grads import adjoint_grads
 from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.dp_kip.krr import krr_adjoint_terms, loss_one
+from privkernels.precision import full_precision
 from privkernels.privacy.clipping import (
     clip_per_example,
     masked_clip_factors,
@@ -59,6 +60,7 @@ STRATEGIES = ("gram", "feature", "adjoint", "vmap", "exact")
 ClippedSumFn = Callable[..., tuple[dict[str, jax.Array], jax.Array, jax.Array]]
 
 
+@full_precision
 def feature_clipped_sum(
     s: jax.Array,
     y_s: jax.Array,
@@ -140,6 +142,7 @@ class GramTerms(NamedTuple):
     bound: jax.Array  # (b,) ||S_i||_F ||X_s||_F + ||b_i|| ||x_i||  >= ||g_i||
 
 
+@full_precision
 def gram_norm_terms(
     gram_fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
     x_s: jax.Array,
@@ -220,6 +223,7 @@ def gram_norm_terms(
     return GramTerms(u, v, dvec, b_vec, e_sym, r, sq, bound)
 
 
+@full_precision
 def gram_clipped_sum(
     gram_fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
     x_s: jax.Array,
@@ -286,6 +290,7 @@ def gram_clipped_sum(
     return total, loss_sum, n_clipped
 
 
+@full_precision
 def _explicit_sum(
     work: dict[str, jax.Array],
     y_s: jax.Array,
@@ -320,6 +325,7 @@ def _explicit_sum(
     return summed, jnp.sum(jnp.where(keep, losses, 0.0)), n_clipped
 
 
+@full_precision
 def _exact_sum(
     work: dict[str, jax.Array],
     y_s: jax.Array,

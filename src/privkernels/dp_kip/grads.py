@@ -21,10 +21,12 @@ import jax.numpy as jnp
 
 from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.dp_kip.krr import krr_adjoint_terms, loss_one, support_repr
+from privkernels.precision import full_precision
 
 __all__ = ["vmap_grads", "adjoint_grads", "per_example_grads"]
 
 
+@full_precision
 def vmap_grads(
     spec: KernelSpec,
     x_s: jax.Array,
@@ -44,6 +46,7 @@ def vmap_grads(
     return g["x"], losses
 
 
+@full_precision
 def adjoint_grads(
     spec: KernelSpec,
     x_s: jax.Array,

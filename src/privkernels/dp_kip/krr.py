@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.linalg import ridge_cholesky
+from privkernels.precision import full_precision
 
 __all__ = [
     "FALLBACK_JITTER",
@@ -41,6 +42,7 @@ __all__ = [
 FALLBACK_JITTER = 1e-5
 
 
+@full_precision
 def ridge_factor(k_ss: jax.Array, ridge: float) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Cholesky of ``K_ss + rho * tr(K_ss)/m I`` (paper eq. 3 ridge) with the fallback policy.
 
@@ -55,12 +57,14 @@ def ridge_factor(k_ss: jax.Array, ridge: float) -> tuple[jax.Array, jax.Array, j
     return rf.factor, scale, rho
 
 
+@full_precision
 def _ridge_solve(k_ss: jax.Array, y_s: jax.Array, ridge: float) -> jax.Array:
     """``(K_ss + ridge * tr(K_ss)/m I)^{-1} Y_s``; ``(m, m), (m, c) -> (m, c)``."""
     chol, _, _ = ridge_factor(k_ss, ridge)
     return jax.scipy.linalg.cho_solve((chol, True), y_s)
 
 
+@full_precision
 def krr_adjoint_terms(
     k_ss: jax.Array, k_t: jax.Array, y_s: jax.Array, y_t: jax.Array, ridge: float
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -79,6 +83,7 @@ def krr_adjoint_terms(
     return r, u, v, rho
 
 
+@full_precision
 def krr_predict_repr(
     spec_kind: str,
     kernel_fn: Callable | None,

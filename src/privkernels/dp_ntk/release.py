@@ -61,11 +61,24 @@ def mean_embedding(
     chunk_size: int | None,
     method: str,
     mesh: Any = None,
+    precision: str | None = "highest",
 ) -> jax.Array:
-    """``(1/n) sum_i phi(x_i) onehot(y_i)^T`` -> ``(p, n_classes)`` via the feature core (eq. 4)."""
+    """``(1/n) sum_i phi(x_i) onehot(y_i)^T`` -> ``(p, n_classes)`` via the feature core (eq. 4).
+
+    Full float32 products by default (a release of private data); generator
+    training passes ``precision=None`` (:mod:`privkernels.precision`).
+    """
     feats = _features_module()
     return feats.entk_mean_embedding(
-        network.apply, params, x, y, n_classes, chunk_size=chunk_size, method=method, mesh=mesh
+        network.apply,
+        params,
+        x,
+        y,
+        n_classes,
+        chunk_size=chunk_size,
+        method=method,
+        mesh=mesh,
+        precision=precision,
     )
 
 

@@ -139,8 +139,15 @@ def _step(
         labels = batch_labels(batch_size, n_classes)
         z, onehot = make_code(key, jnp.asarray(labels), d_code=d_code, n_classes=n_classes)
         xg = cast(jax.Array, generator.apply(gp, z, onehot))
-        emb = mean_embedding(
-            network, ntk_params, xg, labels, n_classes, chunk_size=chunk_size, method=method
+        emb = mean_embedding(  # generated data: the backend's fast products are fine
+            network,
+            ntk_params,
+            xg,
+            labels,
+            n_classes,
+            chunk_size=chunk_size,
+            method=method,
+            precision=None,
         )
         return jnp.sum((target - emb * rescale) ** 2)  # eq. (6), squared Frobenius norm
 

@@ -82,6 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privkernels._validation import check_array, check_int, check_labels
+from privkernels.precision import matmul_precision
 
 __all__ = [
     "entk_features",
@@ -186,13 +187,28 @@ def _chunked(
     return jax.tree_util.tree_map(lambda o: o.reshape(n_chunks * chunk, *o.shape[2:])[:n], out)
 
 
-def _call_jitted(core: Callable[..., Any], static: dict[str, Any], *args: Any) -> Any:
-    """Run the jitted ``core`` (static kwargs incl. ``apply_fn``); eager if unhashable."""
+def _call_jitted(
+    core: Callable[..., Any], static: dict[str, Any], *args: Any, precision: str | None = None
+) -> Any:
+    """Run the jitted ``core`` (static kwargs incl. ``apply_fn``); eager if unhashable.
+
+    ``precision``: matmul precision of the whole computation (``"highest"`` for a
+    release of private data; None: the backend default, see :mod:`privkernels.precision`).
+    """
     try:
         hash(tuple(static.values()))
     except TypeError:
-        return core(*args, **static)
-    return _JITTED[core](*args, **static)
+        with matmul_precision(precision):
+            return core(*args, **static)
+    return _JITTED[core](*args, precision=precision, **static)
+
+
+def _with_precision(core: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any, precision: str | None, **static: Any) -> Any:
+        with matmul_precision(precision):
+            return core(*args, **static)
+
+    return run
 
 
 # --------------------------------------------------------------------------- generic path
@@ -600,18 +616,16 @@ def _mesh_embedding_core(
 
 
 # jax.jit wrappers of the cores; jit's own cache is keyed by the static arguments.
+_STATIC: dict[Callable[..., Any], tuple[str, ...]] = {
+    _features_core: ("apply_fn", "normalize", "chunk"),
+    _embedding_core: ("apply_fn", "normalize", "chunk", "plan"),
+    _grouped_core: ("apply_fn", "normalize", "plan", "n_classes"),
+    _kernel_core: ("apply_fn", "normalize", "chunk", "plan"),
+    _mesh_embedding_core: ("apply_fn", "normalize", "chunk", "plan", "mesh"),
+}
 _JITTED: dict[Callable[..., Any], Callable[..., Any]] = {
-    _features_core: jax.jit(_features_core, static_argnames=("apply_fn", "normalize", "chunk")),
-    _embedding_core: jax.jit(
-        _embedding_core, static_argnames=("apply_fn", "normalize", "chunk", "plan")
-    ),
-    _grouped_core: jax.jit(
-        _grouped_core, static_argnames=("apply_fn", "normalize", "plan", "n_classes")
-    ),
-    _kernel_core: jax.jit(_kernel_core, static_argnames=("apply_fn", "normalize", "chunk", "plan")),
-    _mesh_embedding_core: jax.jit(
-        _mesh_embedding_core, static_argnames=("apply_fn", "normalize", "chunk", "plan", "mesh")
-    ),
+    core: jax.jit(_with_precision(core), static_argnames=(*names, "precision"))
+    for core, names in _STATIC.items()
 }
 
 
@@ -742,6 +756,7 @@ def entk_mean_embedding(
     sample_weights: Any = None,
     normalize: bool = True,
     mesh: Any = None,
+    precision: str | None = "highest",
 ) -> jax.Array:
     """Class-conditional e-NTK mean embedding (DP-NTK eq. 4 / eq. 5), streamed.
 
@@ -771,6 +786,9 @@ def entk_mean_embedding(
             one all-reduce; equal to ``mesh=None`` up to summation order. ``x``
             and ``y`` may be global arrays sharded over the mesh (labels never
             leave their host); the one-hot layout is used (not class-pure chunks).
+        precision: matmul precision: ``"highest"`` (default: an embedding of
+            private data bounds a sensitivity, :mod:`privkernels.precision`) or
+            None for the backend default (generator training, post-processing).
 
     Returns:
         ``(p, n_classes)`` float32 (replicated over ``mesh``); never materialises
@@ -782,7 +800,9 @@ def entk_mean_embedding(
     method = _check_method(method)
     chunk = _check_chunk(chunk_size)
     if mesh is not None:
-        return _mesh_embedding(apply_fn, params, x, y, n_classes, chunk, method, normalize, mesh)
+        return _mesh_embedding(
+            apply_fn, params, x, y, n_classes, chunk, method, normalize, mesh, precision
+        )
     lw, w, labels = _label_weights(y, n_classes, n, sample_weights)
     n_classes = lw.shape[1]
     plan = _resolve_plan(method, apply_fn, params, x)
@@ -790,7 +810,7 @@ def entk_mean_embedding(
         if chunk is None:
             chunk = _auto_chunk(n, 3 * 4 * _num_params(params), _GENERIC_BUDGET)
         static = {"apply_fn": apply_fn, "normalize": bool(normalize), "chunk": chunk, "plan": None}
-        return _call_jitted(_embedding_core, static, params, x, lw)
+        return _call_jitted(_embedding_core, static, params, x, lw, precision=precision)
     if labels is not None:  # concrete hard labels: class-pure chunks, C times fewer FLOPs
         if chunk is None:
             per = sum(c.in_dim + c.out_dim + max(c.in_dim, c.out_dim) for c in plan)
@@ -802,12 +822,14 @@ def entk_mean_embedding(
             "plan": plan,
             "n_classes": n_classes,
         }
-        return _call_jitted(_grouped_core, static, params, x, w, perm, mask, cls)
+        return _call_jitted(
+            _grouped_core, static, params, x, w, perm, mask, cls, precision=precision
+        )
     if chunk is None:
         per = sum(c.in_dim + c.out_dim + max(c.in_dim, c.out_dim) * n_classes for c in plan)
         chunk = _auto_chunk(n, 4 * per, _STRUCTURED_BUDGET)
     static = {"apply_fn": apply_fn, "normalize": bool(normalize), "chunk": chunk, "plan": plan}
-    return _call_jitted(_embedding_core, static, params, x, lw)
+    return _call_jitted(_embedding_core, static, params, x, lw, precision=precision)
 
 
 def _mesh_embedding(
@@ -820,6 +842,7 @@ def _mesh_embedding(
     method: str,
     normalize: bool,
     mesh: Any,
+    precision: str | None,
 ) -> jax.Array:
     """The mesh branch of :func:`entk_mean_embedding` (weights ``1/n``, one-hot layout)."""
     from privkernels.sharding import mesh_axis, shard_rows
@@ -853,7 +876,7 @@ def _mesh_embedding(
         "plan": plan,
         "mesh": mesh,
     }
-    return _call_jitted(_mesh_embedding_core, static, params, xs, lws)
+    return _call_jitted(_mesh_embedding_core, static, params, xs, lws, precision=precision)
 
 
 def entk_kernel(

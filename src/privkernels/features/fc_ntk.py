@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privkernels._validation import check_array, check_int, check_nonnegative, check_positive
+from privkernels.precision import full_precision
 
 __all__ = ["fc_ntk_kernel", "fc_ntk_kernel_from_gram", "NEURAL_TANGENTS_REQUIREMENT"]
 
@@ -130,6 +131,7 @@ def _ntk_from_gram(
     return theta
 
 
+@full_precision
 def _ntk_block(
     x1: jax.Array, x2: jax.Array, depth: int, sigma_w: jax.Array, sigma_b: jax.Array
 ) -> jax.Array:
@@ -145,6 +147,7 @@ def _ntk_block(
     )
 
 
+@full_precision
 def fc_ntk_kernel_from_gram(
     gram: jax.Array,
     sq1: jax.Array,

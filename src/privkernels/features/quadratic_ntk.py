@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from privkernels._validation import check_array, check_int, check_key, check_positive
+from privkernels.precision import full_precision
 
 __all__ = ["quadratic_ntk_kernel", "quadratic_ntk_features", "random_ntk_weights"]
 
@@ -51,6 +52,7 @@ def random_ntk_weights(
     return sigma * jax.random.normal(key, (m, d), dtype=dtype)
 
 
+@full_precision
 def _block(x1: jax.Array, x2: jax.Array, w: jax.Array) -> jax.Array:
     p1 = x1 @ w.T  # (b1, m)
     p2 = x2 @ w.T  # (n2, m)

@@ -47,9 +47,11 @@ def _scattering(h: int, w: int, J: int, L: int) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
-        from kymatio.jax import Scattering2D  # noqa: PLC0415
+        # The 2-D frontend only: ``kymatio.jax`` also imports the 3-D filter bank, which
+        # needs scipy.special.sph_harm (removed in scipy 1.17).
+        from kymatio.scattering2d.frontend.jax_frontend import ScatteringJax2D  # noqa: PLC0415
 
-        return Scattering2D(J=J, shape=(h, w), L=L)
+        return ScatteringJax2D(J=J, shape=(h, w), L=L)
 
 
 def num_scattering_maps(J: int, L: int) -> int:

@@ -44,6 +44,7 @@ from privkernels._validation import (
     check_key,
     check_positive,
 )
+from privkernels.precision import full_precision
 from privkernels.privacy.keys import mechanism_key
 from privkernels.privacy.report import MechanismRecord
 
@@ -330,6 +331,7 @@ def _gsm_input_stats(kmat: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @jax.jit
+@full_precision
 def _cholesky_factor(kmat: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Lower Cholesky factor ``L`` of ``(K + K^T)/2`` and whether it is finite.
 
@@ -341,6 +343,7 @@ def _cholesky_factor(kmat: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @jax.jit
+@full_precision
 def _eigh_factor(kmat: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(U sqrt(max(lambda, 0)), lambda_min)`` from ``eigh((K + K^T)/2)``.
 
@@ -358,6 +361,7 @@ def _outer_mean(b: jax.Array, k: jax.Array) -> jax.Array:
 
 
 @partial(jax.jit, static_argnames=("width",))
+@full_precision
 def _gsm_explicit(key: Any, lfac: jax.Array, k: jax.Array, width: int) -> jax.Array:
     # k <= width <= n explicit samples: g_j = L z_j, K~ = (L Z)(L Z)^T / k with
     # Z (n, width) standard normal whose columns j >= k are zeroed, i.e. exactly
@@ -369,6 +373,7 @@ def _gsm_explicit(key: Any, lfac: jax.Array, k: jax.Array, width: int) -> jax.Ar
 
 
 @jax.jit
+@full_precision
 def _gsm_wishart(key: Any, lfac: jax.Array, k: jax.Array) -> jax.Array:
     # k > n: Z Z^T ~ Wishart_n(k, I) = A A^T with A lower-triangular (Bartlett
     # decomposition): A_ii = sqrt(chi2_{k-i}) (i = 0..n-1), A_ij ~ N(0, 1) for

@@ -1,0 +1,153 @@
+"""Perf sections for the training loops: one compiled scan per epoch vs a per-step host loop.
+
+* ``dp_kip_epoch``: one DP-KIP epoch (``steps_per_epoch`` noisy steps, Poisson
+  batches) run as :attr:`privkernels.dp_kip.Trainer.run_steps` (schedule drawn
+  ahead, one ``lax.scan``) vs the loop shape the library used before: per step,
+  draw that step's Poisson sample, read its size back to the host, gather the
+  padded batch and call the jitted ``train_step``, then read the step's batch
+  size back (a device sync per step). Both use the same keys, so they compute
+  the same steps; the row notes the largest difference of the final supports.
+* ``dp_ntk_loop``: DP-NTK generator training, ``run_steps`` (one scan) vs a
+  Python loop over the jitted ``train_step`` reading each loss back.
+
+The baseline runs in the same process, right before the scan, on the same data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from benchmarks.perf import TARGETS, _mnist_like, _ratio_row, _row, _time
+
+#: the CPU target of the sync-free epoch (issue: >= 1.5x the per-step loop's steps/s)
+EPOCH_TARGET = TARGETS["epoch_scan_vs_loop"]
+
+
+def _kip_setup(kernel: str, x: np.ndarray, y: np.ndarray, batch: int, spc: int, space: str) -> Any:
+    """A ready-to-run DP-KIP trainer, initial state and device data (as ``fit`` builds them)."""
+    import jax
+    import jax.numpy as jnp
+
+    from privkernels import dp_kip
+    from privkernels.dp_kip.train import padded_batch_length
+
+    n = len(y)
+    cfg, plan, opt = dp_kip.configure(
+        n=n, input_shape=tuple(x.shape[1:]), n_classes=10, epsilon=1.0, kernel=kernel,
+        support_per_class=spc, batch_size=batch, epochs=1, clip_space=space,
+    )  # fmt: skip
+    spec = dp_kip.make_kernel(kernel, cfg.input_shape, 10, key=jax.random.key(5))
+    params = {"x": dp_kip.init_support(jax.random.key(0), cfg.n_support, cfg.input_shape)}
+    state = dp_kip.initial_state(cfg, params, opt, np.zeros(params["x"].shape, bool))
+    _, min_pad = padded_batch_length(n, cfg.sampling_rate, cfg.chunk_size)
+    trainer = dp_kip.make_trainer(cfg, spec, plan, opt, n=n, min_pad=min_pad)
+    xd = jnp.concatenate([jnp.asarray(x, jnp.float32), jnp.zeros((1, *x.shape[1:]))])
+    yd = jnp.concatenate([dp_kip.encode_labels(jnp.asarray(y), 10), jnp.zeros((1, 10))])
+    return trainer, state, xd, yd, min_pad
+
+
+def _host_loop(trainer: Any, state: Any, xd: Any, yd: Any, key: Any, count: int, min_pad: int):
+    """The per-step loop: sample, size to host, gather, step, batch size to host."""
+    from privkernels.dp_kip import Batch
+    from privkernels.dp_kip.train import step_keys
+    from privkernels.privacy.sampling import poisson_schedule
+
+    cfg = trainer.config
+    n = int(xd.shape[0]) - 1
+    k_batch, k_noise = step_keys(key, 0, count)
+    for t in range(count):
+        sched = poisson_schedule(
+            k_batch[t : t + 1], n, cfg.sampling_rate, min_pad=min_pad,
+            pad_multiple=cfg.chunk_size, pad_index=n,
+        )  # fmt: skip
+        idx = sched.indices[0]
+        batch = Batch(xd[idx], yd[idx], sched.mask[0].astype(np.float32))
+        state, info = trainer.train_step(state, batch, k_noise[t])
+        int(info.batch_size)  # the per-step device sync
+    return state
+
+
+def bench_dp_kip_epoch(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, Any]]:
+    """One DP-KIP epoch per kernel: scan vs per-step host loop (same keys, same steps)."""
+    x, y, source = _mnist_like(cfg["epoch_n"], data_dir, seed=3)
+    rows: list[dict[str, Any]] = []
+    for kernel, space in cfg["epoch_kernels"]:
+        rows += _epoch_rows(cfg, 2.0 * x - 1.0, y, kernel, space, source)
+    return rows
+
+
+def _epoch_rows(
+    cfg: dict[str, Any], x: np.ndarray, y: np.ndarray, kernel: str, space: str, source: str
+) -> list[dict[str, Any]]:
+    import jax
+
+    n, batch, spc = len(y), cfg["epoch_batch"], cfg["epoch_spc"]
+    reps = max(5, cfg["epoch_repeats"])
+    trainer, state, xd, yd, min_pad = _kip_setup(kernel, x, y, batch, spc, space)
+    steps = trainer.config.steps_per_epoch
+    key = jax.random.key(11)
+    case = f"{kernel} ({space} space), n={n}, batch={batch}, m={10 * spc}"
+    t_loop = _time(lambda: _host_loop(trainer, state, xd, yd, key, steps, min_pad), reps)
+    t_scan = _time(lambda: trainer.run_steps(state, xd, yd, key, steps)[0], reps)
+    a = np.asarray(_host_loop(trainer, state, xd, yd, key, steps, min_pad).params["x"])
+    b = np.asarray(trainer.run_steps(state, xd, yd, key, steps)[0].params["x"])
+    diff = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+    return [
+        _row("dp_kip_epoch", case, "per-step host loop (sync every step)", n=steps,
+             throughput=steps / t_loop["median_s"],
+             note=f"steps/s in `throughput`; {steps} steps per epoch; {source}", **t_loop),
+        _ratio_row(
+            "dp_kip_epoch", case, "one compiled scan per epoch (library)",
+            t_scan["median_s"], t_loop["median_s"], baseline="per-step host loop",
+            target=EPOCH_TARGET, n=steps, throughput=steps / t_scan["median_s"],
+            ratio_cpu=t_loop["cpu_s"] / max(t_scan["cpu_s"], 1e-12),
+            note=f"same keys: max |loop - scan| / max |support| = {diff:.1e}", **t_scan,
+        ),
+    ]  # fmt: skip
+
+
+def bench_dp_ntk_loop(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """DP-NTK generator steps: one scan vs a per-step loop reading each loss back."""
+    import jax
+    import optax
+
+    from privkernels import dp_ntk
+    from privkernels.dp_ntk.train import TrainState, run_steps, target_embedding, train_step
+    from privkernels.features import fc_1l
+
+    steps, gb = cfg["ntk_loop_steps"], cfg["ntk_loop_batch"]
+    x, y, source = _mnist_like(2000, None, seed=4)
+    res = dp_ntk.fit(
+        jax.random.key(0), x.reshape(len(x), -1), y, epsilon=1.0, n_classes=10,
+        network=fc_1l(800), iterations=1, batch_size=gb, progress=False,
+    )  # fmt: skip
+    cfg_r = res.config
+    target = target_embedding(res.noisy_embedding, res.noisy_proportions, cfg_r.min_proportion)
+    state = TrainState(res.generator_params, optax.adam(cfg_r.learning_rate).init(
+        res.generator_params), jax.random.key(1), jax.numpy.int32(0))  # fmt: skip
+    args = (cfg_r, res.generator, res.network, res.ntk_params, target)
+
+    def loop() -> Any:
+        st = state
+        for _ in range(steps):
+            st, loss = train_step(st, *args)
+            float(loss)
+        return st
+
+    reps = max(5, cfg["epoch_repeats"])
+    t_loop = _time(loop, reps)
+    t_scan = _time(lambda: run_steps(state, steps, *args)[0], reps)
+    case = f"fc_1l(800) e-NTK, generator batch {gb}, {steps} steps"
+    return [
+        _row("dp_ntk_loop", case, "per-step loop (loss read every step)", n=steps,
+             throughput=steps / t_loop["median_s"], note=f"steps/s in `throughput`; {source}",
+             **t_loop),
+        _ratio_row(
+            "dp_ntk_loop", case, "run_steps: one compiled scan (library)", t_scan["median_s"],
+            t_loop["median_s"], baseline="per-step loop", target=None, n=steps,
+            throughput=steps / t_scan["median_s"],
+            ratio_cpu=t_loop["cpu_s"] / max(t_scan["cpu_s"], 1e-12), **t_scan,
+        ),
+    ]  # fmt: skip

@@ -1,0 +1,62 @@
+"""Compile once: no recompilation between seeds, budgets or epochs with the same shapes;
+the persistent compilation cache is opt-in and writes entries to the given directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from privkernels import dp_kip, dp_ntk, features
+from privkernels.dp_kip import train as kip_train
+from privkernels.dp_ntk import train as ntk_train
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(60, 4)).astype(np.float32), (np.arange(60) % 2).astype(np.int32)
+
+
+def test_dp_kip_compiles_once_across_seeds_budgets_and_epochs():
+    x, y = _data()
+    kw = dict(kernel="fc_ntk", support_per_class=2, batch_size=12, epochs=3, n_classes=2,
+              progress=False)  # fmt: skip
+    dp_kip.fit(jax.random.key(0), x, y, epsilon=1.0, **kw)
+    step, scan = next(reversed(kip_train._COMPILED.values()))
+    size = scan._cache_size()
+    assert size >= 1
+    dp_kip.fit(jax.random.key(1), x, y, epsilon=3.0, **kw)  # another seed and budget
+    assert next(reversed(kip_train._COMPILED.values()))[1] is scan
+    assert scan._cache_size() == size
+
+
+def test_dp_ntk_generator_training_compiles_once():
+    x, y = _data()
+    kw = dict(network=features.fc_1l(8, out_features=2), iterations=4, batch_size=8,
+              n_classes=2, progress=False, checkpoint_every=2)  # fmt: skip
+    dp_ntk.fit(jax.random.key(0), x, y, epsilon=1.0, **kw)
+    size = ntk_train._scan._cache_size()
+    dp_ntk.fit(jax.random.key(5), x, y, epsilon=2.0, **kw)
+    assert ntk_train._scan._cache_size() == size
+
+
+def test_persistent_cache_is_opt_in_and_used(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys
+        import jax, jax.numpy as jnp
+        import privkernels
+        privkernels.enable_compilation_cache(sys.argv[1], min_compile_time_secs=0.0)
+        print(float(jax.jit(lambda a: jnp.sin(a) @ a.T)(jnp.ones((64, 64))).sum()))
+        """
+    )
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cache = tmp_path / "xla-cache"
+    subprocess.run([sys.executable, "-c", script, str(cache)], env=env, check=True, timeout=300)
+    assert any(cache.rglob("*")), "nothing was written to the compilation cache"
