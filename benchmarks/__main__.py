@@ -10,6 +10,7 @@ from pathlib import Path
 
 from benchmarks.common import resolve_data_dir, write_results
 from benchmarks.registry import RunContext, load_all
+from privkernels.data.base import DatasetNotFoundError
 
 
 def _parse_set(items: list[str]) -> dict[str, str]:
@@ -38,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument(
         "--data-dir", default=None, help="data directory (default: $PRIVKERNELS_DATA)"
     )
-    p_run.add_argument("--out", default="benchmarks/results", help="output directory")
+    p_run.add_argument(
+        "--out",
+        default="results",
+        help="output directory (default ./results; the committed tables live in benchmarks/results)",
+    )
     p_run.add_argument(
         "--set",
         action="append",
@@ -55,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p_perf = sub.add_parser("perf", help="performance benchmarks (ratios vs in-process baselines)")
     p_perf.add_argument("--quick", action="store_true")
-    p_perf.add_argument("--out", default="benchmarks/results")
+    p_perf.add_argument("--out", default="results", help="output directory (default ./results)")
     p_perf.add_argument("--data-dir", default=None)
     p_perf.add_argument(
         "--device",
@@ -65,6 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except DatasetNotFoundError as err:  # one clear line, no traceback
+        print(f"missing data: {err}", file=sys.stderr)
+        print(
+            "set PRIVKERNELS_DATA or --data-dir to a directory holding the files "
+            "(see the data sources page of the docs)",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "list":
         tables = load_all()

@@ -4,7 +4,7 @@ For every released quantity of the three methods (and the privacy-core
 mechanisms behind them) the mechanism is run many times on a worst-case
 neighbouring pair; a likelihood-ratio statistic (projection on the difference
 of the noise-free outputs) gives a Clopper-Pearson lower bound on epsilon
-(:mod:`privkernels.audit`). Each row is a mechanism variant: the real one must
+(`privkernels.audit`). Each row is a mechanism variant: the real one must
 have ``audited_lb <= claimed_epsilon`` (PASS) and the deliberately broken ones
 must be refuted (``audited_lb > claimed_epsilon``, "caught"), otherwise the
 audit would prove nothing.

@@ -150,7 +150,7 @@ def demo_dp_ntk_regression(
 
     import jax
 
-    baseline = reg.fit(key, xtr, ytr, epsilon=None, reg=10.0)
+    baseline = reg.fit(key, xtr, ytr, epsilon=None, reg=10.0, fit_intercept=False)
     acc_np = acc(baseline)
     curve = []
     for i, eps in enumerate(sorted({0.3, 1.0, 3.0, 10.0, epsilon})):
@@ -164,6 +164,7 @@ def demo_dp_ntk_regression(
             delta=delta,
             kernel_shift=5.0,
             reg=5.0,
+            fit_intercept=False,
             allow_unproven=True,
         )
         curve.append((eps, acc(model), time.perf_counter() - t0, model))

@@ -7,7 +7,7 @@
 * ``dp-kip-table4``: KRR accuracy vs fraction of corrupted (frozen noise) support pixels
   (CIFAR-10 in the paper; MNIST substitute when CIFAR-10 is not available).
 * ``dp-kip-table5``: tabular data, DP-KIP FC-NTK (10 points/class, eps=1), mean over
-  the 12 classifiers of :mod:`privkernels.evaluation` (ROC/PR-AUC or weighted F1).
+  the 12 classifiers of `privkernels.evaluation` (ROC/PR-AUC or weighted F1).
 
 Profiles: ``quick`` (~15 min a table on 2 CPU cores: MNIST only, few epochs,
 ScatterNet clipped in feature space, subsampled training sets where the table is

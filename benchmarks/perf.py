@@ -18,7 +18,7 @@ Sections:
   per-example ``jax.grad`` loop (jitted per-example gradient, Python loop,
   accumulation into the (p, C) embedding) vs ``method="generic"`` (vmap) vs
   ``method="structured"`` (dense MLPs); FLOPs of the structured path counted
-  analytically (see :func:`_structured_flops`). A torch per-sample
+  analytically (see `_structured_flops`). A torch per-sample
   ``autograd.grad`` loop is timed too when torch is installed.
 * ``generator``: one DP-NTK generator step (features of a generated batch with
   gradients flowing back to the generator) vs a per-example loop (per-example
@@ -1032,6 +1032,7 @@ def bench_gsm(
                     width=width,
                     reg=5.0,
                     kernel_shift=shift,
+                    fit_intercept=False,
                     n_classes=10,
                 ).alpha
             ),
@@ -1257,7 +1258,7 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
 
     ``device="gpu"`` refuses (``SystemExit``) unless JAX sees a GPU, uses the
     full sizes unless ``quick`` and adds the paper-profile cells
-    (:mod:`benchmarks.perf_gpu`). Returns 0 (1 if a section failed).
+    (`benchmarks.perf_gpu`). Returns 0 (1 if a section failed).
     """
     from benchmarks.common import write_results
     from benchmarks.perf_loops import bench_dp_kip_epoch, bench_dp_ntk_loop

@@ -1,7 +1,7 @@
 """Perf sections for the training loops: one compiled scan per epoch vs a per-step host loop.
 
 * ``dp_kip_epoch``: one DP-KIP epoch (``steps_per_epoch`` noisy steps, Poisson
-  batches) run as :attr:`privkernels.dp_kip.Trainer.run_steps` (schedule drawn
+  batches) run as `privkernels.dp_kip.Trainer.run_steps` (schedule drawn
   ahead, one ``lax.scan``) vs the loop shape the library used before: per step,
   draw that step's Poisson sample, read its size back to the host, gather the
   padded batch and call the jitted ``train_step``, then read the step's batch

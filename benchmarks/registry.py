@@ -1,7 +1,7 @@
 """Registry of benchmark tables.
 
 A table module defines ``run(ctx: RunContext) -> list[dict]`` and registers it
-with :func:`register`. Each row is a dict with at least ``dataset``, ``epsilon``,
+with `register`. Each row is a dict with at least ``dataset``, ``epsilon``,
 ``metric``, ``value``, ``paper_value`` (or None) and ``seconds``.
 """
 

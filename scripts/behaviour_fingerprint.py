@@ -47,7 +47,7 @@ def _kip(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
     }
     x16 = np.kron(xs, np.ones((1, 2, 2), np.float32))  # the e-NTK LeNet needs sides >= 12
     for name, kw in runs.items():
-        kw = {"epsilon": 1.0, **kw}
+        kw = {"epsilon": 1.0, "relative_reg": 1e-6, "clip_norm": 1.0, **kw}  # pre-issue-17 defaults
         data = x16 if kw["kernel"] == "entk" else xs
         res = dp_kip.fit(
             jax.random.key(3),
@@ -105,7 +105,16 @@ def _reg(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
 
     xf = x.reshape(len(x), -1)
     xf = xf / np.maximum(np.linalg.norm(xf, axis=1, keepdims=True), 1e-12)
-    model = reg.fit(jax.random.key(7), xf, y, epsilon=1.0, delta=1e-5, kernel_shift=5.0, reg=5.0)
+    model = reg.fit(
+        jax.random.key(7),
+        xf,
+        y,
+        epsilon=1.0,
+        delta=1e-5,
+        kernel_shift=5.0,
+        reg=5.0,
+        fit_intercept=False,
+    )
     return {
         "reg_alpha": np.asarray(model.alpha),
         "reg_x_tilde": np.asarray(model.x_tilde),

@@ -1,6 +1,6 @@
 """Mutation evidence for the privacy test suite: plant known bugs, show the tests fail.
 
-Each :class:`Mutation` is one deliberately broken variant of privkernels (a
+Each `Mutation` is one deliberately broken variant of privkernels (a
 literal source replacement). For each, the script copies ``src/`` and
 ``tests/`` into a scratch directory, applies the replacement there (the
 working tree is never touched), and runs the project's default test command

@@ -26,3 +26,24 @@ def test_perf_gpu_refuses_without_a_gpu(tmp_path):
     with pytest.raises(SystemExit, match="JAX sees no GPU"):
         run_perf(quick=True, out=tmp_path, data_dir=None, device="gpu")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_defaults_to_results_and_missing_data_is_one_line(tmp_path, monkeypatch, capsys):
+    """Default ``--out`` is ./results (never the committed tables); missing data: exit 2, no traceback."""
+    from benchmarks.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PRIVKERNELS_DATA", raising=False)
+    rc = main(["run", "dp-ntk-table4", "--data-dir", str(tmp_path / "empty"),
+               "--set", "datasets=adult"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("missing data:") and "adult" in err
+    assert "Traceback" not in err and not (tmp_path / "results").exists()
+
+
+def test_privkernels_bench_runs_from_any_directory(tmp_path, monkeypatch, capsys):
+    from privkernels.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "list"]) == 0
+    assert "dp-ntk-table4" in capsys.readouterr().out

@@ -19,7 +19,7 @@ from privkernels.dp_ntk import train as ntk_train
 
 def _data():
     rng = np.random.default_rng(0)
-    return rng.normal(size=(60, 4)).astype(np.float32), (np.arange(60) % 2).astype(np.int32)
+    return rng.uniform(size=(60, 4)).astype(np.float32), (np.arange(60) % 2).astype(np.int32)
 
 
 def test_dp_kip_compiles_once_across_seeds_budgets_and_epochs():

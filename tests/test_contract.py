@@ -39,7 +39,7 @@ MODULES = {"dp_ntk": dp_ntk, "dp_kip": dp_kip, "dp_ntk_regression": reg}
 
 def _data():
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(48, 6)).astype(np.float32)
+    x = np.abs(rng.normal(size=(48, 6))).astype(np.float32)  # in [0, 1]: a generator's range
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     return x, (np.arange(48) % 3).astype(np.int32)
 

@@ -433,3 +433,36 @@ def test_sample_labels_uniform(digits, net) -> None:
     xs2, ys2 = dp_ntk.sample(jax.random.key(3), res, 3000)
     np.testing.assert_array_equal(xs, xs2)
     np.testing.assert_array_equal(ys, ys2)
+
+
+def test_fit_refuses_data_outside_the_generators_range_before_any_noise(monkeypatch):
+    """Issue 17: a sigmoid generator cannot match pixels in 0..16; refused, nothing released."""
+    import numpy as np
+
+    from privkernels import dp_ntk, privacy
+
+    drawn = []
+    original = privacy.gaussian_mechanism
+
+    def spy(*a, **k):
+        drawn.append(1)
+        return original(*a, **k)
+
+    monkeypatch.setattr(privacy, "gaussian_mechanism", spy)
+    x = np.random.default_rng(0).integers(0, 17, size=(40, 8, 8)).astype(np.float32)
+    y = np.arange(40) % 4
+    with pytest.raises(ValueError, match=r"outside \[0, 1\]") as err:
+        dp_ntk.fit(jax.random.key(0), x, y, epsilon=1.0, n_classes=4, iterations=1)
+    assert "16" not in str(err.value)  # no value from the data in the message
+    assert drawn == []
+    res = dp_ntk.fit(
+        jax.random.key(0),
+        x / 16.0,
+        y,
+        epsilon=1.0,
+        n_classes=4,
+        iterations=2,
+        progress=False,
+        batch_size=20,
+    )  # the default network (fc_1l(800)) and the public rescaling work
+    assert res.network.widths == (800,) and res.report.private and drawn

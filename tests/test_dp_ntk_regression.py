@@ -45,6 +45,7 @@ def _unit_rows(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) ->
 # a few hundred here) keeps one compiled sampler for all tests.
 # eps_alpha = 4 is outside Lemma D.1's range: these mechanics tests opt in (report unproven)
 SMALL = dict(
+    fit_intercept=False,  # the paper's model (no bias coordinate): shapes as in Alg. 2
     epsilon=8.0,
     delta=1e-2,
     beta=1e-3,
@@ -85,7 +86,9 @@ def test_kernel_matches_direct_loop_and_is_psd() -> None:
 
 def test_nonprivate_fit_is_ridge_on_direct_kernel(small_data) -> None:
     x, y = small_data
-    model = R.fit(jax.random.key(3), x, y, epsilon=None, width=8, reg=0.5, n_classes=3)
+    model = R.fit(
+        jax.random.key(3), x, y, epsilon=None, width=8, reg=0.5, n_classes=3, fit_intercept=False
+    )
     kmat = _direct_kernel(x, x, np.asarray(model.weights))
     alpha = np.linalg.solve(kmat + 0.5 * np.eye(len(x)), np.eye(3)[y])
     np.testing.assert_allclose(np.asarray(model.alpha), alpha, rtol=2e-3, atol=2e-4)
@@ -312,7 +315,9 @@ def test_inputs_are_projected_to_the_ball() -> None:
     x[:4] *= 10.0
     x[4:8] *= 0.1
     y = np.arange(12) % 2
-    model = R.fit(jax.random.key(1), x, y, epsilon=None, input_bound=2.0, width=4)
+    model = R.fit(
+        jax.random.key(1), x, y, epsilon=None, input_bound=2.0, width=4, fit_intercept=False
+    )
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     expected = x * np.minimum(1.0, 2.0 / norms)
     np.testing.assert_allclose(np.asarray(model.x_tilde), expected, rtol=1e-5, atol=1e-6)
@@ -328,11 +333,13 @@ def test_inputs_are_projected_to_the_ball() -> None:
 
 def test_float64_option_agrees_with_float32(small_data) -> None:
     x, y = small_data
-    m32 = R.fit(jax.random.key(2), x, y, epsilon=None, width=8)
-    m64 = R.fit(jax.random.key(2), x, y, epsilon=None, width=8, dtype="float64")
+    m32 = R.fit(jax.random.key(2), x, y, epsilon=None, width=8, fit_intercept=False)
+    m64 = R.fit(
+        jax.random.key(2), x, y, epsilon=None, width=8, dtype="float64", fit_intercept=False
+    )
     assert m64.alpha.dtype == jnp.float64 and m32.alpha.dtype == jnp.float32
     kmat = _direct_kernel(x, x, np.asarray(m64.weights))
-    alpha = np.linalg.solve(kmat + 10.0 * np.eye(len(x)), np.eye(3)[y])
+    alpha = np.linalg.solve(kmat + 0.1 * np.eye(len(x)), np.eye(3)[y])
     np.testing.assert_allclose(np.asarray(m64.alpha), alpha, rtol=1e-9, atol=1e-12)
     assert R.predict(m64, x).dtype == jnp.float64
 
@@ -342,7 +349,13 @@ def test_smallest_eigenvalue_warns_and_is_exact(small_data) -> None:
     with pytest.warns(PrivacyLeakWarning):
         lam = R.smallest_eigenvalue(jax.random.key(3), x, width=8, kernel_shift=0.5)
     model = R.fit(
-        jax.random.key(3), x, np.zeros(len(x), np.int32), epsilon=None, width=8, n_classes=1
+        jax.random.key(3),
+        x,
+        np.zeros(len(x), np.int32),
+        epsilon=None,
+        width=8,
+        n_classes=1,
+        fit_intercept=False,
     )
     expected = np.linalg.eigvalsh(_direct_kernel(x, x, np.asarray(model.weights)))[0] + 0.5
     assert lam == pytest.approx(expected, rel=1e-6, abs=1e-9)

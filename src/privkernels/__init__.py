@@ -1,11 +1,11 @@
 """privkernels: differentially private kernel methods in JAX.
 
-Three methods share one feature core (:mod:`privkernels.features`) and one
-privacy core (:mod:`privkernels.privacy`):
+Three methods share one feature core (`privkernels.features`) and one
+privacy core (`privkernels.privacy`):
 
-* :mod:`privkernels.dp_ntk` -- DP-NTK private data generation (Yang et al.).
-* :mod:`privkernels.dp_kip` -- DP-KIP private dataset distillation (Vinaroz & Park).
-* :mod:`privkernels.dp_ntk_regression` -- DP NTK ridge regression (Gu et al.).
+* `privkernels.dp_ntk` -- DP-NTK private data generation (Yang et al.).
+* `privkernels.dp_kip` -- DP-KIP private dataset distillation (Vinaroz & Park).
+* `privkernels.dp_ntk_regression` -- DP NTK ridge regression (Gu et al.).
 
 Submodules are imported lazily so ``import privkernels`` stays cheap.
 """

@@ -98,6 +98,13 @@ def check_int(value: Any, name: str, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """Return ``value`` as a bool; require a Python or NumPy bool (not 0/1 or a string)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+    return bool(value)
+
+
 def _compute_dtype(dtype: Any) -> np.dtype:
     """The dtype JAX computes in for ``dtype`` (float64 -> float32 unless x64 is on)."""
     import jax
@@ -169,7 +176,7 @@ def check_array(
     Returns the input unchanged when it is already a NumPy or JAX array (so JAX
     arrays stay on device), else ``np.asarray(x)``. Real numbers and booleans
     only: complex, object and string arrays are refused. Finiteness is checked
-    on concrete values in the compute dtype (see :func:`check_finite`; ``dtype``
+    on concrete values in the compute dtype (see `check_finite`; ``dtype``
     overrides it); inside ``jit`` the caller validates beforehand. Messages
     name the argument and its shape, never its values.
     """
@@ -199,6 +206,23 @@ def check_array(
     if finite:
         check_finite(arr, name, dtype=dtype)
     return arr
+
+
+def check_in_range(arr: Any, name: str, lo: float, hi: float, hint: str) -> None:
+    """Raise ``ValueError`` when any entry of ``arr`` lies outside ``[lo, hi]``.
+
+    Only the fact is reported, never a value from the data; reduced where the
+    array lives (host or device, global arrays included).
+    """
+    import jax
+
+    if isinstance(arr, jax.Array):
+        with jax.ensure_compile_time_eval():
+            a_lo, a_hi = (float(_scalar(v)) for v in _reductions()["range"](arr))
+    else:
+        a_lo, a_hi = float(np.min(arr)), float(np.max(arr))
+    if a_lo < lo or a_hi > hi:
+        raise ValueError(f"{name} has values outside [{lo:g}, {hi:g}]: {hint}")
 
 
 def _label_range(arr: Any) -> tuple[int, int]:
@@ -263,8 +287,8 @@ def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, b
     """``(n_classes, inferred)``: the given count, or ``max(y) + 1`` with a warning.
 
     Reading ``max(y)`` uses the private labels without noise, so it emits a
-    :class:`~privkernels.privacy.warnings.PrivacyLeakWarning`; callers add
-    :data:`N_CLASSES_INFERRED_NOTE` to their report when ``inferred`` is True.
+    `PrivacyLeakWarning`; callers add
+    `N_CLASSES_INFERRED_NOTE` to their report when ``inferred`` is True.
     The only place in privkernels that reads the label range from data.
     """
     import jax

@@ -254,7 +254,7 @@ def epsilon_lower_bound(
       claimed_epsilon: optional claim to compare against (sets ``passed``).
 
     Returns:
-      :class:`AuditResult`. The bound is
+      `AuditResult`. The bound is
       ``max(0, log((1-delta-FNR_hi)/FPR_hi), log((1-delta-FPR_hi)/FNR_hi))``
       with one-sided Clopper-Pearson upper bounds at level ``1-(1-confidence)/2``
       each; zero counts are handled by the exact bound ``1-(a)^(1/n)``.
@@ -391,12 +391,12 @@ def audit_gaussian_release(
         only the second half is counted). Or a fixed array of the flattened
         output size (e.g. the known noise-free difference, which an auditor who
         knows ``d`` and ``d_prime`` may use).
-      threshold: passed to :func:`epsilon_lower_bound` (``"auto"`` recommended).
-      batch_size: runs per vmapped chunk (bounds memory; see :func:`run_trials`).
+      threshold: passed to `epsilon_lower_bound` (``"auto"`` recommended).
+      batch_size: runs per vmapped chunk (bounds memory; see `run_trials`).
       vectorize: use ``jax.vmap`` over keys (else a Python loop).
 
     Returns:
-      :class:`AuditResult` comparing the lower bound with ``epsilon``.
+      `AuditResult` comparing the lower bound with ``epsilon``.
     """
     import jax
 
@@ -483,7 +483,7 @@ def audit_dpsgd_step(
         deliberately broken ones to check that the audit catches them.
 
     Returns:
-      :class:`AuditResult`.
+      `AuditResult`.
     """
     import jax
     import jax.numpy as jnp
@@ -578,7 +578,7 @@ def dp_kip_full_batch_step(
     """The real DP-KIP step on a full batch (q = 1), with an explicit noise multiplier.
 
     For audits and tests of the released quantity: one step of
-    :func:`privkernels.dp_kip.make_trainer`'s ``train_step`` over a full batch
+    `privkernels.dp_kip.make_trainer`'s ``train_step`` over a full batch
     of ``batch_size`` examples (add-remove, public rate 1), where one step is a
     plain Gaussian release with L2 sensitivity ``clip_norm``.
     ``noise_multiplier`` replaces the calibrated one (so broken variants can be

@@ -7,10 +7,10 @@ temporary file in the same directory, then ``os.replace``), so an interrupted
 write never leaves a half checkpoint behind.
 
 Pytrees are stored leaf by leaf under ``prefix/<key path>`` names
-(:func:`flatten_tree`); they come back either into a template of the same
-structure (:func:`unflatten_like`, shapes checked: optimiser states) or, for
+(`flatten_tree`); they come back either into a template of the same
+structure (`unflatten_like`, shapes checked: optimiser states) or, for
 trees of nested dicts such as flax parameters, without one
-(:func:`dict_tree`).
+(`dict_tree`).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _is_key(leaf: Any) -> bool:
 
 
 def unflatten_like(template: Any, arrays: Mapping[str, np.ndarray], prefix: str) -> Any:
-    """Rebuild a tree shaped like ``template`` from :func:`flatten_tree` entries (shapes checked)."""
+    """Rebuild a tree shaped like ``template`` from `flatten_tree` entries (shapes checked)."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(template)
     leaves = []
     for path, leaf in flat:
@@ -154,6 +154,6 @@ def key_to_array(key: Any) -> tuple[np.ndarray, bool]:
 
 
 def key_from_array(data: Any, typed: bool) -> Any:
-    """Inverse of :func:`key_to_array`."""
+    """Inverse of `key_to_array`."""
     arr = jnp.asarray(data)
     return jax.random.wrap_key_data(arr) if typed else arr

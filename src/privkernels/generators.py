@@ -3,12 +3,12 @@
 Two families, both conditioned on a one-hot label that is concatenated to a
 standard-normal code ``z`` (DP-NTK Sec. 3: ``G(z_i, y'_i) -> x'_i``):
 
-* :class:`ConvCondGenerator` -- the conditional CNN generator used for
+* `ConvCondGenerator` -- the conditional CNN generator used for
   MNIST / Fashion-MNIST (two dense layers, two x2 bilinear upsamplings, two
   convolutions, sigmoid output in ``[0, 1]``). It generalises by output shape:
   any ``(h, w)`` or ``(h, w, c)`` with ``h`` and ``w`` divisible by 4 (e.g.
   28x28 MNIST, 8x8 sklearn digits); other shapes fall back to a dense head.
-* :class:`TabularGenerator` -- a fully connected generator for tabular data
+* `TabularGenerator` -- a fully connected generator for tabular data
   with one output head per column group: numeric columns through a sigmoid
   into ``[0, 1]`` and each categorical one-hot slice through its own softmax.
 
@@ -74,7 +74,7 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
 def column_groups_from_schema(schema: Any, n_features: int) -> tuple[ColumnGroup, ...]:
     """Build output heads from a tabular data schema.
 
-    Accepts the schema of :func:`privkernels.data.load` in any of these forms:
+    Accepts the schema of `privkernels.data.load` in any of these forms:
     an object/dict with ``categorical_slices`` (sequence of ``slice`` or
     ``(start, stop)``) and optionally ``numeric_slices`` / ``numeric_columns``;
     or a sequence of column specs each having ``kind`` (``"numeric"`` /
@@ -132,7 +132,7 @@ class ConvCondGenerator(nn.Module):
     ``d_code + C -> hidden[0]`` (ReLU, LayerNorm), dense ``-> channels[0] *
     (h/4) * (w/4)`` (ReLU, LayerNorm), reshape, x2 bilinear upsample, conv
     ``channels[1]`` (ReLU), x2 upsample, conv to the output channels, sigmoid.
-    Outputs lie in ``[0, 1]``.
+    Outputs lie in ``[0, 1]`` (`output_range`).
     """
 
     n_classes: int
@@ -166,15 +166,19 @@ class ConvCondGenerator(nn.Module):
         x = nn.sigmoid(x)
         return x.reshape((b, *shape))
 
+    def output_range(self) -> tuple[float, float]:
+        """``(0, 1)``: the sigmoid's range (data to match must lie in it)."""
+        return (0.0, 1.0)
+
 
 class TabularGenerator(nn.Module):
     """Fully connected tabular generator, ``(z, onehot) -> (b, n_features)``.
 
     Hidden layers: Dense + ReLU + LayerNorm (the paper uses 2-3 hidden layers
-    with batch norm). Output heads per :class:`ColumnGroup`: numeric columns
+    with batch norm). Output heads per `ColumnGroup`: numeric columns
     through ``numeric_activation`` (``"sigmoid"`` into ``[0, 1]`` or
     ``"linear"``), each categorical slice through a softmax, so a generated
-    one-hot block is a probability vector (see :func:`discretize`).
+    one-hot block is a probability vector (see `discretize`).
     """
 
     n_classes: int
@@ -202,6 +206,10 @@ class TabularGenerator(nn.Module):
             else:
                 raise ValueError(f"unknown numeric_activation {self.numeric_activation!r}")
         return jnp.concatenate(parts, axis=-1)
+
+    def output_range(self) -> tuple[float, float] | None:
+        """``(0, 1)`` with sigmoid numeric heads (softmax blocks lie in it too); None if linear."""
+        return (0.0, 1.0) if self.numeric_activation == "sigmoid" else None
 
 
 def make_code(

@@ -3,7 +3,7 @@
 Kernel methods solve ``(K + s I) X = Y`` with ``K`` symmetric positive
 semi-definite (PSD). In float32 a Gram matrix of many points can be
 numerically singular, and ``jnp.linalg.cholesky`` then returns NaNs instead of
-raising. :func:`ridge_cholesky` handles that deterministically (the jitter
+raising. `ridge_cholesky` handles that deterministically (the jitter
 policy):
 
 * factorise ``K + s I`` (``jnp.linalg.cholesky`` symmetrises its input);
@@ -15,12 +15,12 @@ The choice is a ``lax.cond`` (differentiable, runs under ``jit`` and ``vmap``)
 that looks only at ``K``: whatever privacy cost ``K`` carries, the policy adds
 none of its own. DP-KIP (relative ridge ``s = reg tr(K)/m``, fallback
 ``FALLBACK_JITTER tr(K)/m``) and DP NTK regression (absolute ``reg``, no
-fallback) both solve through here; :func:`psd_solve` is the validated public
+fallback) both solve through here; `psd_solve` is the validated public
 entry point.
 
 Precision: the factorisation and the triangular solves run at full float32
 (``precision=HIGHEST`` for every matmul around them, see
-:mod:`privkernels.precision`); for float64 pass float64 arrays inside
+`privkernels.precision`); for float64 pass float64 arrays inside
 ``jax.enable_x64()``.
 """
 
@@ -63,7 +63,7 @@ def ridge_cholesky(k: jax.Array, shift: Any, *, fallback: Any = None) -> RidgeFa
       fallback: extra diagonal used when the first factor is not finite, or None.
 
     Returns:
-      :class:`RidgeFactor`.
+      `RidgeFactor`.
     """
     eye = jnp.eye(k.shape[0], dtype=k.dtype)
     mat = k + shift * eye
@@ -78,7 +78,7 @@ def ridge_cholesky(k: jax.Array, shift: Any, *, fallback: Any = None) -> RidgeFa
 
 @full_precision
 def ridge_solve(k: jax.Array, y: jax.Array, shift: Any, *, fallback: Any = None) -> jax.Array:
-    """``(k + shift I)^{-1} y`` through :func:`ridge_cholesky` (jit-able, no validation)."""
+    """``(k + shift I)^{-1} y`` through `ridge_cholesky` (jit-able, no validation)."""
     rf = ridge_cholesky(k, shift, fallback=fallback)
     return jax.scipy.linalg.cho_solve((rf.factor, True), y)
 
@@ -100,7 +100,7 @@ def psd_solve(K: Any, Y: Any, *, reg: float = 0.0, fallback: float | None = None
         ``eps(dtype) * mean(|diag K|)`` (at least ``eps``), 0 to disable.
 
     Returns:
-      :class:`PSDSolution` ``(x, shift, ok)``; ``x`` is NaN only when even the
+      `PSDSolution` ``(x, shift, ok)``; ``x`` is NaN only when even the
       fallback factor failed.
     """
     kmat = jnp.asarray(check_array(K, "K", ndim=2))

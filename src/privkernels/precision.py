@@ -7,12 +7,12 @@ what is added, so a clip to ``C`` or a normalisation to 1 would no longer bound
 the sensitivity the accountant assumed; and fragile solves (Cholesky of a
 Gram matrix, ridge solves, the Gaussian sampling factorisation) lose accuracy.
 
-Policy (the decorator :func:`full_precision` marks each function; a test
+Policy (the decorator `full_precision` marks each function; a test
 lowers them on CPU and checks every ``dot_general`` carries ``HIGHEST``):
 
 * **full float32 (``HIGHEST``)** -- everything a guarantee depends on or that
   feeds a factorisation: DP-KIP's clipped sums, per-example gradients and KRR
-  solves (:mod:`privkernels.dp_kip`), the FC-NTK and quadratic-NTK kernel
+  solves (`privkernels.dp_kip`), the FC-NTK and quadratic-NTK kernel
   matrices, the e-NTK mean embedding of private data (DP-NTK's release), the
   Gaussian sampling mechanism and the regression solves.
 * **the backend default** -- throughput-bound work that cannot touch a

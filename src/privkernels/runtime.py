@@ -4,7 +4,7 @@ JAX compiles every jitted program on first use (the e-NTK embedding of MNIST
 takes ~10 s to compile on an H100 and 0.3 s to run). privkernels already
 reuses compiled programs within a process (equal settings share one
 compilation: epochs, seeds and budgets never recompile). Across processes,
-:func:`enable_compilation_cache` stores compiled programs on disk, keyed by
+`enable_compilation_cache` stores compiled programs on disk, keyed by
 the program and the JAX version, so a second run of the same table starts
 warm. Nothing private is stored: compiled programs depend on shapes and
 public settings only (data arrays are arguments, never constants).

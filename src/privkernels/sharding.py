@@ -3,7 +3,7 @@
 Every expensive private quantity of the three methods is a SUM over examples
 (DP-NTK's mean embedding, DP-KIP's clipped-gradient sums) or has independent
 rows (regression kernel rows). With ``mesh=`` (a one-dimensional
-:class:`jax.sharding.Mesh`, e.g. :func:`example_mesh`), each device runs the
+`jax.sharding.Mesh`, e.g. `example_mesh`), each device runs the
 *same* core function on its own rows (``jax.shard_map``) and the partial sums
 are added by one all-reduce; noise is then drawn ONCE from the caller's key on
 the replicated sum, so the release is the one-device release up to float

@@ -44,7 +44,7 @@ MECHANISMS = (
 
 
 def forbid_noise(monkeypatch: Any, *, samplers: bool = True, mechanisms: bool = True) -> None:
-    """Make every noise sampler (and privacy mechanism) raise :class:`NoiseDrawn`."""
+    """Make every noise sampler (and privacy mechanism) raise `NoiseDrawn`."""
     from privkernels import privacy
 
     def sentinel(name: str):

@@ -3,7 +3,7 @@
 DP-KIP (Vinaroz & Park, Alg. 1) releases, every step, the support set updated
 with ``sum_i clip_C(grad_i) + N(0, (sigma C)^2 I)`` over a Poisson batch,
 accounted by the privacy core. The tests drive the *real* jitted
-``train_step`` (built by :func:`privkernels.audit.dp_kip_full_batch_step`) on a
+``train_step`` (built by `privkernels.audit.dp_kip_full_batch_step`) on a
 full batch (q = 1, so one step is a plain Gaussian release with L2 sensitivity
 C and claimed ``eps = gaussian_epsilon(sigma, delta)``) and an SGD(lr=1)
 optimizer, so the update is an affine image of the noisy sum. Add/remove is

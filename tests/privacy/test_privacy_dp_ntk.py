@@ -36,7 +36,7 @@ def net():
 
 def _data(seed: int, n: int = N):
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, D)).astype(np.float32)
+    x = rng.uniform(size=(n, D)).astype(np.float32)  # the default generators' range [0, 1]
     y = np.arange(n, dtype=np.int32) % C
     return x, y
 

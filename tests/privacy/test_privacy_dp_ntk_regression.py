@@ -38,6 +38,7 @@ from scipy import optimize, stats
 
 from privkernels import audit, privacy
 from privkernels import dp_ntk_regression as reg
+from privkernels.dp_ntk_regression.kernel import input_map
 from privkernels.privacy import mechanisms
 
 
@@ -159,9 +160,11 @@ def test_fit_refuses_k_above_the_private_maximum():
         reg.fit(jax.random.key(0), x, y, k=model.k + 1, **kw)
 
 
-def test_fit_calls_the_mechanisms_with_the_stated_parameters(monkeypatch):
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_fit_calls_the_mechanisms_with_the_stated_parameters(monkeypatch, fit_intercept):
     """fit passes TLap sensitivity sqrt(d) beta with (eps_X, delta_X), the gaussian sampling mechanism
-    its k, uses three distinct subkeys (none is the user key) and releases X~ = proj(X) + TLap noise."""
+    its k, uses three distinct subkeys (none is the user key) and releases X~ = map(X) + TLap noise
+    (with an intercept: noise on the d data columns only, the public constant column exact)."""
     tl = spy_privacy(monkeypatch, "truncated_laplace")
     gs = spy_privacy(monkeypatch, "gaussian_sampling_mechanism")
     rng = np.random.default_rng(1)
@@ -180,6 +183,7 @@ def test_fit_calls_the_mechanisms_with_the_stated_parameters(monkeypatch):
         kernel_shift=0.5,
         width=16,
         split=(0.25, 0.75),
+        fit_intercept=fit_intercept,
     )
     assert len(tl) == 1 and len(gs) == 1
     kw = tl[0].kwargs
@@ -188,8 +192,15 @@ def test_fit_calls_the_mechanisms_with_the_stated_parameters(monkeypatch):
     assert kw["delta"] == pytest.approx(1e-5 * 0.75)
     k_arg = gs[0].args[2] if len(gs[0].args) > 2 else gs[0].kwargs["k"]
     assert k_arg == model.k
-    xp = np.asarray(reg.project_to_ball(jnp.asarray(x), 1.0))
-    np.testing.assert_allclose(np.asarray(model.x_tilde) - xp, np.asarray(tl[0].result), atol=1e-6)
+    xp = np.asarray(input_map(jnp.asarray(x), 1.0, fit_intercept))
+    assert model.x_tilde.shape == (n, d + int(fit_intercept)) == xp.shape
+    assert np.asarray(tl[0].result).shape == (n, d)
+    np.testing.assert_allclose(
+        np.asarray(model.x_tilde)[:, :d] - xp[:, :d], np.asarray(tl[0].result), atol=1e-6
+    )
+    if fit_intercept:
+        assert np.all(np.asarray(model.x_tilde)[:, d] == np.float32(1.0 / math.sqrt(2.0)))
+        assert np.all(np.linalg.norm(xp, axis=1) <= 1.0 + 1e-6)
     keys = {key_bytes(tl[0].args[0]), key_bytes(gs[0].args[0])}
     assert len(keys) == 2 and key_bytes(key) not in keys
     # the realised input noise is not what the user's key itself would give

@@ -200,7 +200,7 @@ def test_f3_regression_two_budgets_one_key_do_not_reveal_the_inputs():
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     y = np.arange(30) % 2
     key = jax.random.key(3)
-    kw = dict(delta=1e-5, kernel_shift=1.0, reg=1.0, width=16, n_classes=2)
+    kw = dict(delta=1e-5, kernel_shift=1.0, reg=1.0, width=16, n_classes=2, fit_intercept=False)
     m1 = reg.fit(key, x, y, epsilon=0.5, **kw)
     m2 = reg.fit(key, x, y, epsilon=1.5, **kw)
     l1 = m1.report.mechanisms[1].param_dict["scale"]
@@ -383,7 +383,7 @@ def test_f6_dp_kip_inferred_n_classes_warns_and_is_noted():
 
 
 def test_f6_dp_ntk_inferred_n_classes_is_noted():
-    x = np.random.default_rng(0).normal(size=(20, 3)).astype(np.float32)
+    x = np.random.default_rng(0).uniform(size=(20, 3)).astype(np.float32)
     y = np.arange(20) % 2
     with pytest.warns(PrivacyLeakWarning, match="n_classes"):
         res = dp_ntk.fit(

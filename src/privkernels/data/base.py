@@ -1,10 +1,10 @@
-"""Core types of :mod:`privkernels.data`: the ``Dataset`` record, the data-directory
+"""Core types of `privkernels.data`: the ``Dataset`` record, the data-directory
 resolution and the error raised when a dataset's files are absent.
 
 Nothing in this package downloads anything. Every loader reads files that the
 user has placed under one root directory (``data_dir`` or the environment
 variable ``PRIVKERNELS_DATA``) with the layout documented in
-:data:`privkernels.data.registry.LAYOUT` (see :func:`privkernels.data.required_files`).
+`privkernels.data.registry.LAYOUT` (see `privkernels.data.required_files`).
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ class Dataset:
       y: int32 array ``(n,)`` of labels in ``[0, n_classes)``.
       n_classes: number of classes (fixed by the dataset definition, never by the
         labels present in a split).
-      name: dataset name as passed to :func:`privkernels.data.load`.
+      name: dataset name as passed to `privkernels.data.load`.
       split: ``"train"``, ``"test"`` or ``"all"``.
-      schema: :class:`~privkernels.data.schema.TabularSchema` for tabular data,
+      schema: `TabularSchema` for tabular data,
         ``None`` for images.
       class_names: human-readable name of each class (length ``n_classes``).
       info: free-form provenance: files read, preprocessing, split rule, and a
@@ -98,7 +98,7 @@ class Dataset:
 
 
 class DatasetNotFoundError(FileNotFoundError):
-    """A dataset's files are not where :func:`privkernels.data.load` looks for them.
+    """A dataset's files are not where `privkernels.data.load` looks for them.
 
     The message lists every expected file (relative to the data root) and how to
     point the loader at the root (``data_dir=...`` or ``PRIVKERNELS_DATA``).
@@ -148,7 +148,7 @@ def require_files(
     *,
     note: str = "",
 ) -> list[Path]:
-    """Locate every file of a dataset or raise :class:`DatasetNotFoundError`.
+    """Locate every file of a dataset or raise `DatasetNotFoundError`.
 
     Each entry of ``relpaths`` is a path relative to ``root``, or a sequence of
     alternatives (e.g. ``("x.data", "x.data.gz")``); the first that exists wins.

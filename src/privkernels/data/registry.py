@@ -26,7 +26,7 @@ TABULAR_DATASETS = (
 
 
 def list_datasets(kind: str | None = None) -> list[str]:
-    """Names accepted by :func:`load`; ``kind`` = ``"image"`` / ``"tabular"`` filters."""
+    """Names accepted by `load`; ``kind`` = ``"image"`` / ``"tabular"`` filters."""
     if kind is None:
         return [*IMAGE_DATASETS, *TABULAR_DATASETS]
     if kind == "image":
@@ -69,10 +69,10 @@ def load(
     """Load one split of a dataset from local files (never downloads).
 
     Args:
-      name: one of :func:`list_datasets`.
+      name: one of `list_datasets`.
       data_dir: data root; default ``$PRIVKERNELS_DATA``. Layout: see
-        :func:`required_files` and the module docs of :mod:`privkernels.data.images`
-        / :mod:`privkernels.data.tabular`.
+        `required_files` and the module docs of `privkernels.data.images`
+        / `privkernels.data.tabular`.
       split: ``"train"`` or ``"test"`` (``"all"`` too for datasets without an
         official test split: cervical, epileptic, covtype, credit).
       source: ``"raw"`` (original files, NumPy parsing) or ``"tfds"`` (images
@@ -85,7 +85,7 @@ def load(
         ``unknown_attack``). tfds: ``tfds_data_dir``.
 
     Returns:
-      :class:`~privkernels.data.base.Dataset` with ``x`` float32, ``y`` int32 ``(n,)``.
+      `Dataset` with ``x`` float32, ``y`` int32 ``(n,)``.
 
     Raises:
       DatasetNotFoundError (a FileNotFoundError) naming the missing files and

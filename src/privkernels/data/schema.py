@@ -1,6 +1,6 @@
 """Public schemas for tabular data and the data-independent encoding they define.
 
-A :class:`TabularSchema` is written by hand from a dataset's public
+A `TabularSchema` is written by hand from a dataset's public
 documentation (column names, kinds, category lists from the ``.names`` files,
 public numeric bounds). Encoding a table with it reads nothing from the data
 beyond the values being encoded:
@@ -19,15 +19,18 @@ beyond the values being encoded:
 
 ``scale="data"`` replaces the public bounds by the per-column min/max of the
 (training split of the) private data; it is opt-in and emits
-:class:`~privkernels.privacy.warnings.PrivacyLeakWarning`.
+`PrivacyLeakWarning`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -58,8 +61,10 @@ class ColumnSpec:
       nullable: the column may be missing; adds an indicator column (numeric) or
         a ``"<missing>"`` level (categorical).
       note: where the bounds / categories come from.
+      dtype: ``"float"`` or ``"int"`` (numeric only): decoded values of an
+        ``"int"`` column are rounded (`privkernels.data.frames` restores integer dtypes).
       start, stop: the slice ``x[:, start:stop]`` holding this column (set by
-        :class:`TabularSchema`).
+        `TabularSchema`).
     """
 
     name: str
@@ -71,6 +76,7 @@ class ColumnSpec:
     note: str = ""
     start: int = -1
     stop: int = -1
+    dtype: Literal["float", "int"] = "float"
 
     def __post_init__(self) -> None:
         if self.kind == "numeric":
@@ -83,6 +89,8 @@ class ColumnSpec:
                 )
             if self.transform not in ("linear", "log"):
                 raise ValueError(f"column {self.name!r}: unknown transform {self.transform!r}")
+            if self.dtype not in ("float", "int"):
+                raise ValueError(f"column {self.name!r}: dtype must be 'float' or 'int'")
         elif self.kind == "categorical":
             if len(self.categories) == 0:
                 raise ValueError(f"categorical column {self.name!r} needs a category list")
@@ -129,8 +137,9 @@ def numeric(
     transform: Literal["linear", "log"] = "linear",
     nullable: bool = False,
     note: str = "",
+    dtype: Literal["float", "int"] = "float",
 ) -> ColumnSpec:
-    """Shorthand for a numeric :class:`ColumnSpec` with public bounds ``[lo, hi]``."""
+    """Shorthand for a numeric `ColumnSpec` with public bounds ``[lo, hi]``."""
     return ColumnSpec(
         name,
         "numeric",
@@ -138,13 +147,14 @@ def numeric(
         transform=transform,
         nullable=nullable,
         note=note,
+        dtype=dtype,
     )
 
 
 def categorical(
     name: str, categories: Sequence[str], *, nullable: bool = False, note: str = ""
 ) -> ColumnSpec:
-    """Shorthand for a categorical :class:`ColumnSpec` over a public category list."""
+    """Shorthand for a categorical `ColumnSpec` over a public category list."""
     return ColumnSpec(
         name, "categorical", categories=tuple(categories), nullable=nullable, note=note
     )
@@ -165,14 +175,20 @@ def _canonical_token(tok: str) -> str | None:
 class TabularSchema:
     """Ordered public column specs of a tabular dataset and their layout in ``x``.
 
-    Build with :meth:`from_columns`; ``columns[i].slice`` is the block of ``x``
-    encoding raw column ``i``; ``n_features`` is ``x.shape[1]``.
+    Build with `from_columns`; ``columns[i].slice`` is the block of ``x``
+    encoding raw column ``i``; ``n_features`` is ``x.shape[1]``. ``classes``
+    is the public list of label values (class ``i`` is ``classes[i]``); empty
+    when the labels are already integers ``0..C-1``. ``source`` is
+    ``"public"`` for a hand-written schema and ``"data"`` for one inferred from
+    the private table (`privkernels.data.frames.infer_schema`).
     """
 
     name: str
     columns: tuple[ColumnSpec, ...]
     label: str = "label"
     description: str = ""
+    classes: tuple[str, ...] = ()
+    source: Literal["public", "data"] = "public"
 
     @classmethod
     def from_columns(
@@ -182,6 +198,8 @@ class TabularSchema:
         *,
         label: str = "label",
         description: str = "",
+        classes: Sequence[str] = (),
+        source: Literal["public", "data"] = "public",
     ) -> TabularSchema:
         """Assign consecutive slices to ``columns`` (in order)."""
         placed = []
@@ -193,7 +211,107 @@ class TabularSchema:
             seen.add(c.name)
             placed.append(dataclasses.replace(c, start=pos, stop=pos + c.width))
             pos += c.width
-        return cls(name=name, columns=tuple(placed), label=label, description=description)
+        if len(set(classes)) != len(tuple(classes)):
+            raise ValueError("duplicate label classes")
+        if source not in ("public", "data"):
+            raise ValueError(f"source must be 'public' or 'data', got {source!r}")
+        return cls(
+            name=name,
+            columns=tuple(placed),
+            label=label,
+            description=description,
+            classes=tuple(str(c) for c in classes),
+            source=source,
+        )
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (the format `from_dict` and the CLI's ``--schema`` read)."""
+        cols: list[dict[str, Any]] = []
+        for c in self.columns:
+            d: dict[str, Any] = {"name": c.name, "kind": c.kind}
+            if c.kind == "numeric":
+                d.update(bounds=list(c.bounds or ()), transform=c.transform, dtype=c.dtype)
+            else:
+                d["categories"] = list(c.categories)
+            d.update(nullable=c.nullable, note=c.note)
+            cols.append(d)
+        return {
+            "name": self.name,
+            "label": self.label,
+            "classes": list(self.classes),
+            "description": self.description,
+            "source": self.source,
+            "columns": cols,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TabularSchema:
+        """Inverse of `to_dict`; unknown keys are an error (a typo is not ignored)."""
+        top = {"name", "label", "classes", "description", "source", "columns"}
+        col_keys = {
+            "name",
+            "kind",
+            "bounds",
+            "transform",
+            "dtype",
+            "categories",
+            "nullable",
+            "note",
+        }
+        extra = set(data) - top
+        if extra:
+            raise ValueError(f"unknown schema key(s) {sorted(extra)}; allowed {sorted(top)}")
+        if not isinstance(data.get("columns"), Sequence) or not data["columns"]:
+            raise ValueError("a schema needs a non-empty 'columns' list")
+        label = str(data.get("label", "label"))
+        classes = tuple(data.get("classes", ()))
+        cols = []
+        for c in data["columns"]:
+            if (
+                c.get("name") == label
+            ):  # the label listed as a column: its categories are the classes
+                if c.get("kind") != "categorical" or (
+                    classes and tuple(c["categories"]) != classes
+                ):
+                    raise ValueError(f"label column {label!r} must be categorical (its categories "
+                                     "are the public classes)")  # fmt: skip
+                classes = tuple(c["categories"])
+                continue
+            bad = set(c) - col_keys
+            if bad:
+                raise ValueError(f"column {c.get('name')!r}: unknown key(s) {sorted(bad)}")
+            if c.get("kind") == "numeric":
+                b = c.get("bounds")
+                if b is None or len(b) != 2:
+                    raise ValueError(f"numeric column {c.get('name')!r} needs bounds [lo, hi]")
+                cols.append(numeric(str(c["name"]), b[0], b[1], transform=c.get("transform", "linear"),
+                                    nullable=bool(c.get("nullable", False)), note=c.get("note", ""),
+                                    dtype=c.get("dtype", "float")))  # fmt: skip
+            else:
+                cols.append(ColumnSpec(str(c["name"]), c.get("kind"),  # type: ignore[arg-type]
+                                       categories=tuple(str(v) for v in c.get("categories", ())),
+                                       nullable=bool(c.get("nullable", False)),
+                                       note=c.get("note", "")))  # fmt: skip
+        return cls.from_columns(
+            str(data.get("name", "table")),
+            cols,
+            label=label,
+            description=str(data.get("description", "")),
+            classes=classes,
+            source=data.get("source", "public"),
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write `to_dict` as JSON."""
+        p = Path(path)
+        p.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TabularSchema:
+        """Read a schema written by `save` (or by hand in that format)."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
 
     # ------------------------------------------------------------------ queries
     @property

@@ -3,7 +3,7 @@
 Every generator takes ``seed_or_key``: a Python int (NumPy ``default_rng(seed)``)
 or a ``jax.random`` key (typed or raw), from which a NumPy seed is derived with
 ``jax.random.bits``; the same seed/key always gives the same data. Outputs are
-:class:`~privkernels.data.base.Dataset` records with NumPy arrays.
+`Dataset` records with NumPy arrays.
 """
 
 from __future__ import annotations

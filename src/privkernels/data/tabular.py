@@ -1,9 +1,9 @@
 """Tabular datasets of DP-NTK Table 4 / DP-KIP Table 5, read from raw UCI/KDD files.
 
-Every dataset has a hand-written public :class:`~privkernels.data.schema.TabularSchema`
+Every dataset has a hand-written public `TabularSchema`
 (column names and kinds, category lists from the ``.names`` files / documentation,
 numeric bounds from domain knowledge). The default encoding uses only that
-schema, so it is data-independent; see :mod:`privkernels.data.schema` for the rules
+schema, so it is data-independent; see `privkernels.data.schema` for the rules
 (clip + scale numerics to [0, 1], one-hot categoricals, unseen category ->
 all-zero block, missing -> indicator column / explicit ``<missing>`` level).
 
@@ -26,7 +26,7 @@ credit     tabular/credit/creditcard.csv (or creditcard.csv.gz)                 
 =========  ======================================================================  ===========
 
 "derived" splits: the file has no official test part, so ``split="train"`` /
-``"test"`` come from :func:`~privkernels.data.base.stratified_split_indices`
+``"test"`` come from `stratified_split_indices`
 (per-class permutation seeded by ``split_seed``, default 0, ``test_fraction``
 default 0.2). It depends only on the seed and the class sizes, never on feature
 values. ``split="all"`` returns the whole file.
@@ -35,7 +35,7 @@ Labels: adult ``>50K`` -> 1 (trailing ``.`` of adult.test stripped); census
 ``50000+`` -> 1; cervical ``Biopsy``; epileptic ``y == 1`` (seizure) -> 1 else 0
 (as DP-HP / DP-NTK; ``binary=False`` keeps 5 classes ``y - 1``); intrusion: attack
 name -> {normal, dos, probe, r2l, u2r} via ``training_attack_types.txt`` plus the
-static table :data:`TEST_ONLY_ATTACKS` for attacks that appear only in
+static table `TEST_ONLY_ATTACKS` for attacks that appear only in
 ``corrected.gz``; covtype ``Cover_Type - 1`` (7 classes); isolet: vowel
 (A, E, I, O, U) -> 1 vs consonant -> 0 (``binary=False``: 26 letters);
 credit ``Class`` (fraud -> 1).

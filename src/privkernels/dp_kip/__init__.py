@@ -9,19 +9,19 @@ loss w.r.t. the support, clipped to ``C``, summed, Gaussian noise, an optax step
 
 Modules, one concept each:
 
-* :mod:`~privkernels.dp_kip.kernels` -- ScatterNet, FC-NTK and e-NTK kernels;
-* :mod:`~privkernels.dp_kip.krr` -- the KRR solve, predictions and the loss;
-* :mod:`~privkernels.dp_kip.grads` -- per-example gradients (adjoint, vmap);
-* :mod:`~privkernels.dp_kip.clipped_sums` -- the clipped-sum strategies
+* `kernels` -- ScatterNet, FC-NTK and e-NTK kernels;
+* `krr` -- the KRR solve, predictions and the loss;
+* `grads` -- per-example gradients (adjoint, vmap);
+* `clipped_sums` -- the clipped-sum strategies
   (Gram form, feature space, explicit), chosen once per run;
-* :mod:`~privkernels.dp_kip.init` -- data-independent support initialisations;
-* :mod:`~privkernels.dp_kip.train` -- config, state and the pure ``train_step``;
-* :mod:`~privkernels.dp_kip.fitting` -- :func:`fit` and :func:`configure`;
-* :mod:`~privkernels.dp_kip.result` -- the release, ``save``/:func:`load`, :func:`predict`.
+* `init` -- data-independent support initialisations;
+* `train` -- config, state and the pure ``train_step``;
+* `fitting` -- `fit` and `configure`;
+* `result` -- the release, ``save``/`load`, `predict`.
 
 Privacy: the Poisson-subsampled Gaussian mechanism composed over
 ``epochs * round(1 / q)`` steps, calibrated and accounted by the privacy core
-(:func:`privkernels.privacy.dpsgd_plan`, PLD by default) under
+(`privkernels.privacy.dpsgd_plan`, PLD by default) under
 ``neighbouring="replace-one"`` (default; n public) or ``"add-remove"`` (a
 public sampling rate; n never used in the release).
 """

@@ -2,16 +2,16 @@
 
 DP-KIP (Vinaroz & Park, Alg. 1 lines 5-7) clips each target example's
 gradient w.r.t. the support to norm ``C`` and sums over the Poisson batch.
-Four strategies compute that sum; :func:`choose_strategy` picks one ONCE,
+Four strategies compute that sum; `choose_strategy` picks one ONCE,
 from public settings, before the training step is built
-(:func:`clipped_sum_fn` turns the name into the function):
+(`clipped_sum_fn` turns the name into the function):
 
 * ``"gram"`` -- FC-NTK (a dot-product kernel) in input space: exact, in Gram
-  form, without the ``(b, m, d)`` per-example gradients (:func:`gram_clipped_sum`);
+  form, without the ``(b, m, d)`` per-example gradients (`gram_clipped_sum`);
 * ``"feature"`` -- linear-feature kernels with ``clip_space="feature"``:
-  closed form w.r.t. the support features (:func:`feature_clipped_sum`);
+  closed form w.r.t. the support features (`feature_clipped_sum`);
 * ``"adjoint"`` -- explicit per-example gradients by KRR adjoints, then
-  :func:`privkernels.privacy.clip_per_example` (corrupted pixels, e-NTK in
+  `privkernels.privacy.clip_per_example` (corrupted pixels, e-NTK in
   input space, ScatterNet in input space);
 * ``"vmap"`` -- ``vmap(grad)`` per-example gradients (the reference);
 * ``"exact"`` -- the non-private baseline: the plain gradient of the summed loss.
@@ -19,7 +19,7 @@ from public settings, before the training step is built
 All of them zero the rows of padding and of examples whose norm is not
 finite with ``where`` before any product, and the closed forms clip against a
 cancellation-safe upper bound of the norm
-(:func:`privkernels.privacy.clipping.safe_norms`).
+(`privkernels.privacy.clipping.safe_norms`).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def feature_clipped_sum(
     so per-example norms and the clipped sum need only ``O(b m f)`` work and
     the ``(b, m, f)`` per-example gradients are never materialised. Equal to
     ``clip_per_example(vmap(grad))`` (tested). The norm used for clipping is
-    cancellation-safe (:func:`privkernels.privacy.clipping.safe_norms` with
+    cancellation-safe (`privkernels.privacy.clipping.safe_norms` with
     ``M_i = 2||v_i|| ||e_i|| + 2||u_i|| ||w_i|| + |gamma_i| ||S||_F``) and rows
     that are padding or not finite are zeroed before any product.
 
@@ -151,7 +151,7 @@ def gram_norm_terms(
     y_t: jax.Array,
     ridge: float,
 ) -> GramTerms:
-    """The per-target terms of :func:`gram_clipped_sum` (see there for the derivation)."""
+    """The per-target terms of `gram_clipped_sum` (see there for the derivation)."""
     m, d = x_s.shape
     gram = x_s @ x_s.T
     gram = 0.5 * (gram + gram.T)
@@ -246,7 +246,7 @@ def gram_clipped_sum(
         Gamma_i = dl_i/dG  (m, m),   b_i = dl_i/dh_i  (m,),
 
     with ``dl_i/dK_ss`` and ``dl_i/dk_i`` from the explicit KRR adjoints of
-    :func:`privkernels.dp_kip.grads.adjoint_grads`, pulled back through the element-wise map
+    `privkernels.dp_kip.grads.adjoint_grads`, pulled back through the element-wise map
     ``G -> K``. Then::
 
         ||g_i||^2 = sum((S_i G) * S_i) + 2 b_i . (S_i h_i) + ||b_i||^2 ||x_i||^2
@@ -260,7 +260,7 @@ def gram_clipped_sum(
     entries whose effects cancel in ``g_i``: the closed-form ``||g_i||^2`` is
     then a small difference of huge terms, can come out far too small, and an
     unclipped example would move the sum by many times ``C``. The clip factor
-    therefore uses :func:`privkernels.privacy.clipping.safe_norms`: the
+    therefore uses `privkernels.privacy.clipping.safe_norms`: the
     computed square plus its rounding-error bound, relative to
     ``M_i = ||S_i||_F ||X_s||_F + ||b_i|| ||x_i|| >= ||g_i||`` (sums of squares,
     no cancellation). Examples whose norm is not finite, and padding rows, are

@@ -48,6 +48,25 @@ __all__ = ["fit", "configure"]
 
 CHECKPOINT_FORMAT = "privkernels.dp_kip.checkpoint/1"
 
+#: Per-kernel defaults of ``learning_rate``, ``clip_norm`` and ``relative_reg``.
+#: fc_ntk: chosen on a validation split of the MNIST/FashionMNIST TRAINING sets
+#: at eps=1 with per-image standardised inputs (``scripts/dp_kip_fcntk_sweep.py``);
+#: scatternet: the paper's Appendix D learning rate and ridge for MNIST, with the
+#: clip norm of the quick benchmark profile (inputs ``2 x - 1``); entk: the quick
+#: profile's values. See ``docs/benchmarks.md``.
+KERNEL_DEFAULTS: dict[str, dict[str, float]] = {
+    "fc_ntk": {"learning_rate": 3e-2, "clip_norm": 1e-1, "relative_reg": 1e-6},
+    "scatternet": {"learning_rate": 1e-1, "clip_norm": 1e-3, "relative_reg": 1e-3},
+    "entk": {"learning_rate": 1e-2, "clip_norm": 1e-2, "relative_reg": 1e-6},
+}
+
+#: ``batch_size=None``: ``min(DEFAULT_BATCH_SIZE, n)`` (the paper's most common batch size).
+DEFAULT_BATCH_SIZE = 500
+
+#: With ``progress=True`` an epoch runs as this many compiled segments, so the bar
+#: moves within an epoch (a handful of host syncs per epoch; no result changes).
+PROGRESS_UPDATES = 10
+
 
 def fit(
     key: Any,
@@ -62,13 +81,13 @@ def fit(
     resume: bool = False,
     progress: bool = True,
     kernel: Literal["scatternet", "fc_ntk", "entk"] = "scatternet",
-    support_per_class: int,
-    batch_size: int,
-    epochs: int,
-    learning_rate: float = 1e-2,
-    relative_reg: float = 1e-6,
+    support_per_class: int = 10,
+    batch_size: int | None = None,
+    epochs: int = 10,
+    learning_rate: float | None = None,
+    relative_reg: float | None = None,
     jitter: float = 0.0,
-    clip_norm: float = 1.0,
+    clip_norm: float | None = None,
     clip_space: Literal["auto", "input", "feature"] = "auto",
     init: Any = "gaussian",
     neighbouring: Literal["replace-one", "add-remove"] = "replace-one",
@@ -95,21 +114,21 @@ def fit(
       epsilon, delta: target budget; ``epsilon=None``: the non-private KIP baseline.
       n_classes: number of classes; None reads ``max(y) + 1`` with a
         ``PrivacyLeakWarning`` and a report note.
-      mesh: a device mesh over the example axis (:mod:`privkernels.sharding`):
+      mesh: a device mesh over the example axis (`privkernels.sharding`):
         every device samples, gathers and clips its own rows and the clipped
         sums are added before the noise (drawn once, from the step's key). ``x``
         and ``y`` may be global arrays sharded over the mesh.
       checkpoint_path, resume: an ``.npz`` written after every epoch and on
         ``KeyboardInterrupt``; ``resume=True`` continues it (same settings).
       progress: a progress bar over steps.
-      kernel ... grad_method: the run's settings, documented in :func:`configure`.
+      kernel ... grad_method: the run's settings, documented in `configure`.
       x_test, y_test: optional *public* test set, evaluated every ``eval_every`` epochs.
       diagnostics: record the un-noised loss, clip fraction and batch sizes
         (NOT private: ``PrivacyLeakWarning``).
       max_steps: stop after this many steps in total; the report covers them.
 
     Returns:
-      :class:`DPKIPResult`.
+      `DPKIPResult`.
 
     Raises:
       ValueError: on bad input (TypeError on wrong kinds), before any noise is drawn.
@@ -217,13 +236,13 @@ def configure(
     epsilon: float | None,
     delta: float = 1e-5,
     kernel: str = "scatternet",
-    support_per_class: int,
-    batch_size: int,
-    epochs: int,
-    learning_rate: float = 1e-2,
-    relative_reg: float = 1e-6,
+    support_per_class: int = 10,
+    batch_size: int | None = None,
+    epochs: int = 10,
+    learning_rate: float | None = None,
+    relative_reg: float | None = None,
     jitter: float = 0.0,
-    clip_norm: float = 1.0,
+    clip_norm: float | None = None,
     clip_space: str = "auto",
     init: Any = "gaussian",
     neighbouring: str = "replace-one",
@@ -238,9 +257,9 @@ def configure(
 ) -> tuple[DPKIPConfig, DPSGDPlan | None, Any]:
     """The validated ``(config, DP-SGD plan, optax optimizer)`` of a run, without data.
 
-    The settings of :func:`fit`, plus the public shapes: ``n`` (the number of
+    The settings of `fit`, plus the public shapes: ``n`` (the number of
     rows; under add-remove only used to size arrays), ``input_shape`` and
-    ``n_classes``. Use it with :func:`~privkernels.dp_kip.make_trainer` to drive
+    ``n_classes``. Use it with `make_trainer` to drive
     ``train_step`` yourself.
 
     Args:
@@ -248,14 +267,19 @@ def configure(
       kernel: ``"scatternet"``, ``"fc_ntk"`` or ``"entk"``; options in ``kernel_options``
         (fc_ntk ``depth/W_std/b_std``; scatternet ``J/L/group_norm``; entk ``normalize``).
       support_per_class: distilled points per class (``m = spc * c``).
-      batch_size: expected Poisson batch size, the public normaliser of the noisy sum.
+      batch_size: expected Poisson batch size, the public normaliser of the noisy sum;
+        None: ``min(500, n)`` (replace-one; add-remove needs it given).
       epochs: ``steps = epochs * round(1 / q)``.
       learning_rate: Adam step size (unless ``optimizer`` is given).
       relative_reg, jitter: ridge ``lambda = (relative_reg + jitter) tr(K_ss) / m`` (eq. 3).
       clip_norm: per-example L2 bound ``C``.
+        ``learning_rate``, ``relative_reg``, ``clip_norm``: None takes the kernel's
+        entry of ``KERNEL_DEFAULTS`` (chosen on validation data, see there).
       clip_space: ``"input"`` (paper), ``"feature"`` (linear-feature kernels: clip
-        w.r.t. the support features, noise there, one VJP to pixels; same
-        guarantee) or ``"auto"`` (``"input"``; ``"feature"`` for entk).
+        w.r.t. the support features, noise there, one VJP to pixels; the same
+        (epsilon, delta) guarantee for the same neighbours) or ``"auto"``
+        (``"feature"`` for scatternet and entk, orders of magnitude faster;
+        ``"input"`` for fc_ntk and with ``learn_labels``).
       init: ``"gaussian"`` or a callable ``init(key, m, input_shape)`` that reads
         no private data.
       neighbouring: ``"replace-one"`` (n public, q = batch_size / n) or
@@ -276,6 +300,7 @@ def configure(
     args = dict(locals())
     budget = as_budget(epsilon, delta)
     q, space = _check_settings(args, int(n), budget is not None)
+    batch_size = args["batch_size"]
     if learn_labels and budget is not None:
         raise ValueError("learn_labels=True is only allowed with epsilon=None (labels stay fixed)")
     probe = make_kernel(
@@ -349,7 +374,14 @@ _ENTK_PROBE = "probe"
 
 def _check_settings(args: dict[str, Any], n: int, private: bool) -> tuple[float, str]:
     """The numeric settings; returns ``(q, clip space)``."""
-    batch_size = check_int(args["batch_size"], "batch_size", minimum=1)
+    if args["batch_size"] is None:  # n is public under replace-one (the default relation)
+        if args["neighbouring"] == "add-remove":
+            raise ValueError("neighbouring='add-remove' needs an explicit (public) batch_size")
+        args["batch_size"] = min(DEFAULT_BATCH_SIZE, n)
+    batch_size = args["batch_size"] = check_int(args["batch_size"], "batch_size", minimum=1)
+    for name, value in KERNEL_DEFAULTS[args["kernel"]].items():
+        if args[name] is None:
+            args[name] = value
     args["relative_reg"] = check_nonnegative(args["relative_reg"], "relative_reg")
     args["jitter"] = check_nonnegative(args["jitter"], "jitter")
     if args["relative_reg"] + args["jitter"] <= 0:
@@ -387,8 +419,9 @@ def _check_settings(args: dict[str, Any], n: int, private: bool) -> tuple[float,
     space = args["clip_space"]
     if space not in ("auto", "input", "feature"):
         raise ValueError(f"clip_space must be 'auto', 'input' or 'feature', got {space!r}")
-    if space == "auto":  # e-NTK in pixel space needs second-order LeNet Jacobians
-        space = "feature" if args["kernel"] == "entk" else "input"
+    if space == "auto":  # pixel-space clipping of a feature kernel: m VJPs per target
+        feature_kernel = args["kernel"] in ("entk", "scatternet")
+        space = "feature" if feature_kernel and not args["learn_labels"] else "input"
     if space == "feature" and args["learn_labels"]:
         raise ValueError("learn_labels is only supported with clip_space='input'")
     return q, space
@@ -478,23 +511,38 @@ def _train(
     progress: bool,
     diagnostics: bool,
 ) -> State:
-    """Epoch loop: one compiled scan per epoch, then history, evaluation and a checkpoint."""
+    """Epoch loop: compiled scans (one per epoch; ``PROGRESS_UPDATES`` per epoch with a
+    progress bar), then history, evaluation and a checkpoint at every epoch's end.
+
+    Step ``t`` draws its batch and noise from ``fold_in(k_train, t)`` whatever the
+    segment it runs in, so the segmenting changes no result.
+    """
     cfg = trainer.config
     per_epoch = cfg.steps_per_epoch
+    segment = -(-per_epoch // PROGRESS_UPDATES) if progress else per_epoch
     t0 = time.perf_counter()
     bar = _progress_bar(progress, cfg, int(state.step))
+    infos: list[Any] = []
     try:
         while int(state.step) < stop_at:
             done = int(state.step)
-            count = min(per_epoch - done % per_epoch, stop_at - done)
+            count = min(segment, per_epoch - done % per_epoch, stop_at - done)
             new_state, info = trainer.run_steps(state, *data, k_train, count)
             _check_support(new_state)
             state = new_state  # one assignment commits (state, step) together
-            _log_epoch(history, state, info, cfg, t0, stop_at, evaluate, eval_every, diagnostics)
-            _save(checkpoint_path, state, cfg, history)
+            infos.append(info)
             if bar is not None:
                 bar.update(count)
-                if evaluate is not None and not math.isnan(history["test_accuracy"][-1]):
+            done = int(state.step)
+            if done % per_epoch and done < stop_at:
+                continue  # mid-epoch: progress only
+            epoch_info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *infos)
+            infos = []
+            _log_epoch(history, state, epoch_info, cfg, t0, stop_at, evaluate, eval_every,
+                       diagnostics)  # fmt: skip
+            _save(checkpoint_path, state, cfg, history)
+            if bar is not None and evaluate is not None:
+                if not math.isnan(history["test_accuracy"][-1]):
                     bar.set_postfix(test_acc=f"{history['test_accuracy'][-1]:.4f}")
     except KeyboardInterrupt:
         _save(checkpoint_path, state, cfg, history)

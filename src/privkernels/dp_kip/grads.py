@@ -2,8 +2,8 @@
 
 Two ways, same values (tested against each other and a Python loop):
 
-* :func:`vmap_grads` -- ``vmap`` over targets of ``grad`` (the reference);
-* :func:`adjoint_grads` -- explicit adjoints of the KRR solve: everything that
+* `vmap_grads` -- ``vmap`` over targets of ``grad`` (the reference);
+* `adjoint_grads` -- explicit adjoints of the KRR solve: everything that
   depends only on the support (``K_ss``, its Cholesky factor, ``alpha``) is
   computed once and only linear maps are batched over the targets.
 
@@ -35,9 +35,9 @@ def vmap_grads(
     y_t: jax.Array,
     ridge: float,
 ) -> tuple[jax.Array, jax.Array]:
-    """Reference path: ``vmap`` over targets of ``grad`` of :func:`_loss_one`.
+    """Reference path: ``vmap`` over targets of ``grad`` of `_loss_one`.
 
-    ``t`` is the target representation (:func:`privkernels.dp_kip.krr.support_repr`). Returns the
+    ``t`` is the target representation (`privkernels.dp_kip.krr.support_repr`). Returns the
     per-example gradients ``(b, m, *input_shape)`` and losses ``(b,)``.
     """
     fn = partial(loss_one, spec=spec, space="input", ridge=ridge)
@@ -57,7 +57,7 @@ def adjoint_grads(
 ) -> tuple[jax.Array, jax.Array]:
     """Per-example KRR gradients w.r.t. the support inputs by explicit adjoints.
 
-    Same values as :func:`vmap_grads` (up to float rounding; tested), much
+    Same values as `vmap_grads` (up to float rounding; tested), much
     cheaper: everything that depends only on the support -- ``K_ss``, the
     Cholesky factor, ``alpha`` -- is computed once, and only *linear* maps
     (vector-Jacobian products of the kernel / feature map) are batched over the
@@ -85,11 +85,11 @@ def adjoint_grads(
     ``(x_i, y_i)`` and the support: no cross-example mixing, so per-example
     clipping bounds each example's contribution exactly as with ``vmap(grad)``.
     ``rho`` includes ``FALLBACK_JITTER`` when the fallback factorisation is
-    taken, exactly as in :func:`_cholesky_with_fallback`.
+    taken, exactly as in `_cholesky_with_fallback`.
 
     Args:
       x_s: ``(m, *input_shape)`` support; y_s: ``(m, c)``.
-      t: ``(b, ...)`` target representation (:func:`privkernels.dp_kip.krr.support_repr`: flat inputs
+      t: ``(b, ...)`` target representation (`privkernels.dp_kip.krr.support_repr`: flat inputs
         for kernel kinds, features ``(b, f)`` for feature kinds); y_t: ``(b, c)``.
       ridge: ``reg + jitter`` (relative to ``tr(K_ss)/m``).
 
@@ -150,7 +150,7 @@ def per_example_grads(
     """Per-target-example gradients ``(b, m, *input_shape)`` of the KRR loss w.r.t. ``x_s``.
 
     ``method="adjoint"`` (default): explicit adjoints of the KRR solve, with the
-    support-side quantities computed once (see :func:`adjoint_grads`).
+    support-side quantities computed once (see `adjoint_grads`).
     ``method="vmap"``: ``vmap`` over target examples of ``grad`` (the reference).
     Both give example ``i``'s gradient from ``(x_i, y_i)`` alone. Wrap in
     ``jax.jit`` (closing over ``spec``) for speed.

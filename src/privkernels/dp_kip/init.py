@@ -7,7 +7,7 @@ here can (an initialiser sees only ``(key, m, input_shape)``).
 
 * ``"gaussian"`` -- ``N(0, I)`` pixels (the paper's private setting).
 
-:func:`resolve_init` also accepts a callable ``init(key, m, input_shape) ->
+`resolve_init` also accepts a callable ``init(key, m, input_shape) ->
 (m, *input_shape)``: it must not read private data; the report records it as
 a user-supplied initialiser.
 """

@@ -1,6 +1,6 @@
 """DP-KIP kernels: ScatterNet features, the infinite FC-NTK, the e-NTK of a LeNet.
 
-Vinaroz & Park, Sec. 3.3 and App. C. A :class:`KernelSpec` is either a linear
+Vinaroz & Park, Sec. 3.3 and App. C. A `KernelSpec` is either a linear
 kernel of a fixed feature map (``kind="features"``: ScatterNet, e-NTK; the KRR
 solve can then run in feature space and clipping can happen there) or a
 kernel function (``kind="kernel"``: FC-NTK, with its Gram form enabling exact
@@ -31,7 +31,7 @@ class KernelSpec:
     """A kernel for KIP.
 
     Attributes:
-      name: one of :data:`KERNELS`.
+      name: one of `KERNELS`.
       kind: ``"features"`` (linear kernel of ``feature_fn``) or ``"kernel"``.
       options: the resolved options (JSON-friendly).
       feature_fn: ``(b, *input_shape) -> (b, f)`` (``kind == "features"``).
@@ -41,7 +41,7 @@ class KernelSpec:
       gram_fn: for dot-product kernels, ``(gram (n1, n2), sq1 (n1,), sq2 (n2,)) ->
         (n1, n2)``, the kernel as a function of the flattened inputs' inner
         products and squared norms; enables the exact Gram-form input-space
-        clipping (:func:`_gram_clipped_sum`). None otherwise.
+        clipping (`_gram_clipped_sum`). None otherwise.
     """
 
     name: str

@@ -6,8 +6,8 @@ The loss of one target example ``(x_i, y_i)`` is::
     lambda      = reg * tr(K_ss) / m                  (paper Sec. 3.2)
 
 ``reg`` here is the *relative* ridge of the paper (``relative_reg`` in
-:func:`privkernels.dp_kip.fit`). Ridge solves go through
-:func:`privkernels.linalg.ridge_cholesky` with the fallback shift
+`privkernels.dp_kip.fit`). Ridge solves go through
+`privkernels.linalg.ridge_cholesky` with the fallback shift
 ``FALLBACK_JITTER * tr(K_ss) / m`` for a numerically singular ``K_ss`` (it
 only depends on the support set, which is already private). For
 linear-feature kernels the solve runs in the smaller of the support size ``m``
@@ -70,10 +70,10 @@ def krr_adjoint_terms(
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Per-target KRR quantities shared by the explicit-adjoint gradients.
 
-    ``A = K_ss + rho tr(K_ss)/m I`` (:func:`ridge_factor`), ``alpha = A^{-1} Y_s``.
+    ``A = K_ss + rho tr(K_ss)/m I`` (`ridge_factor`), ``alpha = A^{-1} Y_s``.
     Returns ``(r (b, c), u (b, m), v (b, m), rho)`` with ``r_i = alpha^T k_i - y_i``,
     ``u_i = A^{-1} k_i``, ``v_i = alpha r_i`` (see
-    :func:`privkernels.dp_kip.grads.adjoint_grads`).
+    `privkernels.dp_kip.grads.adjoint_grads`).
     """
     chol, _, rho = ridge_factor(k_ss, ridge)
     alpha = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)

@@ -26,21 +26,21 @@ from privkernels.privacy.report import PrivacyReport
 
 __all__ = ["DPKIPResult", "load", "predict", "predict_labels", "accuracy", "FORMAT"]
 
-#: File format name and version of :meth:`DPKIPResult.save`.
+#: File format name and version of `DPKIPResult.save`.
 FORMAT = "privkernels.dp_kip.result/1"
 
 
 @dataclasses.dataclass(frozen=True)
 class DPKIPResult:
-    """Output of :func:`privkernels.dp_kip.fit`.
+    """Output of `privkernels.dp_kip.fit`.
 
     Attributes:
       support_x: ``(m, *input_shape)`` float32 distilled inputs (the DP release).
       support_y: ``(m,)`` int32 class of each support point (data independent).
       support_targets: ``(m, c)`` float32 KRR targets (centred one-hot, or the
         learned labels in the non-private ``learn_labels`` mode).
-      report: the :class:`~privkernels.privacy.report.PrivacyReport`.
-      config: the typed :class:`~privkernels.dp_kip.DPKIPConfig` of the run.
+      report: the `PrivacyReport`.
+      config: the typed `DPKIPConfig` of the run.
       history: per-epoch lists (``epoch``, ``step``, ``seconds``; ``test_accuracy``,
         ``test_loss`` with a public test set; ``train_loss``, ``clip_fraction``,
         ``batch_sizes`` with ``diagnostics=True``, which are NOT private).
@@ -80,7 +80,7 @@ class DPKIPResult:
 
 
 def load(path: str | os.PathLike[str]) -> DPKIPResult:
-    """Read a :class:`DPKIPResult` written by :meth:`DPKIPResult.save`.
+    """Read a `DPKIPResult` written by `DPKIPResult.save`.
 
     The stored report is checked against the stored config (same budget and
     steps), so a file whose report was edited apart from its release is refused.
@@ -190,7 +190,7 @@ def predict(result: DPKIPResult, x: Any, *, chunk_size: int = 1000) -> np.ndarra
 
 
 def predict_labels(result: DPKIPResult, x: Any, *, chunk_size: int = 1000) -> np.ndarray:
-    """Argmax of :func:`predict`: ``(n,)`` int32 class labels."""
+    """Argmax of `predict`: ``(n,)`` int32 class labels."""
     return np.argmax(predict(result, x, chunk_size=chunk_size), axis=-1).astype(np.int32)
 
 

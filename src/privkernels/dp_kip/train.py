@@ -1,18 +1,18 @@
 """DP-KIP training as state + step (Vinaroz & Park, Algorithm 1).
 
-* :class:`DPKIPConfig` -- every public setting of a run, typed and JSON-able.
-* :class:`State` -- what changes: support parameters, optimiser state, the
+* `DPKIPConfig` -- every public setting of a run, typed and JSON-able.
+* `State` -- what changes: support parameters, optimiser state, the
   fixed support targets and frozen-pixel mask, and the step counter.
-* :func:`make_trainer` -- builds the pure, jitted
+* `make_trainer` -- builds the pure, jitted
   ``train_step(state, batch, key) -> (state, StepInfo)`` (one noisy step, usable
-  without :func:`~privkernels.dp_kip.fit`) and ``run_steps``, which samples
-  ``T`` Poisson batches ahead (:func:`privkernels.privacy.poisson_schedule`:
+  without `fit`) and ``run_steps``, which samples
+  ``T`` Poisson batches ahead (`privkernels.privacy.poisson_schedule`:
   the batch sizes depend only on keys) and runs them as ONE compiled
   ``lax.scan`` with no device-to-host traffic inside.
 
 One step (Alg. 1 lines 4-9): the batch's clipped per-example gradients are
-summed by the strategy chosen once (:mod:`~privkernels.dp_kip.clipped_sums`),
-the privacy core adds ``N(0, (sigma C)^2 I)`` (:class:`~privkernels.privacy.DPSGDPlan`),
+summed by the strategy chosen once (`clipped_sums`),
+the privacy core adds ``N(0, (sigma C)^2 I)`` (`DPSGDPlan`),
 the sum is divided by the public normaliser ``batch_size`` and an optax
 step follows. Keys: step ``t`` uses ``fold_in(k_train, t)``, split into the
 sampling key and the noise key.
@@ -42,7 +42,7 @@ __all__ = ["DPKIPConfig", "State", "Batch", "StepInfo", "Trainer", "make_trainer
 
 @dataclasses.dataclass(frozen=True)
 class DPKIPConfig(ConfigMixin):
-    """The public settings of a DP-KIP run (what :meth:`DPKIPResult.save` stores).
+    """The public settings of a DP-KIP run (what `DPKIPResult.save` stores).
 
     ``relative_reg`` is the paper's ridge relative to ``tr(K_ss)/m`` (eq. 3);
     ``batch_size`` the public normaliser of the noisy sum; ``n`` the dataset
@@ -121,7 +121,7 @@ class StepInfo(NamedTuple):
 
 
 class Trainer(NamedTuple):
-    """What :func:`make_trainer` returns.
+    """What `make_trainer` returns.
 
     ``train_step(state, batch, key)`` is one jitted noisy step; ``run_steps(state,
     x, y, k_train, T)`` runs steps ``state.step .. state.step + T - 1`` as one scan.
@@ -242,7 +242,7 @@ def _scan_fn(step: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _mesh_scan_fn(step: Callable[..., Any], mesh: Any) -> Callable[..., Any]:
-    """:func:`_scan_fn` over a mesh: each device samples and clips its own rows.
+    """`_scan_fn` over a mesh: each device samples and clips its own rows.
 
     ``include`` ``(T, n_pad)`` is sharded along the rows like ``x``; inside the
     ``shard_map`` each device compacts its rows of step ``t``'s Poisson sample
@@ -348,7 +348,7 @@ def make_trainer(
     ``n`` is the number of private rows (used for sampling, never released under
     add-remove); the data passed to ``run_steps`` holds them followed by one
     public zero row at index ``n``, which padding entries point at. ``min_pad``
-    is the usual padded batch length (:func:`privkernels.privacy.poisson_pad_to`).
+    is the usual padded batch length (`privkernels.privacy.poisson_pad_to`).
 
     With ``mesh``, ``run_steps`` takes the rows sharded over the mesh (no public
     row: each device appends its own) and each device samples, gathers and

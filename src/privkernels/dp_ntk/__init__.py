@@ -5,23 +5,23 @@ Tangent Kernels for Privacy-Preserving Data Generation" (Algorithm 1, Sec. 3).
 
 The method touches the private data exactly once:
 
-1. :func:`private_embedding` releases the class-conditional mean embedding
+1. `private_embedding` releases the class-conditional mean embedding
    ``mu_P = (1/n) sum_i phi(x_i) onehot(y_i)^T`` (eq. 4, shape ``(p, C)``) of
    normalised e-NTK features ``phi(x) = grad_theta f(x) / ||grad_theta f(x)||``
    of a randomly initialised network. Under replace-one neighbours its
    Frobenius sensitivity is ``2/n`` (Prop. 3.1) and the Gaussian mechanism with
-   the analytic-Gaussian noise multiplier (:func:`privkernels.privacy.gaussian_sigma`)
+   the analytic-Gaussian noise multiplier (`privkernels.privacy.gaussian_sigma`)
    privatises it.
 2. Optionally (class-imbalanced data, ``label_mode="released"``)
-   :func:`private_class_proportions` releases the class proportions with
+   `private_class_proportions` releases the class proportions with
    their own Gaussian noise and its own share of the budget.
-3. :func:`fit` trains a generator with Adam to minimise
+3. `fit` trains a generator with Adam to minimise
    ``||mu~_P - mu_Q||_F^2`` (eq. 6), where ``mu_Q`` is the e-NTK mean
    embedding of a fresh batch of generated samples (gradients flow through the
    feature map). This is post-processing: no further privacy cost, however
    many iterations, checkpoints or resumes.
 
-Privacy conventions (also recorded in each :class:`PrivacyReport`):
+Privacy conventions (also recorded in each `PrivacyReport`):
 
 * Neighbouring datasets differ by *replacing* one example, so the dataset
   size ``n`` is the same for both and is treated as public. It is used
@@ -47,21 +47,21 @@ The noisy proportions ``p~`` are then used
   every class, and column ``c`` of its embedding is rescaled by
   ``batch_size / count_c``, so it is the class-conditional mean too. The loss
   compares class-conditional means.
-* to draw the labels of synthetic samples in :func:`sample`.
+* to draw the labels of synthetic samples in `sample`.
 
 With ``label_mode="uniform"`` (balanced image data, the paper's MNIST setup)
 the unweighted embedding (4) is matched by a generator whose labels are drawn
-uniformly (Sec. 3), and :func:`sample` draws labels uniformly.
+uniformly (Sec. 3), and `sample` draws labels uniformly.
 
-Modules: :mod:`~privkernels.dp_ntk.release` (the only reads of private data),
-:mod:`~privkernels.dp_ntk.train` (generator state + step + scan),
-:mod:`~privkernels.dp_ntk.fitting` (:func:`fit`, resume),
-:mod:`~privkernels.dp_ntk.result` (:class:`DPNTKResult`, save/:func:`load`, :func:`sample`).
+Modules: `release` (the only reads of private data),
+`train` (generator state + step + scan),
+`fitting` (`fit`, resume),
+`result` (`DPNTKResult`, save/`load`, `sample`).
 """
 
 from __future__ import annotations
 
-from privkernels.dp_ntk.fitting import default_generator, fit
+from privkernels.dp_ntk.fitting import default_generator, default_network, fit
 from privkernels.dp_ntk.release import private_class_proportions, private_embedding
 from privkernels.dp_ntk.result import DPNTKResult, load, sample
 from privkernels.dp_ntk.train import DPNTKConfig, TrainState, run_steps, train_step
@@ -71,6 +71,7 @@ __all__ = [
     "DPNTKResult",
     "TrainState",
     "default_generator",
+    "default_network",
     "fit",
     "load",
     "private_class_proportions",

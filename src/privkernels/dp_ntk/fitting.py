@@ -18,6 +18,7 @@ import optax
 from privkernels import checkpoint
 from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
+    check_in_range,
     check_int,
     check_key,
     check_positive,
@@ -52,6 +53,14 @@ GEN_NOTE = (
 )
 
 
+def default_network(n_classes: int) -> nn.Module:
+    """``fc_1l(800, out_features=n_classes, layer_norm=True)``: the e-NTK network of the
+    paper's image experiments (Table 5), also the benchmarks' choice."""
+    from privkernels.features import fc_1l
+
+    return fc_1l(800, out_features=n_classes, layer_norm=True)
+
+
 def default_generator(data_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """Conditional CNN for images (rank >= 2 examples), FC tabular generator otherwise."""
     if len(data_shape) >= 2:
@@ -72,7 +81,7 @@ def fit(
     checkpoint_path: str | os.PathLike[str] | None = None,
     resume: bool = False,
     progress: bool = True,
-    network: nn.Module,
+    network: nn.Module | None = None,
     generator: nn.Module | None = None,
     iterations: int | None = None,
     batch_size: int = 5000,
@@ -97,32 +106,34 @@ def fit(
       epsilon, delta: total budget; ``epsilon=None`` -> non-private baseline.
       n_classes: None reads ``max(y) + 1`` (``PrivacyLeakWarning``, report note).
       mesh: a device mesh over the example axis: the embedding is computed over
-        it (:func:`private_embedding`); ``x``/``y`` may be global sharded arrays.
+        it (`private_embedding`); ``x``/``y`` may be global sharded arrays.
         Generator training (post-processing) runs on one device.
       checkpoint_path, resume: an ``.npz`` written every ``checkpoint_every``
         iterations, at the end and on ``KeyboardInterrupt``; ``resume=True``
         continues it WITHOUT reading the data again (its budget must equal the
         checkpoint's; ``iterations`` may extend the run).
       progress: a progress bar with the loss.
-      network: flax module whose e-NTK is the kernel (paper: fc_1l width 800 for MNIST).
-      generator: flax generator ``apply(params, z, onehot)``; default from :func:`default_generator`.
+      network: flax module whose e-NTK is the kernel; default `default_network`
+        (``fc_1l(800)`` with layer norm, one output per class: the paper's MNIST
+        and FashionMNIST network, Table 5).
+      generator: flax generator ``apply(params, z, onehot)``; default from `default_generator`.
       iterations, batch_size, learning_rate: Adam training (Appendix A: 2000, 5000, 0.01 for
         MNIST; ``iterations=None`` -> 2000, or the checkpoint's total when resuming).
       d_code: latent code size (Appendix A: 5 for MNIST/FMNIST).
       label_mode: ``"uniform"`` (balanced data; paper) or ``"released"`` (noisy
         class proportions weight the embedding and drive label sampling).
       split: ``(embedding, labels)`` budget fractions in ``"released"`` mode
-        (:meth:`privkernels.privacy.Budget.split`).
+        (`privkernels.privacy.Budget.split`).
       min_proportion: floor of the noisy proportion when dividing the embedding.
       ntk_params: optional data-independent e-NTK parameters.
-      groups: tabular column groups (for :func:`sample` discretisation); default
+      groups: tabular column groups (for `sample` discretisation); default
         from ``generator.groups`` when present.
       chunk_size, method: passed to the feature core.
       checkpoint_every: checkpoint interval in iterations (also the scan length).
       callback: ``callback(iteration, loss)`` after each iteration.
 
     Returns:
-      :class:`DPNTKResult`.
+      `DPNTKResult`.
     """
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if checkpoint_every is not None:
@@ -137,7 +148,9 @@ def fit(
     budget = as_budget(epsilon, delta)
     cfg = _config(x, n_classes, budget, iterations, batch_size, learning_rate, d_code, label_mode,
                   split, min_proportion, chunk_size, method)  # fmt: skip
+    network = default_network(n_classes) if network is None else network
     generator = default_generator(cfg.data_shape, n_classes) if generator is None else generator
+    _check_generator_range(x, generator)
     groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else groups
     k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
     if ntk_params is None:  # same split as private_embedding uses internally
@@ -152,6 +165,22 @@ def fit(
     result = DPNTKResult(generator, gparams, network, ntk_params, noisy_emb, proportions, report,
                          np.zeros((0,), np.float32), cfg, tuple(groups), 0)  # fmt: skip
     return _train(result, state, ck, checkpoint_every, progress, callback)
+
+
+def _check_generator_range(x: Any, generator: nn.Module) -> None:
+    """Refuse data the generator cannot produce (before any noise): a sigmoid generator
+    matched to pixels in 0..255 learns nothing and no error would say so."""
+    bounds = getattr(generator, "output_range", None)
+    bounds = bounds() if callable(bounds) else None
+    if bounds is None:
+        return
+    lo, hi = bounds
+    check_in_range(
+        x, "x", lo, hi,
+        f"the generator's outputs lie in [{lo:g}, {hi:g}], so it cannot match this data. "
+        "Rescale with PUBLIC bounds (e.g. pixels / 255, or (v - lower) / (upper - lower) per "
+        "column with documented limits), or pass a generator whose output covers the data",
+    )  # fmt: skip
 
 
 def _init_ntk(key: Any, network: nn.Module, data_shape: tuple[int, ...]) -> Any:

@@ -1,10 +1,10 @@
 """DP-NTK's releases: the only functions that read the private data (Yang et al., Alg. 1).
 
-* :func:`private_embedding` -- the class-conditional mean embedding of
+* `private_embedding` -- the class-conditional mean embedding of
   normalised e-NTK features, eq. (4): ``mu = (1/n) sum_i phi(x_i) onehot(y_i)^T``
   of shape ``(p, C)``; replace-one Frobenius sensitivity ``2/n`` (Prop. 3.1),
   released with the analytic Gaussian mechanism by the privacy core.
-* :func:`private_class_proportions` -- ``counts / n``; replace-one changes two
+* `private_class_proportions` -- ``counts / n``; replace-one changes two
   counts by one, L2 sensitivity ``sqrt(2)/n``; released the same way, then
   clipped at 0 and renormalised (post-processing).
 
@@ -66,7 +66,7 @@ def mean_embedding(
     """``(1/n) sum_i phi(x_i) onehot(y_i)^T`` -> ``(p, n_classes)`` via the feature core (eq. 4).
 
     Full float32 products by default (a release of private data); generator
-    training passes ``precision=None`` (:mod:`privkernels.precision`).
+    training passes ``precision=None`` (`privkernels.precision`).
     """
     feats = _features_module()
     return feats.entk_mean_embedding(
@@ -128,7 +128,7 @@ def private_embedding(
       params: optional network parameters (data-independent!).
       chunk_size: examples per streamed chunk (bounded memory).
       method: ``"auto" | "generic" | "structured"`` (passed to the feature core).
-      mesh: a device mesh over the example axis (:mod:`privkernels.sharding`): the
+      mesh: a device mesh over the example axis (`privkernels.sharding`): the
         embedding is summed over the devices' rows by the feature core, and the
         noise is drawn once, from ``key``, on the replicated sum (the same release
         as on one device, up to summation order). ``x``/``y`` may be global arrays.

@@ -28,13 +28,13 @@ from privkernels.privacy.report import PrivacyReport
 
 __all__ = ["DPNTKResult", "load", "sample", "FORMAT", "module_spec", "module_from_spec"]
 
-#: File format name and version of :meth:`DPNTKResult.save`.
+#: File format name and version of `DPNTKResult.save`.
 FORMAT = "privkernels.dp_ntk.result/1"
 
 
 @dataclasses.dataclass(frozen=True)
 class DPNTKResult:
-    """What :func:`privkernels.dp_ntk.fit` returns.
+    """What `privkernels.dp_ntk.fit` returns.
 
     Attributes:
       generator: the flax generator module; ``generator.apply(generator_params, z, onehot)``.
@@ -43,9 +43,9 @@ class DPNTKResult:
       ntk_params: its (data-independent, random) parameters.
       noisy_embedding: the released embedding ``(p, n_classes)`` float32.
       noisy_proportions: released class proportions ``(n_classes,)`` or None.
-      report: the :class:`PrivacyReport` of everything released.
+      report: the `PrivacyReport` of everything released.
       loss_history: ``(iterations,)`` float32 training loss (eq. 6) per iteration.
-      config: the typed :class:`~privkernels.dp_ntk.DPNTKConfig`.
+      config: the typed `DPNTKConfig`.
       groups: tabular output column groups (for discretising categorical heads).
       iteration: number of completed training iterations.
     """
@@ -113,7 +113,7 @@ def load(
     generator: nn.Module | None = None,
     network: nn.Module | None = None,
 ) -> DPNTKResult:
-    """Read a :class:`DPNTKResult` written by :meth:`DPNTKResult.save`.
+    """Read a `DPNTKResult` written by `DPNTKResult.save`.
 
     ``generator`` / ``network`` are rebuilt from the file when they are
     privkernels modules with simple fields; pass them otherwise.
@@ -130,7 +130,7 @@ def result_from(
     network: nn.Module | None,
     generator_params: Any = None,
 ) -> DPNTKResult:
-    """Rebuild a result from :func:`release_arrays` / :func:`release_meta` entries."""
+    """Rebuild a result from `release_arrays` / `release_meta` entries."""
     report = PrivacyReport.from_dict(meta["report"])
     config = DPNTKConfig.from_dict(meta["config"])
     if report.private and (
@@ -203,7 +203,7 @@ def module_spec(m: nn.Module) -> dict[str, Any] | None:
 
 
 def module_from_spec(spec: dict[str, Any] | None, what: str) -> nn.Module:
-    """Rebuild a privkernels module from :func:`module_spec` (never imports other code)."""
+    """Rebuild a privkernels module from `module_spec` (never imports other code)."""
     if spec is None:
         raise ValueError(f"the file cannot rebuild the {what}; pass {what}=")
     path = spec["class"]

@@ -5,11 +5,11 @@ noisy embedding and ``mu_Q`` the e-NTK mean embedding of a fresh generated
 batch (Yang et al., Alg. 1 lines 6-9). Nothing here reads private data, so
 training costs no privacy however long it runs.
 
-* :class:`DPNTKConfig` -- the public settings of a run (typed, JSON-able);
-* :class:`TrainState` -- generator parameters, Adam state, training key, step;
-* :func:`train_step` -- one pure Adam step (iteration ``t`` uses
+* `DPNTKConfig` -- the public settings of a run (typed, JSON-able);
+* `TrainState` -- generator parameters, Adam state, training key, step;
+* `train_step` -- one pure Adam step (iteration ``t`` uses
   ``fold_in(state.key, t)`` for its latent codes);
-* :func:`run_steps` -- ``T`` steps as one compiled ``lax.scan`` (equal configs
+* `run_steps` -- ``T`` steps as one compiled ``lax.scan`` (equal configs
   share one compilation; no host traffic inside).
 """
 
@@ -201,7 +201,7 @@ def train_step(
 ) -> tuple[TrainState, jax.Array]:
     """One generator step (pure; module-level jit: equal configs share one compilation).
 
-    ``ntk_params`` and ``target`` (the matched embedding, :func:`target_embedding`)
+    ``ntk_params`` and ``target`` (the matched embedding, `target_embedding`)
     are arguments, not closed-over constants, so XLA does not constant-fold
     through the large embedding.
     """

@@ -15,7 +15,7 @@ made private as in Alg. 2 of the paper:
    sensitivity ``Delta_X = sqrt(d) * beta`` (Lemma G.1, G.2); the test-time kernel
    rows are ``K(x, X~)`` (Lemma G.3, post-processing).
 4. ``epsilon = eps_alpha + eps_X``, ``delta = delta_alpha + delta_X`` (Lemma I.1): the
-   budget is divided by ``split = (kernel, inputs)`` (:meth:`privkernels.privacy.Budget.split`).
+   budget is divided by ``split = (kernel, inputs)`` (`privkernels.privacy.Budget.split`).
 
 Neighbouring relation (Def. 4.1): ``beta``-close datasets. They have the same n
 and the same labels; one record's *feature vector* moves by at most ``beta`` in
@@ -27,22 +27,27 @@ private when ``M <= Delta(k) = min(eps / sqrt(8 k log(1/delta)), eps / (8 log(1/
 where M bounds how much one neighbour can move the kernel relative to its
 smallest eigenvalue. The paper takes ``M = n sigma^2 B^4 beta / eta_min``, which
 turns ``M <= eps/sqrt(8 k log(1/delta))`` into eq. (1)
-``k <= eps^2 eta_min^2 / (8 log(1/delta) n^2 sigma^4 B^8 beta^2)``. See :func:`max_k`
+``k <= eps^2 eta_min^2 / (8 log(1/delta) n^2 sigma^4 B^8 beta^2)``. See `max_k`
 for the details (real n, the second branch of Delta, and the exact fixed-weights
 bound we also enforce).
 
 Multi-class (Sec. 6.1): one-hot ``Y (n, c)``, ``alpha (n, c)``, argmax of the scores.
 
-Modules: :mod:`~privkernels.dp_ntk_regression.kernel` (the quadratic NTK),
-:mod:`~privkernels.dp_ntk_regression.sensitivity` (M and k),
-:mod:`~privkernels.dp_ntk_regression.fitting` (:func:`fit`),
-:mod:`~privkernels.dp_ntk_regression.model` (the model, save/:func:`load`, :func:`predict`).
+Modules: `kernel` (the quadratic NTK),
+`sensitivity` (M and k),
+`fitting` (`fit`),
+`model` (the model, save/`load`, `predict`).
 """
 
 from __future__ import annotations
 
 from privkernels.dp_ntk_regression.fitting import LABELS_NOT_PROTECTED, fit
-from privkernels.dp_ntk_regression.kernel import draw_weights, project_to_ball, smallest_eigenvalue
+from privkernels.dp_ntk_regression.kernel import (
+    draw_weights,
+    input_map,
+    project_to_ball,
+    smallest_eigenvalue,
+)
 from privkernels.dp_ntk_regression.model import (
     DPNTKRegressionModel,
     RegressionConfig,
@@ -63,6 +68,7 @@ __all__ = [
     "predict",
     "predict_labels",
     "project_to_ball",
+    "input_map",
     "sensitivity_bound",
     "smallest_eigenvalue",
 ]

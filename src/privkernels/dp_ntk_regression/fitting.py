@@ -15,6 +15,7 @@ import numpy as np
 from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
     check_array,
+    check_bool,
     check_fraction,
     check_int,
     check_key,
@@ -26,8 +27,8 @@ from privkernels._validation import (
 from privkernels.dp_ntk_regression.kernel import (
     add_diagonal,
     draw_weights,
+    input_map,
     kernel_matrix,
-    project_to_ball,
 )
 from privkernels.dp_ntk_regression.model import (
     DPNTKRegressionModel,
@@ -35,7 +36,7 @@ from privkernels.dp_ntk_regression.model import (
     load,
     x64,
 )
-from privkernels.dp_ntk_regression.sensitivity import max_k, sensitivity_bound
+from privkernels.dp_ntk_regression.sensitivity import max_k, sensitivity_bound, shift_for_k
 from privkernels.linalg import ridge_solve
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.release import gaussian_sampling_release, truncated_laplace_release
@@ -46,7 +47,11 @@ from privkernels.privacy.report import (
     non_private_report,
 )
 
-__all__ = ["fit", "LABELS_NOT_PROTECTED"]
+__all__ = ["fit", "LABELS_NOT_PROTECTED", "AUTO_SHIFT_SAMPLES"]
+
+#: ``kernel_shift="auto"`` picks the shift at which eq. (1) allows this many
+#: Gaussian samples (chosen on validation splits: ``scripts/regression_defaults.py``).
+AUTO_SHIFT_SAMPLES = 2500
 
 #: The caveat every private report of this module carries (Def. 4.1 keeps y_n).
 LABELS_NOT_PROTECTED = (
@@ -69,14 +74,15 @@ def fit(
     resume: bool = False,
     progress: bool = True,
     width: int = 256,
-    reg: float = 10.0,
+    reg: float = 0.1,
     beta: float = 1e-6,
     eta_min: float | None = None,
     input_bound: float = 1.0,
     split: tuple[float, float] = (0.5, 0.5),
     k: int | None = None,
     weight_std: float = 1.0,
-    kernel_shift: float = 0.0,
+    kernel_shift: float | Literal["auto"] = "auto",
+    fit_intercept: bool = True,
     chunk_size: int = 1024,
     dtype: Literal["float32", "float64"] | Any = "float32",
     allow_unproven: bool = False,
@@ -99,27 +105,36 @@ def fit(
       checkpoint_path, resume: the fitted model is saved there; ``resume=True``
         returns the saved model without reading the data (same budget required).
       progress: accepted for the common contract (a fit is one solve).
-      width: number of neurons m. reg: ridge lambda added after the mechanism (absolute).
+      width: number of neurons m. reg: ridge lambda added after the mechanism (absolute;
+        the default 0.1 was chosen with ``kernel_shift="auto"`` and ``fit_intercept=True``
+        on validation splits, ``benchmarks/results/dp-ntk-regression-defaults.md``).
       beta: neighbouring radius of Def. 4.1 (what the guarantee hides).
       eta_min: PUBLIC lower bound on the smallest eigenvalue of ``K + kernel_shift I``;
         defaults to ``kernel_shift`` when that is > 0 (then it holds by construction).
         When ``eta_min > kernel_shift`` it is checked in float64 and a dataset that
         violates it is refused before any noise (no value from the data in the message).
       split: ``(kernel, inputs)`` budget fractions (``eps_alpha = epsilon * split[0]``).
-      k: number of Gaussian samples; default the largest allowed (:func:`max_k`).
+      k: number of Gaussian samples; default the largest allowed (`max_k`).
       weight_std: sigma of the NTK weights (paper: 1).
-      kernel_shift: ``s >= 0``; the mechanism privatizes ``K + s I`` instead of K.
+      kernel_shift: ``s >= 0``; the mechanism privatizes ``K + s I`` instead of K
+        (then ``eta_min = s`` holds for every dataset). ``"auto"`` (default): the
+        ``s`` at which eq. (1) allows ``AUTO_SHIFT_SAMPLES`` samples, computed from
+        the public ``n``, the kernel budget, ``beta``, ``weight_std`` and
+        ``input_bound`` (`shift_for_k`); 0 for the non-private fit.
+      fit_intercept: append a constant (bias) coordinate to every input
+        (`input_map`; no privacy cost).
+        Without it the quadratic NTK has no bias term (the paper's setting).
       chunk_size: rows per chunk when building kernel matrices.
       dtype: ``"float32"`` (default) or ``"float64"`` (local ``jax.enable_x64``).
       allow_unproven: ``eps_alpha >= 1`` lies outside Lemma D.1; refused unless True,
         and the report is then marked ``proven=False``.
 
     Returns:
-      :class:`DPNTKRegressionModel` (beta-close report with two mechanisms).
+      `DPNTKRegressionModel` (beta-close report with two mechanisms).
 
     Raises:
       ValueError: on invalid input (TypeError on wrong kinds), before any noise is
-        drawn; also when no k satisfies the privacy condition (see :func:`max_k`).
+        drawn; also when no k satisfies the privacy condition (see `max_k`).
     """
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if resume:
@@ -133,13 +148,16 @@ def fit(
     cfg, x_arr, y_mat, inferred = _validate(locals())
     dt = jnp.float64 if cfg.dtype == "float64" else jnp.float32
     n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
+    d_in = d + int(cfg.fit_intercept)
     with x64(dt == jnp.float64):
         k_w, k_alpha, k_x = jax.random.split(key, 3)
         # Data-independent weights first: the fixed-weights sensitivity bound needs them.
-        weights = draw_weights(k_w, d, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
+        weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
         plan = None if budget is None else _plan(cfg, budget, n, weights, allow_unproven)
-        xp = project_to_ball(
-            jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=dt), cfg.input_bound
+        xp = input_map(
+            jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=dt),
+            cfg.input_bound,
+            cfg.fit_intercept,
         )
         if plan is not None and cfg.eta_min is not None and cfg.eta_min > cfg.kernel_shift:
             _check_eta_min(xp, weights, cfg.eta_min, cfg.kernel_shift, cfg.chunk_size)
@@ -180,18 +198,6 @@ def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, 
                 "for eps_alpha in (0, 1) only. Lower epsilon or the kernel share of split, or pass "
                 "allow_unproven=True to release anyway with a report marked unproven"
             )
-    kernel_shift = check_nonnegative(args["kernel_shift"], "kernel_shift")
-    eta_min = args["eta_min"]
-    if private and eta_min is None:
-        if kernel_shift <= 0:
-            raise ValueError(
-                "eta_min is required for a private fit: a PUBLIC lower bound on the smallest "
-                "eigenvalue of the kernel matrix (the paper uses 7e-3), or pass kernel_shift=s > 0 "
-                "to make eta_min=s hold for every dataset"
-            )
-        eta_min = kernel_shift
-    if eta_min is not None:
-        eta_min = check_positive(eta_min, "eta_min")
     k = None if args["k"] is None else check_int(args["k"], "k")
     x_arr = check_array(args["x"], "x", finite=True)
     if x_arr.ndim < 2:
@@ -200,6 +206,18 @@ def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, 
         )
     if int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x has no features (shape {tuple(x_arr.shape)})")
+    kernel_shift = _kernel_shift(args, private, split, int(x_arr.shape[0]))
+    eta_min = args["eta_min"]
+    if private and eta_min is None:
+        if kernel_shift <= 0:
+            raise ValueError(
+                "eta_min is required for a private fit with kernel_shift=0: a PUBLIC lower bound "
+                "on the smallest eigenvalue of the kernel matrix (the paper uses 7e-3), or pass "
+                "kernel_shift=s > 0 (or 'auto', the default) to make eta_min=s hold for every dataset"
+            )
+        eta_min = kernel_shift
+    if eta_min is not None:
+        eta_min = check_positive(eta_min, "eta_min")
     y_mat, n_classes, target_ndim, inferred = _targets(
         args["y"], int(x_arr.shape[0]), args["n_classes"]
     )
@@ -219,8 +237,27 @@ def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, 
         target_ndim=target_ndim,
         epsilon=None,
         delta=None,
+        fit_intercept=check_bool(args["fit_intercept"], "fit_intercept"),
     )
     return cfg, x_arr, y_mat, inferred
+
+
+def _kernel_shift(args: dict[str, Any], private: bool, split: tuple[float, ...], n: int) -> float:
+    """The numeric kernel shift: as given, or ``"auto"`` resolved from public quantities."""
+    shift = args["kernel_shift"]
+    if not (isinstance(shift, str) and shift == "auto"):
+        if isinstance(shift, str):
+            raise ValueError(f"kernel_shift must be a number >= 0 or 'auto', got {shift!r}")
+        return check_nonnegative(shift, "kernel_shift")
+    if not private or args["eta_min"] is not None:  # an explicit eta_min is the user's bound
+        return 0.0
+    kernel = as_budget(args["epsilon"], args["delta"]).split(split[1], split[0])[1]  # type: ignore[union-attr]
+    return shift_for_k(
+        max(n, 1), AUTO_SHIFT_SAMPLES, epsilon_alpha=kernel.epsilon, delta_alpha=kernel.delta,
+        beta=check_positive(args["beta"], "beta"),
+        weight_std=check_positive(args["weight_std"], "weight_std"),
+        input_bound=check_positive(args["input_bound"], "input_bound"),
+    )  # fmt: skip
 
 
 def _targets(y: Any, n: int, n_classes: int | None) -> tuple[np.ndarray, int | None, int, bool]:
@@ -311,7 +348,7 @@ def _release(
     sens_x = math.sqrt(d) * cfg.beta  # Lemma G.1: L1 sensitivity of X under beta-close
     x_tilde, input_rec = truncated_laplace_release(
         k_x,
-        xp,
+        xp[:, :d],  # the intercept column is a public constant: kept exact
         budget=plan.inputs,
         sensitivity=sens_x,
         released=f"privatized training inputs X~ ({n}, {d}), used for test-time kernel rows K(x, X~)",
@@ -320,9 +357,10 @@ def _release(
         beta=cfg.beta,
         d=d,
     )
+    x_tilde = jnp.concatenate([jnp.asarray(x_tilde, dt), xp[:, d:]], axis=1)
     report = _private_report(cfg, plan, kernel_rec, input_rec, n, d, inferred)
     cfg = dataclasses.replace(cfg, k=plan.k, epsilon=report.epsilon, delta=report.delta)
-    return DPNTKRegressionModel(alpha, jnp.asarray(x_tilde, dt), weights, report, cfg)
+    return DPNTKRegressionModel(alpha, x_tilde, weights, report, cfg)
 
 
 def _kernel_params(cfg: RegressionConfig, plan: _Plan, n: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from privkernels.privacy.warnings import warn_privacy_leak
 __all__ = [
     "draw_weights",
     "project_to_ball",
+    "input_map",
     "kernel_block",
     "kernel_matrix",
     "add_diagonal",
@@ -51,6 +52,23 @@ def project_to_ball(x: Any, radius: float = 1.0) -> jax.Array:
     return x * scale
 
 
+def input_map(x: Any, radius: float, intercept: bool) -> jax.Array:
+    """The fixed per-record map applied before the kernel, ``(n, d) -> (n, d [+ 1])``.
+
+    Without ``intercept``: `project_to_ball` of radius ``radius``. With it,
+    a constant (bias) coordinate is appended, as in a linear model's intercept:
+    ``[P_r(x), r]`` with ``r = radius / sqrt(2)`` (``P_r`` the projection to
+    the ball of radius ``r'``), so every image lies in the ball of ``radius``.
+    Both are data-independent and 1-Lipschitz in the features (beta-close records
+    stay beta-close; the constant never changes), so they cost no privacy.
+    """
+    if not intercept:
+        return project_to_ball(x, radius)
+    r = float(check_positive(radius, "input_bound")) / float(np.sqrt(2.0))
+    xb = project_to_ball(x, r)
+    return jnp.concatenate([xb, jnp.full((xb.shape[0], 1), r, xb.dtype)], axis=1)
+
+
 def kernel_block(x1: jax.Array, x2: jax.Array, w: jax.Array) -> jax.Array:
     from privkernels.features import quadratic_ntk_kernel
 
@@ -68,7 +86,7 @@ def kernel_matrix(
     x1: jax.Array, x2: jax.Array, w: jax.Array, chunk_size: int = 1024, *, mesh: Any = None
 ) -> jax.Array:
     """``K(x1, x2)`` of shape ``(n1, n2)`` (Def. 3.5), built ``chunk`` rows at a time by
-    :func:`privkernels.features.quadratic_ntk_kernel` (one compiled chunk shape).
+    `privkernels.features.quadratic_ntk_kernel` (one compiled chunk shape).
 
     With ``mesh`` the rows of ``x1`` are sharded over the devices and each
     device builds its rows with the same function against the replicated
@@ -124,8 +142,8 @@ def smallest_eigenvalue(
 ) -> float:
     """DIAGNOSTIC that READS PRIVATE DATA: the true smallest eigenvalue of ``K + s I``.
 
-    Uses the same weights as :func:`fit` with the same ``key``, and float64 for the
-    eigenvalue. Emits :class:`~privkernels.privacy.warnings.PrivacyLeakWarning`:
+    Uses the same weights as `fit` with the same ``key``, and float64 for the
+    eigenvalue. Emits `PrivacyLeakWarning`:
     the value is computed from the private inputs without noise, and using it as
     ``eta_min`` makes the eigenvalue itself (and hence the choice of k) a
     non-private release. Use it to check an assumption on public or synthetic

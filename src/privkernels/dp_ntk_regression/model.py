@@ -22,7 +22,7 @@ from privkernels import checkpoint
 from privkernels._batching import map_row_chunks
 from privkernels._config import ConfigMixin
 from privkernels._validation import check_array
-from privkernels.dp_ntk_regression.kernel import kernel_block, project_to_ball
+from privkernels.dp_ntk_regression.kernel import input_map, kernel_block
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "FORMAT",
 ]
 
-#: File format name and version of :meth:`DPNTKRegressionModel.save`.
+#: File format name and version of `DPNTKRegressionModel.save`.
 FORMAT = "privkernels.dp_ntk_regression.model/1"
 
 
@@ -57,6 +57,7 @@ class RegressionConfig(ConfigMixin):
     target_ndim: int
     epsilon: float | None
     delta: float | None
+    fit_intercept: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +67,12 @@ class DPNTKRegressionModel:
     Attributes:
       alpha: ``(n, c)`` ridge coefficients ``(K~ + reg I)^{-1} Y`` (private by
         post-processing of ``K~``; ``Y`` itself is not protected under beta-close).
-      x_tilde: ``(n, d)`` privatized training inputs ``X~`` (after projection to
-        the ball); the non-private model stores the projected raw inputs.
-      weights: ``(m, d)`` random NTK weights (data-independent).
-      report: the :class:`~privkernels.privacy.report.PrivacyReport`.
-      config: the typed :class:`RegressionConfig` (``k`` is the number of
+      x_tilde: ``(n, d')`` privatized training inputs ``X~`` after the input map
+        (``d' = d + 1`` with ``fit_intercept``: the constant column is public and
+        kept exact); the non-private model stores the mapped raw inputs.
+      weights: ``(m, d')`` random NTK weights (data-independent).
+      report: the `PrivacyReport`.
+      config: the typed `RegressionConfig` (``k`` is the number of
         Gaussian samples used; None when non-private).
     """
 
@@ -112,7 +114,7 @@ class DPNTKRegressionModel:
 
 
 def load(path: str | os.PathLike[str]) -> DPNTKRegressionModel:
-    """Read a model written by :meth:`DPNTKRegressionModel.save` (report checked against config)."""
+    """Read a model written by `DPNTKRegressionModel.save` (report checked against config)."""
     arrays, meta = checkpoint.load(path, format=FORMAT)
     config = RegressionConfig.from_dict(meta["config"])
     report = PrivacyReport.from_dict(meta["report"])
@@ -140,14 +142,14 @@ def _queries(model: DPNTKRegressionModel, x: Any) -> jax.Array:
     x_arr = check_array(x, "x", finite=True)
     if x_arr.ndim < 2:
         raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
-    d = model.weights.shape[1]
+    d = model.weights.shape[1] - int(model.config.fit_intercept)
     n = int(x_arr.shape[0])
     if int(np.prod(x_arr.shape[1:])) != d:
         raise ValueError(
             f"x has {int(np.prod(x_arr.shape[1:]))} features per example, the model expects {d}"
         )
     xr = jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=model.dtype)
-    return project_to_ball(xr, model.input_bound)
+    return input_map(xr, model.input_bound, model.config.fit_intercept)
 
 
 @partial(jax.jit)
@@ -158,7 +160,7 @@ def _block_scores(xb: jax.Array, x_tilde: jax.Array, w: jax.Array, alpha: jax.Ar
 def predict(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
     """Scores ``K(x, X~) alpha`` (Alg. 2 line 7), NumPy ``(n_test, c)``.
 
-    Test inputs are projected onto the same ball; the kernel rows use the
+    Test inputs go through the same input map (ball, intercept column); the kernel rows use the
     privatized inputs ``X~`` (never the raw training inputs). Returns ``(n_test,)``
     when the model was fitted on 1-D real targets. (Def. 3.8 has a 1/n factor that
     Alg. 2 omits; it changes no argmax.)
@@ -176,7 +178,7 @@ def predict(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
 
 
 def predict_labels(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
-    """``argmax`` of :func:`predict` over classes, ``(n_test,)`` int32 (Sec. 6.1)."""
+    """``argmax`` of `predict` over classes, ``(n_test,)`` int32 (Sec. 6.1)."""
     if not isinstance(model, DPNTKRegressionModel):
         raise TypeError(f"model must be a DPNTKRegressionModel, got {type(model).__name__}")
     if model.n_classes is None:

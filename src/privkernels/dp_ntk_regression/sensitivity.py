@@ -17,7 +17,7 @@ import numpy as np
 
 from privkernels._validation import check_delta, check_epsilon, check_int, check_positive
 
-__all__ = ["sensitivity_bound", "max_k", "delta_branches"]
+__all__ = ["sensitivity_bound", "max_k", "delta_branches", "shift_for_k"]
 
 
 def _weights_op_norm_sq(weights: Any) -> float:
@@ -52,7 +52,7 @@ def sensitivity_bound(
       Lemma E.2/E.3), so ``||K - K'||_F <= 2 ||S|| B^3 beta sqrt(2n + 2)`` =: ``r eta_min``,
       and ``M <= r / (1 - r)`` (``||A^{-1} - I||_F <= ||A - I||_F / (1 - ||A - I||)`` for
       ``A = K^{-1/2} K' K^{-1/2}``). Infinite when ``r >= 1``.
-    * ``"used"``: the larger of the two (what :func:`fit` enforces).
+    * ``"used"``: the larger of the two (what `fit` enforces).
     """
     n = check_int(n, "n")
     eta_min = check_positive(eta_min, "eta_min")
@@ -97,7 +97,7 @@ def max_k(
     """Largest number of Gaussian samples k the privacy condition allows.
 
     ``epsilon_alpha, delta_alpha`` are the budget of the *kernel* release (in
-    :func:`fit`: the kernel share of ``split``). ``n`` is the real
+    `fit`: the kernel share of ``split``). ``n`` is the real
     number of training examples, ``eta_min`` the public lower bound on the smallest
     eigenvalue of the sampled matrix, ``weight_std`` = sigma, ``input_bound`` = B.
 
@@ -111,7 +111,7 @@ def max_k(
       the paper sidesteps it by taking ``k >= 8 log(1/delta)``, which is possible
       only when eq. (1) allows such a k; when it does not, no k is private).
 
-    With ``weights`` the exact fixed-weights bound of :func:`sensitivity_bound` is
+    With ``weights`` the exact fixed-weights bound of `sensitivity_bound` is
     enforced too (the larger M wins).
 
     Raises:
@@ -150,3 +150,32 @@ def max_k(
         f"beta or n by {factor:.3g}; a public eta_min that holds for every dataset is obtained "
         f"with kernel_shift=s (then eta_min=s is guaranteed)"
     )
+
+
+def shift_for_k(
+    n: int,
+    k: int,
+    *,
+    epsilon_alpha: float,
+    delta_alpha: float,
+    beta: float = 1e-6,
+    weight_std: float = 1.0,
+    input_bound: float = 1.0,
+) -> float:
+    """The kernel shift ``s`` (= ``eta_min``) at which eq. (1) allows exactly ``k`` samples.
+
+    Solves ``n sigma^2 B^4 beta / s = Delta(k)`` (Def. 5.2) for ``s``:
+    ``s = n sigma^2 B^4 beta max(sqrt(8 k L), 8 L) / eps_alpha`` with
+    ``L = log(1/delta_alpha)``. Every input is public under beta-close (``n``
+    is the same for all neighbours), so the shift is data-independent. It grows
+    linearly in ``n``, as a ridge whose weight keeps pace with the kernel's
+    eigenvalues (which grow with ``n``) does.
+    """
+    n = check_int(n, "n")
+    k = check_int(k, "k")
+    epsilon_alpha = check_epsilon(epsilon_alpha, "epsilon_alpha")
+    delta_alpha = check_delta(delta_alpha, "delta_alpha")
+    log_term = math.log(1.0 / delta_alpha)
+    denom = max(math.sqrt(8.0 * k * log_term), 8.0 * log_term)
+    scale = n * weight_std**2 * input_bound**4 * check_positive(beta, "beta")
+    return scale * denom / epsilon_alpha

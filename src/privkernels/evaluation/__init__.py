@@ -1,8 +1,8 @@
 """Evaluation of released data (post-processing: no privacy cost).
 
-* :mod:`~privkernels.evaluation.classifiers` -- the scikit-learn classifiers of
+* `classifiers` -- the scikit-learn classifiers of
   the DP-NTK / DP-KIP tables (train on synthetic or distilled data, test on real).
-* :mod:`~privkernels.evaluation.convnet` -- the ConvNet of DP-KIP Table 3,
+* `convnet` -- the ConvNet of DP-KIP Table 3,
   trained on a distilled support set.
 """
 

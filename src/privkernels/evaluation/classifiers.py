@@ -4,15 +4,15 @@ A private generator (or distilled dataset) is judged by training ordinary
 classifiers on its synthetic data and measuring them on held-out *real* test
 data (DP-NTK Sec. 5.1 and 5.3, following DP-MERF / DP-HP).
 
-* Images (:func:`evaluate_images`): logistic regression and an MLP
+* Images (`evaluate_images`): logistic regression and an MLP
   (scikit-learn) -> accuracy.
-* Tabular (:func:`evaluate_tabular`): the paper's 12 classifiers -> ROC-AUC
+* Tabular (`evaluate_tabular`): the paper's 12 classifiers -> ROC-AUC
   and PR-AUC (average precision) from predicted scores for binary labels,
   weighted F1 for multi-class labels. sklearn's ``HistGradientBoostingClassifier``
   stands in for XGBoost (no extra dependency).
 
-Every hyperparameter is fixed in advance in :data:`IMAGE_CLASSIFIERS` /
-:data:`TABULAR_CLASSIFIERS` (library defaults, with more iterations where the
+Every hyperparameter is fixed in advance in `IMAGE_CLASSIFIERS` /
+`TABULAR_CLASSIFIERS` (library defaults, with more iterations where the
 default does not converge). Nothing is tuned on the test set. Results are
 deterministic given ``seed`` (every stochastic classifier gets
 ``random_state=seed``; subsampling uses ``numpy.random.default_rng(seed)``).
@@ -151,7 +151,7 @@ def evaluate_images(
     Args:
       x_train: ``(n, ...)`` synthetic images (flattened internally), labels ``y_train (n,)``.
       x_test, y_test: real test images and labels.
-      classifiers: names in :data:`IMAGE_CLASSIFIERS`.
+      classifiers: names in `IMAGE_CLASSIFIERS`.
       seed: random_state for the classifiers and the subsampling.
       max_train, max_test: optional row caps (uniform subsample) for quick runs.
       overrides: per-classifier keyword overrides, e.g. ``{"mlp": {"max_iter": 30}}``.

@@ -14,7 +14,7 @@ whose replace-one sensitivity is ``2/n`` because ``||phi(x)|| = 1`` (Prop. 3.1).
 Conventions
 -----------
 * ``apply_fn(params, x_batch) -> (b, k)``, e.g. ``module.apply`` of a module from
-  :mod:`privkernels.features.networks` with ``params = init_params(...)``. The
+  `privkernels.features.networks` with ``params = init_params(...)``. The
   network must treat examples independently (no batch statistics).
 * Feature layout: ``phi`` is the concatenation of the gradient's leaves in
   ``jax.tree_util.tree_leaves(params)`` order (dict keys sorted, as flax
@@ -66,7 +66,7 @@ holding parameters are plain ``flax.linen.Dense`` layers (default
 ``params`` is, by object identity, exactly one Dense kernel or bias used by exactly
 one call (no weight sharing, no transformed parameters). ``fc_1l`` / ``fc_2l``
 qualify; ``cnn_2l`` / ``lenet`` (convolutions) use the generic path. Use
-:func:`is_dense_mlp` to query, ``method="structured"`` to insist (ValueError
+`is_dense_mlp` to query, ``method="structured"`` to insist (ValueError
 otherwise) or ``method="generic"`` to force the ``vmap(grad)`` path.
 """
 
@@ -110,7 +110,7 @@ def _is_tracer(a: Any) -> bool:
 def _inv_norm(sq: jax.Array) -> jax.Array:
     """``1 / (sqrt(sq) (1 + NORM_MARGIN))`` where ``0 < sq < inf``, else 0.
 
-    The margin (:data:`privkernels.privacy.clipping.NORM_MARGIN`) keeps a
+    The margin (`privkernels.privacy.clipping.NORM_MARGIN`) keeps a
     normalised feature's computed norm at or below 1 in float32, which the
     ``2/n`` sensitivity needs. NaN-free derivatives (double where).
     """
@@ -193,7 +193,7 @@ def _call_jitted(
     """Run the jitted ``core`` (static kwargs incl. ``apply_fn``); eager if unhashable.
 
     ``precision``: matmul precision of the whole computation (``"highest"`` for a
-    release of private data; None: the backend default, see :mod:`privkernels.precision`).
+    release of private data; None: the backend default, see `privkernels.precision`).
     """
     try:
         hash(tuple(static.values()))
@@ -511,7 +511,7 @@ def _grouped_core(
     rows get weight 0), all of class ``cls[g]``; its ``(p,)`` block
     ``sum_i w_i phi(x_i)`` is added to column ``cls[g]``. The Dense products then
     cost ``n * in * out`` rather than ``n * in * out * C`` for the dense one-hot
-    layout. Every chunk holds at least one real row (see :func:`_class_layout`),
+    layout. Every chunk holds at least one real row (see `_class_layout`),
     so the scan body is branch-free: a ``lax.cond`` skipping empty chunks made
     the reverse pass several times slower than the work it saved.
     """
@@ -599,7 +599,7 @@ def _mesh_embedding_core(
     plan: Any,
     mesh: Any,
 ) -> jax.Array:
-    """:func:`_embedding_core` on every shard of a row-sharded ``(x, lw)``, then one all-reduce."""
+    """`_embedding_core` on every shard of a row-sharded ``(x, lw)``, then one all-reduce."""
     from jax.sharding import PartitionSpec as P
 
     from privkernels.sharding import mesh_axis, sum_over_shards
@@ -769,25 +769,25 @@ def entk_mean_embedding(
     must be accounted for by the caller.
 
     Args:
-        apply_fn, params: the e-NTK network (see :func:`entk_features`).
+        apply_fn, params: the e-NTK network (see `entk_features`).
         x: ``(n, *input_shape)`` inputs (differentiable: the DP-NTK generator
             backpropagates through this function).
         y: ``(n,)`` integer labels in ``[0, n_classes)``, or an ``(n, n_classes)``
             float label matrix (one-hot / soft labels, e.g. of generated data).
         n_classes: number of classes ``C``.
         chunk_size: examples per chunk; None = auto from a fixed memory budget.
-        method: ``"auto"`` (structured when :func:`is_dense_mlp`), ``"generic"``
+        method: ``"auto"`` (structured when `is_dense_mlp`), ``"generic"``
             (vmap of per-example grads) or ``"structured"`` (dense MLPs only).
         sample_weights: optional ``(n,)`` non-negative weights replacing ``1/n``.
         normalize: use normalised features (required for the 2/n sensitivity).
         mesh: a one-dimensional device mesh over the example axis
-            (:mod:`privkernels.sharding`): every device streams its own rows
+            (`privkernels.sharding`): every device streams its own rows
             through the same chunk function and the partial sums are added by
             one all-reduce; equal to ``mesh=None`` up to summation order. ``x``
             and ``y`` may be global arrays sharded over the mesh (labels never
             leave their host); the one-hot layout is used (not class-pure chunks).
         precision: matmul precision: ``"highest"`` (default: an embedding of
-            private data bounds a sensitivity, :mod:`privkernels.precision`) or
+            private data bounds a sensitivity, `privkernels.precision`) or
             None for the backend default (generator training, post-processing).
 
     Returns:
@@ -844,7 +844,7 @@ def _mesh_embedding(
     mesh: Any,
     precision: str | None,
 ) -> jax.Array:
-    """The mesh branch of :func:`entk_mean_embedding` (weights ``1/n``, one-hot layout)."""
+    """The mesh branch of `entk_mean_embedding` (weights ``1/n``, one-hot layout)."""
     from privkernels.sharding import mesh_axis, shard_rows
 
     n_classes = check_int(n_classes, "n_classes", minimum=1)

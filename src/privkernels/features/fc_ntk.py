@@ -158,18 +158,18 @@ def fc_ntk_kernel_from_gram(
     W_std: float = 1.0,
     b_std: float = 0.0,
 ) -> jax.Array:
-    """:func:`fc_ntk_kernel` as a function of inner products only.
+    """`fc_ntk_kernel` as a function of inner products only.
 
     The FC-NTK is a dot-product kernel: ``K(x1, x2)`` depends on the inputs only
     through ``x1 x2^T``, ``||x1||^2`` and ``||x2||^2``. This form lets callers
     differentiate through the Gram matrix instead of the inputs (DP-KIP's
-    exact input-space clipping, :mod:`privkernels.dp_kip`).
+    exact input-space clipping, `privkernels.dp_kip`).
 
     Args:
       gram: ``(n1, n2)`` inner products ``x1 @ x2.T``.
       sq1: ``(n1,)`` squared norms of ``x1``; sq2: ``(n2,)`` of ``x2``.
       dim: input dimension ``d`` (the first layer scales by ``1/d``).
-      depth, W_std, b_std: as in :func:`fc_ntk_kernel`.
+      depth, W_std, b_std: as in `fc_ntk_kernel`.
 
     Returns:
       ``(n1, n2)``, equal to ``fc_ntk_kernel(x1, x2, ...)`` for the inputs the

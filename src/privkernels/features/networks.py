@@ -2,23 +2,23 @@
 
 Every module takes a batch ``(b, *input_shape)`` and returns ``(b, k)`` float
 outputs; examples are processed independently (no batch statistics), which the
-per-example e-NTK features of :mod:`privkernels.features.entk` rely on.
+per-example e-NTK features of `privkernels.features.entk` rely on.
 
-* :func:`fc_1l` / :func:`fc_2l` -- the fully connected e-NTK networks of DP-NTK
+* `fc_1l` / `fc_2l` -- the fully connected e-NTK networks of DP-NTK
   (Yang et al., Sec. 5 and Table 5: ``fc_1l`` width 800 for MNIST/FashionMNIST,
   ``fc_2l`` for CIFAR10/CelebA/intrusion). They are made of ``nn.Dense`` layers
   and parameter-free operations only, so the structured fast path of
-  :func:`~privkernels.features.entk.entk_mean_embedding` applies to them.
-* :func:`cnn_2l` -- the small convolutional e-NTK network of the DP-NTK
+  `entk_mean_embedding` applies to them.
+* `cnn_2l` -- the small convolutional e-NTK network of the DP-NTK
   reference code (``CNTK_1D`` for tabular data, Table 5 "cnn_2l" rows).
-* :func:`lenet` -- LeNet-5 style network used for the e-NTK kernel of DP-KIP
+* `lenet` -- LeNet-5 style network used for the e-NTK kernel of DP-KIP
   (Vinaroz & Park, Sec. 2.3) on grayscale 28x28 / 32x32 images.
 
 Initialisation (``init="torch"``, the default) mimics PyTorch's default
 ``nn.Linear`` / ``nn.Conv`` initialisation used by the reference
 implementations: kernel and bias ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
 ``init="flax"`` keeps flax's defaults (LeCun-normal kernel, zero bias).
-:func:`init_params` is data-independent: it only looks at ``input_shape``.
+`init_params` is data-independent: it only looks at ``input_shape``.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def cnn_2l(
 ) -> CNN2L:
     """DP-NTK ``cnn_2l``: conv(channels1) -> ReLU -> Dense(channels2) -> ReLU -> Dense(out).
 
-    Defaults ``30, 200`` are the adult setting of DP-NTK Table 5. See :class:`CNN2L`.
+    Defaults ``30, 200`` are the adult setting of DP-NTK Table 5. See `CNN2L`.
     """
     return CNN2L(
         channels1=check_int(channels1, "channels1"),

@@ -11,7 +11,7 @@ matrix of the features ``phi(x) = vec(<w_r, x> x)_r / sqrt(m)``. It is PSD
 (Lemma C.1; Schur product of two PSD Gram matrices). The paper's experiments
 (Sec. 6.1) use ``m = 256`` and ``sigma = 1``.
 
-The weights are data-independent: draw them with :func:`random_ntk_weights`
+The weights are data-independent: draw them with `random_ntk_weights`
 from a key that is not used for any noise.
 """
 
@@ -102,7 +102,7 @@ def quadratic_ntk_kernel(x1: Any, x2: Any, w: Any, *, chunk_size: int | None = N
     Args:
       x1: ``(n1, d)`` inputs.
       x2: ``(n2, d)`` inputs.
-      w: ``(m, d)`` fixed neurons (see :func:`random_ntk_weights`).
+      w: ``(m, d)`` fixed neurons (see `random_ntk_weights`).
       chunk_size: process rows of ``x1`` this many at a time (last chunk
         padded; compiled once).
 
@@ -120,7 +120,7 @@ def quadratic_ntk_features(x: Any, w: Any) -> jax.Array:
     """Explicit features ``phi(x) = vec(<w_r, x> x)_{r<m} / sqrt(m)``.
 
     ``quadratic_ntk_features(x1, w) @ quadratic_ntk_features(x2, w).T`` equals
-    :func:`quadratic_ntk_kernel`. Memory is ``n * m * d``: meant for small
+    `quadratic_ntk_kernel`. Memory is ``n * m * d``: meant for small
     problems and checks.
 
     Args:

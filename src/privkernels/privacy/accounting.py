@@ -2,9 +2,9 @@
 
 Two settings are covered.
 
-* **One Gaussian release** (:func:`gaussian_sigma`, :func:`gaussian_epsilon`):
+* **One Gaussian release** (`gaussian_sigma`, `gaussian_epsilon`):
   the analytic Gaussian mechanism of Balle & Wang (ICML 2018, Thm. 8 / Alg. 1),
-  via :func:`dp_accounting.get_sigma_gaussian`. It is exact (no composition
+  via `dp_accounting.get_sigma_gaussian`. It is exact (no composition
   theorem, no discretization) and tighter than the classical
   ``sqrt(2 ln(1.25/delta)) / epsilon`` bound. ``sigma`` is a *noise
   multiplier*: noise std per unit of L2 sensitivity. The result holds for any
@@ -12,7 +12,7 @@ Two settings are covered.
   relation (e.g. replace-one: ``max ||f(X) - f(X')||_2`` over datasets that
   differ by replacing one example, often twice the add/remove sensitivity).
 
-* **DP-SGD** (:func:`dpsgd_noise_multiplier`, :func:`dpsgd_epsilon`): ``steps``
+* **DP-SGD** (`dpsgd_noise_multiplier`, `dpsgd_epsilon`): ``steps``
   self-compositions of the Poisson-subsampled Gaussian mechanism
   ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` (Abadi et al. 2016),
   with clipping norm as the sensitivity, under either neighbouring relation
@@ -28,7 +28,7 @@ Two settings are covered.
     1.3204: epsilon 1.0 add-remove, 1.766 replace-one).
 
   The sampler must be true Poisson sampling, never truncated (see
-  :mod:`privkernels.privacy.sampling`). With ``sampling_rate == 1`` (full
+  `privkernels.privacy.sampling`). With ``sampling_rate == 1`` (full
   batch) the event is the plain ``steps``-fold composed Gaussian.
 
 Accountants:
@@ -46,9 +46,9 @@ tests from dp-accounting directly): target eps 1 -> RDP 1.4097, PLD 1.3204;
 target eps 10 -> RDP 0.5594, PLD 0.5337; a single analytic Gaussian release
 needs 3.7306 (eps 1) and 0.4999 (eps 10).
 
-All functions are pure. :func:`dpsgd_noise_multiplier` memoizes the pure map
+All functions are pure. `dpsgd_noise_multiplier` memoizes the pure map
 ``(epsilon, delta, q, steps, accountant, interval, tol) -> sigma`` with a
-bounded :func:`functools.lru_cache` because PLD calibration costs seconds;
+bounded `functools.lru_cache` because PLD calibration costs seconds;
 the cache holds only floats derived from public parameters, never data.
 """
 
@@ -182,7 +182,7 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
 def gaussian_epsilon(sigma: float, delta: float) -> float:
     """Epsilon of one analytic-Gaussian release with noise multiplier ``sigma``.
 
-    Inverse of :func:`gaussian_sigma` (Balle & Wang 2018, Thm. 8):
+    Inverse of `gaussian_sigma` (Balle & Wang 2018, Thm. 8):
     ``gaussian_epsilon(gaussian_sigma(e, d), d) == e`` up to ~1e-9.
 
     Args:
@@ -478,7 +478,7 @@ def dpsgd_noise_multiplier(
 
     The returned sigma is always one whose accounted epsilon was checked to be
     ``<= epsilon`` (conservative side) and lies within about ``tol`` above the
-    exact calibrated value. Results are memoized (:func:`functools.lru_cache`
+    exact calibrated value. Results are memoized (`functools.lru_cache`
     on the pure parameter tuple; no data involved).
 
     Args:
@@ -522,9 +522,9 @@ def dpsgd_record(
     neighbouring: Relation = "add-remove",
     **params: Any,
 ) -> Any:
-    """:class:`~privkernels.privacy.report.MechanismRecord` of a DP-SGD run.
+    """`MechanismRecord` of a DP-SGD run.
 
-    ``epsilon`` defaults to :func:`dpsgd_epsilon` of the steps actually run
+    ``epsilon`` defaults to `dpsgd_epsilon` of the steps actually run
     (pass ``steps`` = steps done, not planned) under ``neighbouring``; the
     sensitivity recorded is ``clip_norm`` (per example).
     """

@@ -2,7 +2,7 @@
 
 Every method that releases more than one thing (DP-NTK's embedding and class
 proportions, DP NTK regression's kernel and inputs) divides its budget with
-:meth:`Budget.split`; the parts add up to the total exactly, so basic
+`Budget.split`; the parts add up to the total exactly, so basic
 composition of the releases gives back the budget the caller asked for.
 """
 

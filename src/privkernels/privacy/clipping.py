@@ -4,7 +4,7 @@
 ``noisy_clipped_sum`` sums the clipped contributions of the sampled (unmasked)
 examples and adds ``N(0, (sigma C)^2)`` per coordinate -- one step of the
 Poisson-subsampled Gaussian mechanism that
-:func:`~privkernels.privacy.accounting.dpsgd_noise_multiplier` accounts for
+`dpsgd_noise_multiplier` accounts for
 (add/remove relation: adding or removing one example moves the sum by at most
 ``C`` in L2).
 
@@ -66,7 +66,7 @@ def _blocked_sumsq(flat: jax.Array) -> jax.Array:
 
     A plain reduction's rounding error can grow with ``d``; summing blocks of
     ``~sqrt(d)`` squares and then the block sums bounds the relative error by
-    about ``2 sqrt(d) u`` (``u = 2^-24``), well inside :data:`NORM_MARGIN` for
+    about ``2 sqrt(d) u`` (``u = 2^-24``), well inside `NORM_MARGIN` for
     up to millions of entries per example.
     """
     b, d = flat.shape
@@ -87,7 +87,7 @@ def per_example_norms(grads: Any) -> jax.Array:
 
     Returns:
       (b,) float32 array, ``||(g_leaf1[i], g_leaf2[i], ...)||_2`` (blocked
-      sums of squares, see :func:`_blocked_sumsq`).
+      sums of squares, see `_blocked_sumsq`).
     """
     leaves = jax.tree_util.tree_leaves(grads)
     b = _leading_size(leaves, "grads")
@@ -100,7 +100,7 @@ def clip_factors(norms: jax.Array, clip_norm: float | jax.Array) -> jax.Array:
 
     A zero norm gives 1; a non-finite norm gives **0** (the example is
     dropped; its contribution stays bounded by ``C``). ``factor_i * g_i`` is the
-    clipped gradient of :func:`clip_per_example`; callers that never form
+    clipped gradient of `clip_per_example`; callers that never form
     ``g_i`` (closed-form clipped sums) use this to get the same bound. The
     margin keeps the *computed* norm of a clipped vector at or below ``C`` in
     float32 (Abadi et al. 2016, Alg. 1 "clip gradient", with rounding).
@@ -139,7 +139,7 @@ def rounding_bound(n_terms: int, dtype: Any = jnp.float32) -> float:
 
     ``u`` is the unit roundoff of ``dtype`` (``2^-24`` in float32); Higham,
     *Accuracy and Stability of Numerical Algorithms*, Sec. 3.1. Used to bound
-    the cancellation error of closed-form norms (:func:`safe_norms`).
+    the cancellation error of closed-form norms (`safe_norms`).
     """
     u = float(jnp.finfo(dtype).eps) / 2.0
     nu = int(n_terms) * u
@@ -218,7 +218,7 @@ def noisy_clipped_sum(
     ``jax.random.split(key, n_leaves)``. Padding rows (``mask == False``) are
     excluded with ``where`` (so even NaN padding cannot leak in). The caller
     guarantees each ``g_i`` has global norm ``<= C`` (use
-    :func:`clip_per_example`); that is the sensitivity this noise covers.
+    `clip_per_example`); that is the sensitivity this noise covers.
 
     Args:
       key: JAX PRNG key.

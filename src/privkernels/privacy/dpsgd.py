@@ -1,12 +1,12 @@
 """DP-SGD as a value: calibrate once, add noise in the compiled step, record after.
 
-A :class:`DPSGDPlan` is the Poisson-subsampled Gaussian mechanism of Abadi et
+A `DPSGDPlan` is the Poisson-subsampled Gaussian mechanism of Abadi et
 al. (2016) composed over ``steps`` steps, calibrated for a
-:class:`~privkernels.privacy.budget.Budget` under a neighbouring relation
-(:mod:`privkernels.privacy.accounting`). The training step of a method calls
-:meth:`DPSGDPlan.add_noise` on its clipped sum (DP-KIP Alg. 1 lines 5-8); the
-method's ``fit`` calls :meth:`DPSGDPlan.record` with the steps actually taken.
-The sampler must be :func:`privkernels.privacy.poisson_batch` at
+`Budget` under a neighbouring relation
+(`privkernels.privacy.accounting`). The training step of a method calls
+`DPSGDPlan.add_noise` on its clipped sum (DP-KIP Alg. 1 lines 5-8); the
+method's ``fit`` calls `DPSGDPlan.record` with the steps actually taken.
+The sampler must be `privkernels.privacy.poisson_batch` at
 ``plan.sampling_rate`` (never truncated): that is what the accountant assumes.
 """
 
@@ -38,7 +38,7 @@ def add_dpsgd_noise(key: Any, summed: Any, noise_std: Any, digest: Any) -> Any:
     The one place DP-SGD noise is drawn (DP-KIP Alg. 1 line 8). Every argument
     may be traced, so a compiled training step serves every budget; ``digest``
     is the plan's parameter digest (two uint32 words), which binds the noise to
-    the mechanism's parameters (:mod:`privkernels.privacy.keys`).
+    the mechanism's parameters (`privkernels.privacy.keys`).
     """
     leaves, treedef = jax.tree_util.tree_flatten(summed)
     keys = jax.random.split(fold_digest(key, (digest[0], digest[1])), len(leaves))
@@ -103,7 +103,7 @@ class DPSGDPlan(NamedTuple):
         return dpsgd_event(self.noise_multiplier, sampling_rate=self.sampling_rate, steps=steps)
 
     def record(self, released: str, steps_done: int, **params: Any) -> MechanismRecord:
-        """The :class:`MechanismRecord` of the steps actually taken."""
+        """The `MechanismRecord` of the steps actually taken."""
         return dpsgd_record(
             released,
             noise_multiplier=self.noise_multiplier,
@@ -139,7 +139,7 @@ def dpsgd_plan(
       accountant: ``"pld"`` (default) or ``"rdp"``.
 
     Returns:
-      :class:`DPSGDPlan`. Calibration is memoized on the public parameters.
+      `DPSGDPlan`. Calibration is memoized on the public parameters.
     """
     if not isinstance(budget, Budget):
         raise TypeError(f"budget must be a Budget, got {type(budget).__name__}")

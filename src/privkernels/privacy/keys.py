@@ -6,7 +6,7 @@ differ only in their budget, the same ``z`` would appear in both and two
 equations in two unknowns give the exact ``value`` back: releases at epsilon
 1 and 10 from one key reveal the un-noised embedding (to ~1e-8).
 
-:func:`mechanism_key` therefore folds a digest of the mechanism's name and
+`mechanism_key` therefore folds a digest of the mechanism's name and
 parameters into the caller's key: the same call gives the same key (so the
 same output: reproducibility), while a different budget, sensitivity, shape or
 mechanism gives an independent key. It does not protect a user who reuses one
@@ -54,7 +54,7 @@ def params_digest(mechanism: str, **params: Any) -> tuple[int, int]:
 
 
 def fold_digest(key: Any, digest: tuple[Any, Any]) -> Any:
-    """Fold a :func:`params_digest` into ``key`` (jit-friendly: ``key`` may be traced)."""
+    """Fold a `params_digest` into ``key`` (jit-friendly: ``key`` may be traced)."""
     return jax.random.fold_in(jax.random.fold_in(key, digest[0]), digest[1])
 
 

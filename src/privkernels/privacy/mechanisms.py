@@ -4,17 +4,17 @@ Every function validates its inputs *before* drawing any noise, takes an
 explicit ``jax.random`` key (typed ``jax.random.key`` or raw ``uint32[2]``)
 and is deterministic given the key.
 
-* :func:`gaussian_mechanism` -- ``value + N(0, (sigma * Delta_2)^2 I)``; with
+* `gaussian_mechanism` -- ``value + N(0, (sigma * Delta_2)^2 I)``; with
   ``sigma = gaussian_sigma(eps, delta)`` it is (eps, delta)-DP for L2
   sensitivity ``Delta_2`` (Balle & Wang 2018).
-* :func:`truncated_laplace` / :func:`truncated_laplace_bound` -- the truncated
+* `truncated_laplace` / `truncated_laplace_bound` -- the truncated
   Laplace mechanism TLap(Delta, eps, delta) of Geng, Ding, Guo & Kumar
   (AISTATS 2020, "Tight analysis of privacy and utility tradeoff in approximate
   differential privacy"), as restated by Gu et al. (DP NTK regression,
   Sec. 3.2, Lemma 3.2): density proportional to ``exp(-|z| / lambda)``,
   ``lambda = Delta / eps``, on ``[-B, B]`` with
   ``B = (Delta / eps) * log(1 + (e^eps - 1) / (2 delta))``.
-* :func:`gaussian_sampling_mechanism` -- Gu et al. Alg. 1 (from Gu, Song, Yang
+* `gaussian_sampling_mechanism` -- Gu et al. Alg. 1 (from Gu, Song, Yang
   & Zhou 2024): ``K~ = (1/k) sum_{j<k} g_j g_j^T``, ``g_j ~ N(0, K)`` i.i.d.,
   a PSD private estimate of the PSD matrix ``K`` (one Cholesky factorization;
   exact ``eigh`` fallback for singular ``K``; clearly indefinite ``K`` is
@@ -23,7 +23,7 @@ and is deterministic given the key.
   implementation of Alg. 1 in privkernels (DP NTK regression calls it).
 
 ``*_record`` helpers build the matching
-:class:`~privkernels.privacy.report.MechanismRecord`.
+`MechanismRecord`.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def gaussian_mechanism(key: Any, value: Any, *, sensitivity: float, sigma: float
     """Release ``value + N(0, (sigma * sensitivity)^2 I)``.
 
     The normals are drawn from ``mechanism_key(key, "gaussian", sigma,
-    sensitivity, shape, dtype)`` (:mod:`privkernels.privacy.keys`): one key at
+    sensitivity, shape, dtype)`` (`privkernels.privacy.keys`): one key at
     two noise scales gives independent noise.
 
     Args:
@@ -95,7 +95,7 @@ def gaussian_mechanism(key: Any, value: Any, *, sensitivity: float, sigma: float
       sensitivity: L2 sensitivity ``Delta_2`` of ``value`` under the
         neighbouring relation being claimed (> 0).
       sigma: noise multiplier (std per unit sensitivity, > 0), e.g.
-        :func:`~privkernels.privacy.accounting.gaussian_sigma`.
+        `gaussian_sigma`.
 
     Returns:
       Array of ``value``'s shape: the noisy release.
@@ -123,7 +123,7 @@ def gaussian_record(
     accountant: str = "analytic-gaussian",
     **params: Any,
 ) -> MechanismRecord:
-    """:class:`MechanismRecord` of one :func:`gaussian_mechanism` release."""
+    """`MechanismRecord` of one `gaussian_mechanism` release."""
     return MechanismRecord.make(
         "gaussian",
         released,
@@ -151,7 +151,7 @@ def truncated_laplace_bound(sensitivity: float, epsilon: float, delta: float) ->
 
     Args:
       sensitivity: Delta > 0 (L1 sensitivity for vector queries, see
-        :func:`truncated_laplace`).
+        `truncated_laplace`).
       epsilon: > 0, finite.
       delta: in (0, 1).
 
@@ -239,7 +239,7 @@ def truncated_laplace(
 
     Density ``exp(-|z|/lambda) / (2 lambda c)`` on ``[-B, B]``,
     ``lambda = Delta/eps``, ``c = 1 - exp(-B/lambda)``, ``B`` from
-    :func:`truncated_laplace_bound`. No rejection loop: one uniform per sample.
+    `truncated_laplace_bound`. No rejection loop: one uniform per sample.
     Results are clipped to ``[-B_f, B_f]`` where ``B_f`` is the largest
     number of ``dtype`` that is ``<= B``, so the support is never exceeded even
     after float32 rounding.
@@ -299,7 +299,7 @@ def truncated_laplace_record(
     sensitivity: float,
     **params: Any,
 ) -> MechanismRecord:
-    """:class:`MechanismRecord` of one :func:`truncated_laplace` release."""
+    """`MechanismRecord` of one `truncated_laplace` release."""
     eps = check_epsilon(epsilon)
     d = check_delta(delta)
     sens = check_positive(sensitivity, "sensitivity")
@@ -422,7 +422,7 @@ def _psd_factor(kmat: jax.Array, psd_tol: float) -> tuple[jax.Array, str]:
 
 
 def _gsm(key: Any, kmat: jax.Array, k: int, psd_tol: float) -> jax.Array:
-    """Factor once (:func:`_psd_factor`), then sample: explicit draws for
+    """Factor once (`_psd_factor`), then sample: explicit draws for
     ``k <= n``, Bartlett Wishart for ``k > n``."""
     lfac, _ = _psd_factor(kmat, psd_tol)
     n = kmat.shape[0]
@@ -529,7 +529,7 @@ def gaussian_sampling_record(
     sensitivity: float | None = None,
     **params: Any,
 ) -> MechanismRecord:
-    """:class:`MechanismRecord` of one :func:`gaussian_sampling_mechanism` release.
+    """`MechanismRecord` of one `gaussian_sampling_mechanism` release.
 
     ``sensitivity`` is the bound ``M`` of Gu et al. Def. 5.1 when the caller has one.
     """

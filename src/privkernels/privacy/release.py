@@ -1,19 +1,19 @@
 """Releases: the one place a budget becomes noise and a record.
 
 Each function takes the caller's key, the private value, a
-:class:`~privkernels.privacy.budget.Budget` and the sensitivity the caller
+`Budget` and the sensitivity the caller
 derived for its neighbouring relation, calibrates the noise, draws it (from a
-key bound to the mechanism's parameters, :mod:`privkernels.privacy.keys`) and
+key bound to the mechanism's parameters, `privkernels.privacy.keys`) and
 returns ``(noisy_value, MechanismRecord)``. Method modules never draw privacy
 noise or build records themselves (a test greps for it).
 
-* :func:`gaussian_release` -- analytic Gaussian mechanism (Balle & Wang 2018).
-* :func:`truncated_laplace_release` -- TLap per coordinate (Geng et al. 2020;
+* `gaussian_release` -- analytic Gaussian mechanism (Balle & Wang 2018).
+* `truncated_laplace_release` -- TLap per coordinate (Geng et al. 2020;
   Gu et al. Lemma 3.2 / G.1-G.2).
-* :func:`gaussian_sampling_release` -- Gu et al. Alg. 1 (PSD kernel release).
+* `gaussian_sampling_release` -- Gu et al. Alg. 1 (PSD kernel release).
 
 DP-SGD, whose noise is added inside a compiled training step, has its own
-value, :class:`~privkernels.privacy.dpsgd.DPSGDPlan`.
+value, `DPSGDPlan`.
 """
 
 from __future__ import annotations

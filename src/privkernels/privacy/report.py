@@ -1,10 +1,10 @@
 """Privacy reports: what a ``fit`` released, at what cost, under which relation.
 
-A :class:`PrivacyReport` is a plain immutable value. Each method's ``fit``
-returns one; :func:`compose` combines the reports of several releases on the
+A `PrivacyReport` is a plain immutable value. Each method's ``fit``
+returns one; `compose` combines the reports of several releases on the
 same private dataset (basic sequential composition: epsilons and deltas add).
 Tighter joint accounting (e.g. many DP-SGD steps) happens *inside* one
-:class:`MechanismRecord` via dp-accounting, and the record says which accountant.
+`MechanismRecord` via dp-accounting, and the record says which accountant.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class PrivacyReport:
       epsilon, delta: total guarantee (``math.inf``/``1.0`` ... never used; a
         non-private run has ``private=False`` and ``epsilon=inf``).
       neighbouring: the neighbouring relation the guarantee refers to
-        (:data:`REPLACE_ONE`, :data:`ADD_REMOVE`, :data:`BETA_CLOSE`).
+        (`REPLACE_ONE`, `ADD_REMOVE`, `BETA_CLOSE`).
       mechanisms: every noisy release, in order.
       composition: how the per-mechanism guarantees were combined.
       private: False when nothing was privatized (the ``epsilon=None`` mode).
@@ -174,7 +174,7 @@ class PrivacyReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PrivacyReport:
-        """Inverse of :meth:`to_dict` (JSON lists come back as tuples)."""
+        """Inverse of `to_dict` (JSON lists come back as tuples)."""
         mechs = tuple(
             MechanismRecord(
                 name=m["name"],
@@ -201,7 +201,7 @@ class PrivacyReport:
 
     @classmethod
     def from_json(cls, text: str) -> PrivacyReport:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of `to_json`."""
         return cls.from_dict(json.loads(text))
 
     def summary(self) -> str:

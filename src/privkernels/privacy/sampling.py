@@ -1,6 +1,6 @@
 """Poisson subsampling for DP-SGD, matching the accountant exactly.
 
-The accountants in :mod:`privkernels.privacy.accounting` analyse
+The accountants in `privkernels.privacy.accounting` analyse
 ``PoissonSampledDpEvent(q, ...)``: every example enters each batch
 independently with probability ``q``, so the batch size is random,
 ``Binomial(n, q)``. Truncating or resampling batches to a fixed size is a
@@ -13,7 +13,7 @@ inclusion probability is ``floor(q 2^32) / 2^32`` in ``(q - 2^-32, q]``: never
 above the ``q`` given to the accountant (privacy amplification by Poisson
 subsampling is monotone in q, so the accounted bound still holds).
 
-Two padding modes of :func:`poisson_batch`:
+Two padding modes of `poisson_batch`:
 
 * ``pad_to=None`` (default, eager): the size is read on the host and the batch
   is padded to the next multiple of ``pad_multiple`` (at least one multiple);
@@ -23,7 +23,7 @@ Two padding modes of :func:`poisson_batch`:
   Called eagerly, an overflowing sample raises ``ValueError``. Under ``jit`` no
   error can be raised: ``batch.size`` is the *untruncated* count, so
   ``size > B`` marks a truncated batch; choose ``B`` with
-  :func:`poisson_pad_to` so that overflow is negligible and account for it
+  `poisson_pad_to` so that overflow is negligible and account for it
   (see there).
 """
 
@@ -132,7 +132,7 @@ def poisson_batch(
         through ``0 * NaN`` in any product that forgets to use ``where``.
 
     Returns:
-      :class:`PoissonBatch`.
+      `PoissonBatch`.
     """
     key = check_key(key)
     n = check_int(n, "n", minimum=1)
@@ -157,10 +157,10 @@ def poisson_batch(
 def poisson_batches(
     key: Any, n: int, sampling_rate: float, steps: int, **kwargs: Any
 ) -> Iterator[PoissonBatch]:
-    """Yield ``steps`` independent :func:`poisson_batch` samples.
+    """Yield ``steps`` independent `poisson_batch` samples.
 
     Step ``t`` uses ``jax.random.split(key, steps)[t]``; ``kwargs`` go to
-    :func:`poisson_batch` (``pad_to``, ``pad_multiple``).
+    `poisson_batch` (``pad_to``, ``pad_multiple``).
     """
     key = check_key(key)
     steps = check_int(steps, "steps", minimum=1)
@@ -180,7 +180,7 @@ def poisson_pad_to(
 ) -> int:
     """Smallest fixed length ``B`` with ``P[Binomial(n, q) > B] <= failure_prob``.
 
-    For the ``pad_to`` (jit) mode of :func:`poisson_batch`. If a run of ``T``
+    For the ``pad_to`` (jit) mode of `poisson_batch`. If a run of ``T``
     steps pads to ``B`` and silently truncates on overflow, it coincides with
     the accounted (eps, delta) mechanism except on an event of probability
     ``p <= T * failure_prob``, so it is ``(eps, delta + (1 + e^eps) p)``-DP;
@@ -289,13 +289,13 @@ def poisson_schedule(
     Args:
       keys: ``(T,)`` PRNG keys (one per step).
       n: dataset size. sampling_rate: q in (0, 1].
-      min_pad: the usual padded length (e.g. :func:`poisson_pad_to`), so the
+      min_pad: the usual padded length (e.g. `poisson_pad_to`), so the
         shapes (and compilations) repeat from one schedule to the next.
       pad_multiple: round the length up to a multiple of this (a chunk size).
       pad_index: index written into padding entries (a public row).
 
     Returns:
-      :class:`PoissonSchedule`.
+      `PoissonSchedule`.
     """
     n = check_int(n, "n", minimum=1)
     q = check_sampling_rate(sampling_rate)

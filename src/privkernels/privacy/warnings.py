@@ -17,7 +17,7 @@ class PrivacyLeakWarning(RuntimeWarning):
 
 
 def warn_privacy_leak(what: str, *, stacklevel: int = 3) -> None:
-    """Emit a :class:`PrivacyLeakWarning` saying what was read without noise."""
+    """Emit a `PrivacyLeakWarning` saying what was read without noise."""
     warnings.warn(
         f"{what} is computed from the private data without noise; the privacy "
         "guarantee does not cover it.",

@@ -1,0 +1,227 @@
+"""The ``privkernels`` command line: synthetic tables, distilled sets, reports, benchmarks.
+
+::
+
+    privkernels schema data.csv --label income --out schema.json   # draft (reads the data!)
+    privkernels synth data.csv --schema schema.json --epsilon 1 --out syn.csv
+    privkernels distill data.csv --label y --epsilon 1 --out support.npz
+    privkernels report syn.model.npz
+    privkernels bench run dp-ntk-table4 --out results   # from a source checkout
+
+``synth`` and ``distill`` write the privacy report as JSON beside their output
+(``<out>.privacy.json``) and print its summary; ``synth`` also saves the fitted
+model (``<out>.model.npz``) so more rows can be drawn later without touching the
+data. Errors in the input are reported in one line (exit status 2), before any
+noise is drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["main"]
+
+
+def _report_path(out: Path) -> Path:
+    return out.with_name(out.name + ".privacy.json")
+
+
+def _write_report(report: Any, out: Path) -> Path:
+    p = _report_path(out)
+    p.write_text(report.to_json(indent=2) + "\n")
+    return p
+
+
+def _key(seed: int | None) -> Any:
+    import jax
+
+    if seed is None:
+        seed = int(np.random.default_rng().integers(2**31))
+    return jax.random.key(seed)
+
+
+def _cmd_schema(a: argparse.Namespace) -> int:
+    from privkernels.data.frames import infer_schema, read_csv
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        schema = infer_schema(read_csv(a.data), label=a.label, name=Path(a.data).stem)
+    schema.save(a.out)
+    print(
+        f"wrote {a.out}: a DRAFT read from the private data (bounds, categories, classes).\n"
+        "Replace them by public values (documentation, domain knowledge) and set "
+        '"source": "public"; a fit on a data-derived schema is noted as not private.'
+    )
+    return 0
+
+
+def _cmd_synth(a: argparse.Namespace) -> int:
+    from privkernels.data.frames import read_csv, write_csv
+    from privkernels.data.schema import TabularSchema
+    from privkernels.synth import fit_table, load_table_synth
+
+    out = Path(a.out)
+    key = _key(a.seed)
+    import jax
+
+    k_fit, k_sample = jax.random.split(key)
+    if a.model:
+        model = load_table_synth(a.model)
+    else:
+        if a.data is None or a.schema is None:
+            raise ValueError("synth needs DATA and --schema (or --model to sample a saved model)")
+        schema = TabularSchema.load(a.schema)
+        table = read_csv(a.data)
+        model = fit_table(k_fit, table, schema, epsilon=a.epsilon, delta=a.delta,
+                          iterations=a.iterations, progress=not a.quiet)  # fmt: skip
+        model.save(out.with_name(out.name + ".model.npz"))
+    n = a.n if a.n is not None else (len(next(iter(table.values()))) if not a.model else 1000)
+    write_csv(model.sample(k_sample, n), out)
+    rp = _write_report(model.report, out)
+    print(f"wrote {n} synthetic rows to {out}; privacy report {rp}")
+    print(model.report.summary())
+    return 0
+
+
+def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
+    from privkernels.data.frames import read_csv
+
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as z:
+            if "x" not in z.files or "y" not in z.files:
+                raise ValueError(f"{path} must hold arrays 'x' and 'y'")
+            return np.asarray(z["x"], np.float32), np.asarray(z["y"])
+    if label is None:
+        raise ValueError("a CSV input needs --label (the label column)")
+    cols = read_csv(path)
+    if label not in cols:
+        raise ValueError(f"{path} has no column {label!r}")
+    y = cols.pop(label)
+    try:
+        x = np.column_stack([c.astype(np.float64) for c in cols.values()]).astype(np.float32)
+    except ValueError:
+        raise ValueError("distill needs numeric feature columns") from None
+    return x, y
+
+
+def _cmd_distill(a: argparse.Namespace) -> int:
+    from privkernels.data.frames import write_csv
+    from privkernels.sklearn import DPKIPClassifier
+
+    x, y = _read_xy(a.data, a.label)
+    classes = a.classes.split(",") if a.classes else None
+    if classes is not None and np.asarray(y).dtype.kind in "iu":
+        classes = [int(c) for c in classes]
+    shape = tuple(int(s) for s in a.image_shape.split(",")) if a.image_shape else None
+    est = DPKIPClassifier(epsilon=a.epsilon, delta=a.delta, classes=classes, kernel=a.kernel,
+                          support_per_class=a.support_per_class, epochs=a.epochs,
+                          image_shape=shape, random_state=a.seed, verbose=not a.quiet)  # fmt: skip
+    est.fit(
+        x.reshape(len(x), -1),
+        np.asarray(y).astype(str) if classes and isinstance(classes[0], str) else y,
+    )
+    out = Path(a.out)
+    if out.suffix == ".csv":
+        cols = {f"x{i}": est.support_[:, i] for i in range(est.support_.shape[1])}
+        cols[a.label or "label"] = est.support_labels_
+        write_csv(cols, out)
+    else:
+        est.save(out)
+    rp = _write_report(est.privacy_report_, out)
+    print(f"wrote the private support set ({est.support_.shape[0]} rows) to {out}; report {rp}")
+    print(est.privacy_report_.summary())
+    return 0
+
+
+def _cmd_report(a: argparse.Namespace) -> int:
+    from privkernels import checkpoint
+    from privkernels.privacy.report import PrivacyReport
+
+    _, meta = checkpoint.load(a.file)
+    if "report" not in meta:
+        raise ValueError(f"{a.file} holds no privacy report")
+    report = PrivacyReport.from_dict(meta["report"])
+    print(report.to_json(indent=2) if a.json else report.summary())
+    return 0
+
+
+def _cmd_bench(rest: Sequence[str]) -> int:
+    import privkernels
+
+    root = Path(privkernels.__file__).resolve().parents[2]
+    if not (root / "benchmarks" / "__main__.py").exists():
+        raise ValueError(
+            "the benchmarks ship with the source checkout: clone the repository and "
+            "`pip install -e .` there"
+        )
+    sys.path.insert(0, str(root))
+    import importlib
+
+    bench = importlib.import_module("benchmarks.__main__")  # not a dependency of the package
+    return int(bench.main(list(rest)) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="privkernels", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("schema", help="draft a schema from a CSV (reads the data: edit it!)")
+    s.add_argument("data")
+    s.add_argument("--label", required=True)
+    s.add_argument("--out", required=True)
+    for name, helptext in (("synth", "private synthetic table (DP-NTK)"),
+                           ("distill", "private distilled support set (DP-KIP)")):  # fmt: skip
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("data", nargs="?" if name == "synth" else None)
+        c.add_argument("--epsilon", type=float, required=name == "distill")
+        c.add_argument("--delta", type=float, default=1e-5)
+        c.add_argument("--out", required=True)
+        c.add_argument("--seed", type=int, default=None)
+        c.add_argument("--quiet", action="store_true", help="no progress bar")
+    synth = sub.choices["synth"]
+    synth.add_argument("--schema", help="public schema JSON (see `privkernels schema`)")
+    synth.add_argument(
+        "--n", type=int, default=None, help="rows to draw (default: as many as DATA)"
+    )
+    synth.add_argument("--iterations", type=int, default=None)
+    synth.add_argument("--model", help="sample a saved <out>.model.npz instead of fitting")
+    d = sub.choices["distill"]
+    d.add_argument("--label", help="label column of a CSV")
+    d.add_argument("--classes", help="public class values, comma-separated")
+    d.add_argument("--kernel", default="fc_ntk", choices=("fc_ntk", "scatternet", "entk"))
+    d.add_argument("--support-per-class", type=int, default=10)
+    d.add_argument("--epochs", type=int, default=10)
+    d.add_argument("--image-shape", help="e.g. 28,28 (needed by scatternet / entk)")
+    r = sub.add_parser("report", help="print the privacy report of a saved file")
+    r.add_argument("file")
+    r.add_argument("--json", action="store_true")
+    sub.add_parser("bench", help="the benchmarks CLI (python -m benchmarks), from a checkout",
+                   add_help=False)  # fmt: skip
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``privkernels`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "bench":
+            return _cmd_bench(argv[1:])
+        a = _parser().parse_args(argv)
+        if a.cmd == "synth" and a.epsilon is None and not a.model:
+            raise ValueError("synth needs --epsilon (or --model)")
+        run = {"schema": _cmd_schema, "synth": _cmd_synth, "distill": _cmd_distill,
+               "report": _cmd_report}[a.cmd]  # fmt: skip
+        return run(a)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"privkernels: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,321 @@
+"""Tables in and out: pandas DataFrames, column dicts and CSV files against a public schema.
+
+A table is either a pandas DataFrame or a mapping ``column name -> 1-D array``
+(``read_csv`` returns one, so pandas is optional). Everything here is
+per-record and data-independent given the schema, except `infer_schema`,
+which reads bounds and categories from the private table and says so
+(`PrivacyLeakWarning`; the schema is marked ``source="data"`` and a fit on it
+notes that in its `PrivacyReport`).
+
+* `split_table`: the schema's columns and the label column, values checked
+  against the public schema (numeric values outside their bounds and
+  categories outside their lists are a ``ValueError`` naming the column and the
+  count, never a value; nothing is clipped silently).
+* `decoded_table`: generator output (`TabularSchema.decode`) back to raw
+  values with the schema's dtypes: ``"int"`` columns rounded (pandas
+  ``Int64`` when missing values are possible), missing categories ``None``.
+* `to_frame`, `read_csv`, `write_csv`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from privkernels.data.schema import (
+    MISSING_LEVEL,
+    MISSING_TOKENS,
+    TabularSchema,
+    categorical,
+    numeric,
+)
+from privkernels.privacy.warnings import PrivacyLeakWarning
+
+__all__ = [
+    "as_columns",
+    "decoded_table",
+    "infer_schema",
+    "read_csv",
+    "split_table",
+    "to_frame",
+    "write_csv",
+]
+
+
+def as_columns(table: Any) -> dict[str, np.ndarray]:
+    """``DataFrame`` or ``Mapping[str, array-like]`` -> ``{name: 1-D array}`` (same length).
+
+    Numeric columns become float64 (missing -> NaN); other columns object arrays of
+    ``str`` (missing -> ``""``).
+    """
+    if hasattr(table, "columns") and hasattr(table, "to_numpy"):  # a pandas DataFrame
+        items = [(str(c), table[c].to_numpy()) for c in table.columns]
+    elif isinstance(table, Mapping):
+        items = [(str(k), np.asarray(v)) for k, v in table.items()]
+    else:
+        raise TypeError(
+            f"a table is a pandas DataFrame or a mapping of columns, got {type(table).__name__}"
+        )
+    out: dict[str, np.ndarray] = {}
+    n = None
+    for name, col in items:
+        if col.ndim != 1:
+            raise ValueError(f"column {name!r} must be 1-D, got shape {col.shape}")
+        n = len(col) if n is None else n
+        if len(col) != n:
+            raise ValueError(f"column {name!r} has {len(col)} rows, expected {n}")
+        out[name] = _normalise(col)
+    if not out or n == 0:
+        raise ValueError("the table is empty")
+    return out
+
+
+def _normalise(col: np.ndarray) -> np.ndarray:
+    if col.dtype.kind in "biuf":
+        return col.astype(np.float64)
+    return np.array(["" if _missing(v) else _token(v) for v in col.tolist()], dtype=object)
+
+
+def _numeric_values(col: np.ndarray, name: str) -> np.ndarray:
+    if col.dtype != object:
+        return col
+    try:
+        return np.array([np.nan if v in MISSING_TOKENS else float(v) for v in col], np.float64)
+    except ValueError:
+        raise ValueError(f"numeric column {name!r} holds non-numeric values") from None
+
+
+def split_table(
+    table: Any, schema: TabularSchema, *, label: bool = True
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The schema's feature columns (checked) and the label codes ``(n,)`` int32 (or None).
+
+    Raises ``ValueError`` (before anything is released) on a missing column,
+    non-finite or out-of-bounds numeric values, categories outside the public list,
+    missing values in a column not declared nullable, or labels outside ``schema.classes``.
+    """
+    cols = as_columns(table)
+    absent = [c.name for c in schema.columns if c.name not in cols]
+    if label and schema.label not in cols:
+        absent.append(schema.label)
+    if absent:
+        raise ValueError(f"the table lacks column(s) {absent} of the schema")
+    feats: dict[str, np.ndarray] = {}
+    for c in schema.columns:
+        col = cols[c.name]
+        if c.kind == "numeric":
+            v = _numeric_values(col, c.name)
+            _check_numeric(v, c)
+            feats[c.name] = v
+        else:
+            s = _normalise(col) if col.dtype != object else col
+            s = np.array(["" if _missing(v) else _token(v) for v in s.tolist()], dtype=object)
+            _check_categorical(s, c)
+            feats[c.name] = s
+    return feats, (_label_codes(cols[schema.label], schema) if label else None)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() in MISSING_TOKENS
+
+
+def _token(v: Any) -> str:
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return str(int(v))  # 1.0 -> "1" for numeric-coded categories
+    return str(v).strip()
+
+
+def _check_numeric(v: np.ndarray, c: Any) -> None:
+    miss = np.isnan(v)
+    if np.isinf(v).any():
+        raise ValueError(f"numeric column {c.name!r} holds non-finite values")
+    if miss.any() and not c.nullable:
+        raise ValueError(
+            f"numeric column {c.name!r}: {int(miss.sum())} missing value(s) but the schema "
+            "does not declare it nullable"
+        )
+    lo, hi = c.bounds
+    out = (~miss) & ((v < lo) | (v > hi))
+    if out.any():
+        raise ValueError(
+            f"numeric column {c.name!r}: {int(out.sum())} value(s) outside the public bounds "
+            f"[{lo:g}, {hi:g}] (fix the data or the schema; nothing is clipped silently)"
+        )
+
+
+def _check_categorical(s: np.ndarray, c: Any) -> None:
+    miss = s == ""
+    if miss.any() and not c.nullable:
+        raise ValueError(
+            f"categorical column {c.name!r}: {int(miss.sum())} missing value(s) but the schema "
+            "does not declare it nullable"
+        )
+    unseen = (~miss) & ~np.isin(s, np.array(c.categories, dtype=object))
+    if unseen.any():
+        raise ValueError(
+            f"categorical column {c.name!r}: {int(unseen.sum())} value(s) outside the public "
+            "category list"
+        )
+
+
+def _label_codes(col: np.ndarray, schema: TabularSchema) -> np.ndarray:
+    tokens = ["" if _missing(v) else _token(v) for v in col.tolist()]
+    if any(t == "" for t in tokens):
+        raise ValueError(f"label column {schema.label!r} has missing values")
+    if schema.classes:
+        pos = {c: i for i, c in enumerate(schema.classes)}
+        bad = sum(t not in pos for t in tokens)
+        if bad:
+            raise ValueError(
+                f"label column {schema.label!r}: {bad} value(s) outside the public classes"
+            )
+        return np.array([pos[t] for t in tokens], np.int32)
+    try:
+        codes = np.array([int(t) for t in tokens], np.int64)
+    except ValueError:
+        raise ValueError(
+            f"label column {schema.label!r} is not integer-coded: give the public classes in "
+            "the schema ('classes')"
+        ) from None
+    if codes.min() < 0:
+        raise ValueError(f"label column {schema.label!r} has negative codes")
+    return codes.astype(np.int32)
+
+
+def decoded_table(
+    x: np.ndarray, y: np.ndarray | None, schema: TabularSchema
+) -> dict[str, np.ndarray]:
+    """Encoded rows ``(n, d)`` (+ labels) -> raw columns with the schema's dtypes.
+
+    ``"int"`` numeric columns are rounded to int64 (float with NaN when nullable);
+    missing categories are ``None``; labels map to ``schema.classes`` when given.
+    """
+    dec = schema.decode(x)
+    out: dict[str, np.ndarray] = {}
+    for c in schema.columns:
+        v = dec[c.name]
+        if c.kind == "numeric" and c.dtype == "int":
+            r = np.round(v)
+            v = r if c.nullable else r.astype(np.int64)
+        elif c.kind == "categorical":
+            v = np.array([None if t == MISSING_LEVEL else t for t in v.tolist()], dtype=object)
+        out[c.name] = v
+    if y is not None:
+        y = np.asarray(y)
+        if schema.classes and all(_is_int_token(c) for c in schema.classes):
+            out[schema.label] = np.array([int(c) for c in schema.classes], np.int64)[y]
+        elif schema.classes:
+            out[schema.label] = np.array(schema.classes, dtype=object)[y]
+        else:
+            out[schema.label] = y
+    return out
+
+
+def _is_int_token(t: str) -> bool:
+    return t.lstrip("-").isdigit()
+
+
+def to_frame(columns: Mapping[str, np.ndarray], schema: TabularSchema | None = None) -> Any:
+    """A pandas DataFrame of ``columns`` (nullable ``"int"`` columns as ``Int64``)."""
+    try:
+        import pandas as pd
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("DataFrames need pandas: pip install 'privkernels[tabular]'") from err
+    df = pd.DataFrame(dict(columns))
+    if schema is not None:
+        for c in schema.columns:
+            if c.kind == "numeric" and c.dtype == "int" and c.nullable:
+                df[c.name] = df[c.name].astype("Int64")
+    return df
+
+
+def infer_schema(
+    table: Any, *, label: str, name: str = "table", max_categories: int = 50
+) -> TabularSchema:
+    """A schema read from the PRIVATE table: min/max bounds, observed categories, classes.
+
+    Not differentially private: emits `PrivacyLeakWarning`, and the schema is
+    marked ``source="data"`` so that a fit on it records that in its report.
+    Write a public schema (``schema.save`` then edit) for a real release.
+    Columns whose values all parse as numbers are numeric (``"int"`` when all are
+    whole), unless they have at most 2 distinct values; others categorical (at most
+    ``max_categories`` levels).
+    """
+    warnings.warn(
+        "infer_schema reads bounds, categories and classes from the private data without "
+        "noise; the release is not differentially private with respect to them",
+        PrivacyLeakWarning,
+        stacklevel=2,
+    )
+    cols = as_columns(table)
+    if label not in cols:
+        raise ValueError(f"the table has no label column {label!r}")
+    specs = []
+    for cname, col in cols.items():
+        if cname == label:
+            continue
+        tokens = col if col.dtype != object else np.array(col.tolist(), dtype=object)
+        missing = np.array([_missing(v) for v in tokens.tolist()])
+        present = tokens[~missing]
+        try:
+            vals = np.array([float(v) for v in present.tolist()], np.float64)
+        except ValueError:
+            vals = None
+        if vals is not None and vals.size and np.unique(vals).size > 2:
+            lo, hi = float(vals.min()), float(vals.max())
+            hi = hi if hi > lo else lo + 1.0
+            dtype: Literal["float", "int"] = "int" if np.all(vals == np.round(vals)) else "float"
+            specs.append(numeric(cname, lo, hi, nullable=bool(missing.any()), dtype=dtype,
+                                 note="inferred from the private data"))  # fmt: skip
+            continue
+        cats = sorted({_token(v) for v in present.tolist()})
+        if len(cats) > max_categories:
+            raise ValueError(
+                f"column {cname!r} has more than {max_categories} categories; give a schema"
+            )
+        specs.append(categorical(cname, cats or ["?"], nullable=bool(missing.any()),
+                                 note="inferred from the private data"))  # fmt: skip
+    classes = sorted({_token(v) for v in cols[label].tolist() if not _missing(v)})
+    return TabularSchema.from_columns(name, specs, label=label, classes=classes, source="data")
+
+
+def read_csv(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """A CSV file with a header row -> ``{column: object array of str}`` (no pandas needed)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows or not rows[0]:
+        raise ValueError(f"{path}: no header row")
+    header = [h.strip() for h in rows[0]]
+    body = [r for r in rows[1:] if r]
+    if not body:
+        raise ValueError(f"{path}: no data rows")
+    bad = [i + 2 for i, r in enumerate(body) if len(r) != len(header)]
+    if bad:
+        raise ValueError(f"{path}: rows {bad[:5]} do not have {len(header)} fields")
+    return {h: np.array([r[j].strip() for r in body], dtype=object) for j, h in enumerate(header)}
+
+
+def write_csv(columns: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write columns as CSV (missing values -> empty fields)."""
+    names = list(columns)
+    n = len(columns[names[0]]) if names else 0
+    p = Path(path)
+    with open(p, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(names)
+        for i in range(n):
+            w.writerow([_cell(columns[k][i]) for k in names])
+    return p
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v)

@@ -1,0 +1,529 @@
+"""scikit-learn estimators over the three methods (``epsilon=``, ``random_state=``, ``privacy_report_``).
+
+* `DPNTKRegressor`, `DPNTKClassifier`: DP NTK regression (Gu et al., Alg. 2)
+  with its defaults (bias feature, automatic kernel shift, ``reg=0.1``).
+* `DPKIPClassifier`: DP-KIP (Vinaroz & Park); the fitted support set is
+  ``support_`` / ``support_labels_`` and ``predict`` is KRR on it.
+* `DPNTKGenerator`: DP-NTK synthetic data (Yang et al., Alg. 1): tabular
+  (a DataFrame with a public schema) or arrays in [0, 1] (images, scaled features).
+
+Conventions shared with the function API: ``fit`` draws all randomness from
+``random_state`` (an int, a ``jax.random.key`` or None for fresh entropy);
+class labels are taken from the public ``classes`` parameter when given, else
+read from ``y`` with a `PrivacyLeakWarning` and a note in ``privacy_report_``.
+``save(path)`` / ``load(path)`` write one ``.npz`` (no pickle) holding the
+release, its report (checked on load) and the estimator's parameters.
+``verbose=False`` silences progress bars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from privkernels import checkpoint
+from privkernels.privacy.report import PrivacyReport
+from privkernels.privacy.warnings import warn_privacy_leak
+
+__all__ = ["DPKIPClassifier", "DPNTKClassifier", "DPNTKGenerator", "DPNTKRegressor", "load"]
+
+#: Format of the estimator block added to a result file by ``save``.
+FORMAT = "privkernels.sklearn/1"
+
+CLASSES_INFERRED_NOTE = (
+    "classes were read from the private labels without noise (pass classes= to avoid): "
+    "not covered by the (epsilon, delta) guarantee"
+)
+
+
+def _key(random_state: Any) -> Any:
+    import jax
+
+    if random_state is None:
+        seed = int(np.random.default_rng().integers(2**31))
+        return jax.random.key(seed)
+    if isinstance(random_state, (int, np.integer)):
+        return jax.random.key(int(random_state))
+    return random_state  # a jax key; the method checks it
+
+
+def _with_note(result: Any, note: str) -> Any:
+    report = result.report
+    if note in report.notes:
+        return result
+    return dataclasses.replace(
+        result, report=dataclasses.replace(report, notes=report.notes + (note,))
+    )
+
+
+class _DPEstimator(BaseEstimator):
+    """Shared fit bookkeeping, save/load."""
+
+    _result_attr: ClassVar[str] = "result_"
+
+    @property
+    def privacy_report_(self) -> PrivacyReport:
+        """The `PrivacyReport` of the fitted release."""
+        check_is_fitted(self, self._result_attr)
+        return getattr(self, self._result_attr).report
+
+    def _encode_classes(self, y: Any) -> np.ndarray:
+        y = np.asarray(y)
+        check_classification_targets(y)
+        if self.classes is None:
+            warn_privacy_leak("classes (read from y; pass classes= explicitly)", stacklevel=4)
+            self.classes_ = np.unique(y)
+            self._classes_inferred = True
+        else:
+            self.classes_ = np.asarray(self.classes)
+            self._classes_inferred = False
+            if len(np.unique(self.classes_)) != len(self.classes_):
+                raise ValueError("classes has duplicates")
+        pos = {c: i for i, c in enumerate(self.classes_.tolist())}
+        try:
+            return np.array([pos[v] for v in y.tolist()], np.int32)
+        except KeyError:
+            raise ValueError("y holds a label outside classes") from None
+
+    def _finish(self, result: Any) -> None:
+        if getattr(self, "_classes_inferred", False):
+            result = _with_note(result, CLASSES_INFERRED_NOTE)
+        setattr(self, self._result_attr, result)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the fitted estimator: the method's release file plus an estimator block."""
+        result = getattr(self, self._result_attr)
+        check_is_fitted(self, self._result_attr)
+        p = result.save(path)
+        arrays, meta = checkpoint.load(p)
+        if hasattr(self, "classes_"):
+            c = np.asarray(self.classes_)
+            arrays["estimator/classes_"] = c if c.dtype.kind in "biuf" else c.astype(str)
+        meta["estimator"] = {"format": FORMAT, "class": type(self).__name__,
+                             "params": _json_params(self.get_params()),
+                             "n_features_in_": int(getattr(self, "n_features_in_", 0))}  # fmt: skip
+        return checkpoint.save(p, arrays, meta)
+
+    def _restore(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], result: Any) -> None:
+        setattr(self, self._result_attr, result)
+        if meta["estimator"]["n_features_in_"]:
+            self.n_features_in_ = meta["estimator"]["n_features_in_"]
+        if "estimator/classes_" in arrays:
+            self.classes_ = arrays["estimator/classes_"]
+
+
+def _json_params(params: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in params.items():
+        if k == "random_state" and not isinstance(v, (int, type(None))):
+            v = None  # a jax key is not stored (the release is)
+        if k == "schema" and v is not None and not isinstance(v, (dict, str)):
+            v = v.to_dict()
+        if isinstance(v, np.ndarray):
+            v = v.tolist()
+        json.dumps(v, default=checkpoint.jsonable)  # refuse what cannot be restored
+        out[k] = v
+    return out
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    """Read an estimator written by its ``save`` (format and privacy report checked)."""
+    arrays, meta = checkpoint.load(path)
+    block = meta.get("estimator")
+    if not block or block.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a saved privkernels estimator")
+    cls = {
+        c.__name__: c for c in (DPNTKRegressor, DPNTKClassifier, DPKIPClassifier, DPNTKGenerator)
+    }
+    est = cls[block["class"]](**block["params"])
+    est._restore(arrays, meta, est._load_result(path))
+    return est
+
+
+# --------------------------------------------------------------------------- regression
+
+
+class _RegressionBase(_DPEstimator):
+    def __init__(
+        self,
+        epsilon: float | None = 1.0,
+        delta: float = 1e-5,
+        *,
+        width: int = 256,
+        reg: float = 0.1,
+        fit_intercept: bool = True,
+        kernel_shift: float | str = "auto",
+        input_bound: float = 1.0,
+        beta: float = 1e-6,
+        random_state: Any = None,
+        fit_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.epsilon = epsilon
+        self.delta = delta
+        self.width = width
+        self.reg = reg
+        self.fit_intercept = fit_intercept
+        self.kernel_shift = kernel_shift
+        self.input_bound = input_bound
+        self.beta = beta
+        self.random_state = random_state
+        self.fit_options = fit_options
+
+    def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
+        from privkernels import dp_ntk_regression as R
+
+        if X.shape[0] < 2:
+            raise ValueError(f"n_samples = {X.shape[0]}: a fit needs at least 2 samples")
+
+        self.model_ = R.fit(
+            _key(self.random_state), np.asarray(X, np.float32), y, epsilon=self.epsilon,
+            delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
+            fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
+            input_bound=self.input_bound, beta=self.beta, **(self.fit_options or {}),
+        )  # fmt: skip
+
+    _result_attr = "model_"
+
+    @staticmethod
+    def _load_result(path: Any) -> Any:
+        from privkernels import dp_ntk_regression as R
+
+        return R.load(path)
+
+
+class DPNTKRegressor(RegressorMixin, _RegressionBase):
+    """Private kernel ridge regression with the quadratic NTK (DP NTK regression).
+
+    The guarantee is the paper's beta-close relation (Def. 4.1): a feature change of
+    at most ``beta`` in one record; the targets are not protected. Inputs are mapped
+    per record to the ball of radius ``input_bound`` (a bias coordinate is appended
+    with ``fit_intercept``). Parameters as in `privkernels.dp_ntk_regression.fit`.
+    Attributes after ``fit``: ``model_``, ``privacy_report_``, ``n_features_in_``.
+    """
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # (n, c) real targets are supported
+        return tags
+
+    def fit(self, X: Any, y: Any) -> DPNTKRegressor:
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, multi_output=True)
+        self._fit(X, np.asarray(y, np.float64), None)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted targets ``(n,)`` (or ``(n, c)``), float."""
+        from privkernels import dp_ntk_regression as R
+
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, dtype=np.float32, reset=False)
+        return np.asarray(R.predict(self.model_, X), np.float64)
+
+
+class DPNTKClassifier(ClassifierMixin, _RegressionBase):
+    """DP NTK regression on one-hot targets (Sec. 6.1), argmax as the class.
+
+    ``classes``: the public label values (class ``i`` is ``classes[i]``); None reads
+    them from ``y`` (`PrivacyLeakWarning`; noted in the report; under beta-close the
+    labels are not protected anyway). Otherwise as `DPNTKRegressor`.
+    """
+
+    def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
+                 width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
+                 kernel_shift: float | str = "auto", input_bound: float = 1.0, beta: float = 1e-6,
+                 random_state: Any = None, fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+        super().__init__(epsilon, delta, width=width, reg=reg, fit_intercept=fit_intercept,
+                         kernel_shift=kernel_shift, input_bound=input_bound, beta=beta,
+                         random_state=random_state, fit_options=fit_options)  # fmt: skip
+        self.classes = classes
+
+    def fit(self, X: Any, y: Any) -> DPNTKClassifier:
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        codes = self._encode_classes(y)
+        if len(self.classes_) < 2:
+            raise ValueError(
+                f"DPNTKClassifier needs at least 2 classes, got {len(self.classes_)} class(es)"
+            )
+        self._fit(X, codes, len(self.classes_))
+        self._finish(self.model_)
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Kernel scores ``(n, n_classes)`` (``(n,)`` for two classes, as scikit-learn)."""
+        from privkernels import dp_ntk_regression as R
+
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, dtype=np.float32, reset=False)
+        s = np.asarray(R.predict(self.model_, X), np.float64)
+        return s[:, 1] - s[:, 0] if s.shape[1] == 2 else s
+
+    def predict(self, X: Any) -> np.ndarray:
+        s = self.decision_function(X)
+        idx = (s > 0).astype(int) if s.ndim == 1 else np.argmax(s, axis=1)
+        return self.classes_[idx]
+
+
+# --------------------------------------------------------------------------- DP-KIP
+
+
+class DPKIPClassifier(ClassifierMixin, _DPEstimator):
+    """Private distilled support set (DP-KIP) and kernel ridge regression on it.
+
+    Rows of ``X`` are flattened examples; ``image_shape`` (e.g. ``(28, 28)``) restores
+    images for the ScatterNet / e-NTK kernels. Guarantee: replace-one (epsilon, delta)-DP
+    of the support set, accounted by PLD over the DP-SGD steps. Unset DP-SGD settings
+    take the kernel's validated defaults (`privkernels.dp_kip.KERNEL_DEFAULTS`).
+    Attributes after ``fit``: ``result_``, ``support_`` ``(m, d)``, ``support_labels_``,
+    ``classes_``, ``privacy_report_``.
+    """
+
+    _result_attr = "result_"
+
+    def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
+                 kernel: str = "fc_ntk", support_per_class: int = 10, epochs: int = 10,
+                 batch_size: int | None = None, learning_rate: float | None = None,
+                 clip_norm: float | None = None, relative_reg: float | None = None,
+                 image_shape: tuple[int, ...] | None = None, random_state: Any = None,
+                 verbose: bool = False, fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+        self.epsilon = epsilon
+        self.delta = delta
+        self.classes = classes
+        self.kernel = kernel
+        self.support_per_class = support_per_class
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.clip_norm = clip_norm
+        self.relative_reg = relative_reg
+        self.image_shape = image_shape
+        self.random_state = random_state
+        self.verbose = verbose
+        self.fit_options = fit_options
+
+    def _shape(self, X: np.ndarray) -> np.ndarray:
+        if self.image_shape is None:
+            return X
+        shape = tuple(int(s) for s in self.image_shape)
+        if int(np.prod(shape)) != X.shape[1]:
+            raise ValueError(f"image_shape {shape} does not match {X.shape[1]} features")
+        return X.reshape((X.shape[0], *shape))
+
+    def fit(self, X: Any, y: Any) -> DPKIPClassifier:
+        from privkernels import dp_kip
+
+        X, y = validate_data(self, X, y, dtype=np.float32)
+        codes = self._encode_classes(y)
+        if len(self.classes_) < 2:
+            raise ValueError(
+                f"DPKIPClassifier needs at least 2 classes, got {len(self.classes_)} class(es)"
+            )
+        res = dp_kip.fit(
+            _key(self.random_state), self._shape(X), codes, epsilon=self.epsilon, delta=self.delta,
+            n_classes=len(self.classes_), kernel=self.kernel,  # type: ignore[arg-type]
+            support_per_class=self.support_per_class, epochs=self.epochs,
+            batch_size=self.batch_size, learning_rate=self.learning_rate,
+            clip_norm=self.clip_norm, relative_reg=self.relative_reg, progress=bool(self.verbose),
+            **(self.fit_options or {}),
+        )  # fmt: skip
+        self._finish(res)
+        return self
+
+    @property
+    def support_(self) -> np.ndarray:
+        """The released support inputs, flattened: ``(m, n_features)`` float32."""
+        check_is_fitted(self, "result_")
+        s = np.asarray(self.result_.support_x, np.float32)
+        return s.reshape(s.shape[0], -1)
+
+    @property
+    def support_labels_(self) -> np.ndarray:
+        """Class of each support row (values of ``classes_``)."""
+        check_is_fitted(self, "result_")
+        return self.classes_[np.asarray(self.result_.support_y)]
+
+    def predict(self, X: Any) -> np.ndarray:
+        from privkernels import dp_kip
+
+        check_is_fitted(self, "result_")
+        X = validate_data(self, X, dtype=np.float32, reset=False)
+        return self.classes_[dp_kip.predict_labels(self.result_, self._shape(X))]
+
+    @staticmethod
+    def _load_result(path: Any) -> Any:
+        from privkernels import dp_kip
+
+        return dp_kip.load(path)
+
+
+# --------------------------------------------------------------------------- DP-NTK
+
+
+class DPNTKGenerator(_DPEstimator):
+    """Private synthetic data (DP-NTK): ``fit(X, y)``, then ``sample(n)`` / ``sample_df(n)``.
+
+    Tabular: ``X`` a DataFrame (or column mapping) holding ``label`` unless ``y`` is
+    given; ``schema`` a public `privkernels.data.TabularSchema` (or its dict / a JSON
+    path). Without a schema one is inferred from the data (`PrivacyLeakWarning`, noted
+    in the report). Arrays: ``X`` ``(n, d)`` in [0, 1] (``image_shape`` for images) and
+    integer-coded or ``classes``-listed ``y``. Class proportions are released with
+    noise by default (``label_mode="released"``), so imbalanced data stay imbalanced.
+    Guarantee: replace-one (epsilon, delta)-DP (one Gaussian release, or two composed).
+    """
+
+    _result_attr = "synth_"
+
+    def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, schema: Any = None,
+                 label: str | None = None, classes: Any = None, label_mode: str = "released",
+                 iterations: int | None = None, batch_size: int | None = None,
+                 d_code: int | None = None, image_shape: tuple[int, ...] | None = None,
+                 random_state: Any = None, verbose: bool = False,
+                 fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+        self.epsilon = epsilon
+        self.delta = delta
+        self.schema = schema
+        self.label = label
+        self.classes = classes
+        self.label_mode = label_mode
+        self.iterations = iterations
+        self.batch_size = batch_size
+        self.d_code = d_code
+        self.image_shape = image_shape
+        self.random_state = random_state
+        self.verbose = verbose
+        self.fit_options = fit_options
+
+    def _schema(self, table: Any) -> Any:
+        from privkernels.data.frames import infer_schema
+        from privkernels.data.schema import TabularSchema
+
+        s = self.schema
+        if s is None:
+            if self.label is None:
+                raise ValueError("tabular fit without a schema needs label= (the label column)")
+            return infer_schema(table, label=self.label)
+        if isinstance(s, (str, os.PathLike)):
+            return TabularSchema.load(s)
+        if isinstance(s, dict):
+            return TabularSchema.from_dict(s)
+        if not isinstance(s, TabularSchema):
+            raise TypeError(f"schema must be a TabularSchema, dict or path, got {type(s).__name__}")
+        return s
+
+    def fit(self, X: Any, y: Any = None) -> DPNTKGenerator:
+        from privkernels.synth import fit_table
+
+        self._key = _key(self.random_state)
+        opts: dict[str, Any] = dict(label_mode=self.label_mode, iterations=self.iterations,
+                                    d_code=self.d_code, batch_size=self.batch_size,
+                                    progress=bool(self.verbose))  # fmt: skip
+        if hasattr(X, "columns") or isinstance(X, dict):
+            table = X
+            schema = self._schema(X if y is None else _with_label(X, y, self.label or "label"))
+            if y is not None:
+                table = _with_label(X, y, schema.label)
+            self.synth_: Any = fit_table(self._key, table, schema, epsilon=self.epsilon,
+                                    delta=self.delta, **opts, **(self.fit_options or {}))  # fmt: skip
+            self.schema_ = schema
+        else:
+            self._fit_arrays(X, y, opts)
+        self._n_sampled = 0
+        return self
+
+    def _fit_arrays(self, X: Any, y: Any, opts: dict[str, Any]) -> None:
+        from privkernels import dp_ntk
+
+        if y is None:
+            raise ValueError("array input needs y (class labels)")
+        X, y = validate_data(self, X, y, dtype=np.float32)
+        codes = self._encode_classes(y)
+        shape = tuple(self.image_shape) if self.image_shape is not None else (X.shape[1],)
+        opts = {k: v for k, v in opts.items() if v is not None}
+        res = dp_ntk.fit(self._key, X.reshape((X.shape[0], *shape)), codes, epsilon=self.epsilon,
+                         delta=self.delta, n_classes=len(self.classes_), **opts,
+                         **(self.fit_options or {}))  # fmt: skip
+        self._finish(res)
+        self.synth_ = _ArraySynth(self.synth_)
+
+    def _sample_key(self, random_state: Any) -> Any:
+        import jax
+
+        if random_state is not None:
+            return _key(random_state)
+        self._n_sampled = getattr(self, "_n_sampled", 0) + 1
+        base = getattr(self, "_key", None)
+        return jax.random.fold_in(
+            base if base is not None else _key(None), 10_000 + self._n_sampled
+        )
+
+    def sample(self, n: int, *, random_state: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` synthetic rows ``(X, y)``: X ``(n, n_features)`` (tabular: raw values, object)."""
+        check_is_fitted(self, "synth_")
+        cols = self.synth_.sample(self._sample_key(random_state), n)
+        if isinstance(self.synth_, _ArraySynth):
+            return cols["x"], cols["y"]
+        label = self.synth_.schema.label
+        feats = [c for c in cols if c != label]
+        return np.column_stack([cols[c] for c in feats]).astype(object), cols[label]
+
+    def sample_df(self, n: int, *, random_state: Any = None) -> Any:
+        """``n`` synthetic rows as a pandas DataFrame (tabular: the schema's columns and dtypes)."""
+        from privkernels.data.frames import to_frame
+
+        check_is_fitted(self, "synth_")
+        if isinstance(self.synth_, _ArraySynth):
+            x, y = self.sample(n, random_state=random_state)
+            cols = {f"x{i}": x[:, i] for i in range(x.shape[1])}
+            cols[self.label or "label"] = y
+            return to_frame(cols)
+        return self.synth_.sample_df(self._sample_key(random_state), n)
+
+    def _load_result(self, path: Any) -> Any:
+        from privkernels import dp_ntk
+        from privkernels.synth import FORMAT as TABLE_FORMAT
+        from privkernels.synth import load_table_synth
+
+        _, meta = checkpoint.load(path)
+        if meta.get("format") == TABLE_FORMAT:
+            return load_table_synth(path)
+        return _ArraySynth(dp_ntk.load(path))
+
+    def _restore(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], result: Any) -> None:
+        super()._restore(arrays, meta, result)
+        if not isinstance(result, _ArraySynth):
+            self.schema_ = result.schema
+
+
+@dataclasses.dataclass(frozen=True)
+class _ArraySynth:
+    """A DP-NTK result on arrays, with the `privkernels.synth.TableSynth` sampling interface."""
+
+    result: Any
+
+    @property
+    def report(self) -> PrivacyReport:
+        return self.result.report
+
+    def sample(self, key: Any, n: int) -> dict[str, np.ndarray]:
+        from privkernels import dp_ntk
+
+        x, y = dp_ntk.sample(key, self.result, n)
+        return {"x": x.reshape(n, -1), "y": y}
+
+    def save(self, path: Any) -> Path:
+        return self.result.save(path)
+
+
+def _with_label(X: Any, y: Any, label: str) -> Any:
+    from privkernels.data.frames import as_columns
+
+    cols = as_columns(X)
+    cols[label] = np.asarray(y)
+    return cols
