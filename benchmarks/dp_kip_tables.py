@@ -43,7 +43,7 @@ DELTA = 1e-5
 OPTIONS = (
     "epochs", "batch_size", "lr", "clip", "reg", "spc", "datasets", "dataset", "kernels",
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
-    "max_test", "convnet_steps", "relation",
+    "max_test", "convnet_steps", "relation", "init",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
@@ -257,6 +257,8 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
     # FC-NTK: per-image standardisation matches the N(0, I) support initialisation.
     hp["preprocess"] = ctx.options.get("preprocess", "std" if kernel == "fc_ntk" else "2x-1")
     hp["relation"] = _relation(ctx)
+    if "init" in ctx.options:  # support initialisation (data-independent); default gaussian
+        hp["init"] = ctx.options["init"]
     return hp
 
 
@@ -305,6 +307,7 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             x_test=None,
             y_test=None,
             neighbouring=relation if eps else "replace-one",
+            init=hp.get("init", "gaussian"),
             **rate,
         )
 

@@ -355,6 +355,24 @@ def test_init_is_data_independent_and_not_a_real_example():
     np.testing.assert_array_equal(ra.support_y, np.repeat(np.arange(3), 2))
 
 
+def test_lowpass_init_is_smooth_data_independent_and_reported():
+    x0 = np.asarray(dp_kip.lowpass_support(jax.random.key(1), 5, (28, 28)))
+    assert x0.shape == (5, 28, 28)
+    np.testing.assert_allclose(x0.mean(axis=(1, 2)), 0.0, atol=1e-5)
+    np.testing.assert_allclose(x0.std(axis=(1, 2)), 1.0, atol=1e-3)
+    # smooth: neighbouring pixels are far more alike than in N(0, I) (correlation ~0 there)
+    corr = np.corrcoef(x0[:, :, :-1].ravel(), x0[:, :, 1:].ravel())[0, 1]
+    assert corr > 0.8
+    np.testing.assert_array_equal(x0, dp_kip.lowpass_support(jax.random.key(1), 5, (28, 28)))
+    xa, ya = _small(3)
+    kw = {**BASE, "max_steps": 1, "init": "lowpass"}
+    ra = dp_kip.fit(jax.random.key(5), xa, ya, **kw)
+    assert ra.config.init == "lowpass"
+    assert any("smooth random images" in d for d in ra.report.data_independent)
+    with pytest.raises(ValueError, match="needs image inputs"):
+        dp_kip.fit(jax.random.key(5), xa.reshape(len(xa), -1), ya, **kw)
+
+
 def test_same_key_same_result_and_predict():
     x, y = _small(5)
     r1 = dp_kip.fit(jax.random.key(9), x, y, **BASE)

@@ -31,7 +31,13 @@ from __future__ import annotations
 from privkernels.dp_kip.clipped_sums import STRATEGIES
 from privkernels.dp_kip.fitting import configure, fit
 from privkernels.dp_kip.grads import per_example_grads
-from privkernels.dp_kip.init import INITS, corruption_mask, init_support, support_labels
+from privkernels.dp_kip.init import (
+    INITS,
+    corruption_mask,
+    init_support,
+    lowpass_support,
+    support_labels,
+)
 from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
 from privkernels.dp_kip.krr import FALLBACK_JITTER, encode_labels, krr_loss
 from privkernels.dp_kip.result import DPKIPResult, accuracy, load, predict, predict_labels
@@ -64,6 +70,7 @@ __all__ = [
     "encode_labels",
     "fit",
     "init_support",
+    "lowpass_support",
     "krr_loss",
     "load",
     "make_kernel",

@@ -331,6 +331,8 @@ def configure(
             accountant=accountant,
         )
     init_name, _, _ = resolve_init(init)
+    if init_name == "lowpass" and len(tuple(input_shape)) not in (2, 3):
+        raise ValueError(f"init='lowpass' needs image inputs (H, W[, C]), got {tuple(input_shape)}")
     opt = optimizer
     if opt is None:
         import optax
