@@ -145,7 +145,18 @@ NOISE_AND_RECORDS = re.compile(
     r"\bdpsgd_noise_multiplier\(|jax\.random\.(normal|laplace|uniform|gamma|bits)\("
 )
 #: data-independent randomness a method may draw itself (file -> allowed lines' content)
-ALLOWED = {"dp_kip/init.py": ("jax.random.normal(key, (n_support, *input_shape)",)}
+#: Data-independent random parameters (support starts, sketch matrices): drawn from the
+#: key and the public shapes only, never noise added to a private value.
+ALLOWED = {
+    "dp_kip/init.py": (
+        "jax.random.normal(key, (n_support, *input_shape)",
+        "jax.random.normal(key, coarse, dtype=jnp.float32)",
+    ),
+    "dp_ntk_regression/replace_one.py": (
+        "jax.random.normal(ka, (features, d), dtype=dtype)",
+        "jax.random.normal(kb, (features, width), dtype=dtype)",
+    ),
+}
 
 
 def test_no_method_module_draws_noise_or_builds_records():

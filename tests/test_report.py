@@ -105,3 +105,17 @@ def test_record_builders_are_consistent_with_accounting():
         mechanisms.truncated_laplace_record("m", epsilon=1.0, delta=1e-5, sensitivity=-1.0)
     with pytest.raises(ValueError, match="k"):
         mechanisms.gaussian_sampling_record("m", epsilon=1.0, delta=1e-5, k=0)
+
+
+def test_from_dict_refuses_totals_that_are_not_the_sum_of_the_mechanisms():
+    rep = PrivacyReport.from_mechanisms(
+        [mechanisms.gaussian_record("a", epsilon=0.5, delta=1e-6, sensitivity=1.0, sigma=2.0),
+         mechanisms.gaussian_record("b", epsilon=0.5, delta=1e-6, sensitivity=1.0, sigma=2.0)],
+        REPLACE_ONE,
+    )  # fmt: skip
+    d = rep.to_dict()
+    assert PrivacyReport.from_dict(d) == rep
+    for key, value in (("epsilon", 0.01), ("delta", 1e-12)):
+        edited = {**d, key: value}
+        with pytest.raises(ValueError, match="not the sum of its mechanisms"):
+            PrivacyReport.from_dict(edited)

@@ -12,7 +12,9 @@ Conventions shared with the function API: ``fit`` draws all randomness from
 class labels are taken from the public ``classes`` parameter when given, else
 read from ``y`` with a `PrivacyLeakWarning` and a note in ``privacy_report_``.
 ``save(path)`` / ``load(path)`` write one ``.npz`` (no pickle) holding the
-release, its report (checked on load) and the estimator's parameters.
+release, its report (checked on load) and the estimator's parameters, except
+``random_state``: the noise is a function of it, so it is a secret like a key
+(never publish a seed next to a release; a loaded estimator has ``random_state=None``).
 ``verbose=False`` silences progress bars.
 """
 
@@ -123,8 +125,8 @@ class _DPEstimator(BaseEstimator):
 def _json_params(params: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k, v in params.items():
-        if k == "random_state" and not isinstance(v, (int, type(None))):
-            v = None  # a jax key is not stored (the release is)
+        if k == "random_state":
+            v = None  # the seed determines the noise: a file holding it would undo the privacy
         if k == "schema" and v is not None and not isinstance(v, (dict, str)):
             v = v.to_dict()
         if isinstance(v, np.ndarray):
@@ -163,6 +165,7 @@ class _RegressionBase(_DPEstimator):
         kernel_shift: float | str = "auto",
         input_bound: float = 1.0,
         beta: float = 1e-6,
+        neighbouring: str = "beta-close",
         random_state: Any = None,
         fit_options: dict[str, Any] | None = None,
     ) -> None:
@@ -174,6 +177,7 @@ class _RegressionBase(_DPEstimator):
         self.kernel_shift = kernel_shift
         self.input_bound = input_bound
         self.beta = beta
+        self.neighbouring = neighbouring
         self.random_state = random_state
         self.fit_options = fit_options
 
@@ -187,7 +191,8 @@ class _RegressionBase(_DPEstimator):
             _key(self.random_state), np.asarray(X, np.float32), y, epsilon=self.epsilon,
             delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
             fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
-            input_bound=self.input_bound, beta=self.beta, **(self.fit_options or {}),
+            input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
+            **(self.fit_options or {}),
         )  # fmt: skip
 
     _result_attr = "model_"
@@ -202,8 +207,11 @@ class _RegressionBase(_DPEstimator):
 class DPNTKRegressor(RegressorMixin, _RegressionBase):
     """Private kernel ridge regression with the quadratic NTK (DP NTK regression).
 
-    The guarantee is the paper's beta-close relation (Def. 4.1): a feature change of
-    at most ``beta`` in one record; the targets are not protected. Inputs are mapped
+    The default guarantee is the paper's beta-close relation (Def. 4.1): a feature
+    change of at most ``beta`` in one record; the targets are not protected.
+    ``neighbouring="replace-one"`` gives standard (epsilon, delta)-DP for replacing a
+    whole record, targets included (sufficient-statistics perturbation; targets
+    clipped to norm ``fit_options["target_bound"]``, default 1). Inputs are mapped
     per record to the ball of radius ``input_bound`` (a bias coordinate is appended
     with ``fit_intercept``). Parameters as in `privkernels.dp_ntk_regression.fit`.
     Attributes after ``fit``: ``model_``, ``privacy_report_``, ``n_features_in_``.
@@ -239,10 +247,12 @@ class DPNTKClassifier(ClassifierMixin, _RegressionBase):
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
                  kernel_shift: float | str = "auto", input_bound: float = 1.0, beta: float = 1e-6,
-                 random_state: Any = None, fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 neighbouring: str = "beta-close", random_state: Any = None,
+                 fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
         super().__init__(epsilon, delta, width=width, reg=reg, fit_intercept=fit_intercept,
                          kernel_shift=kernel_shift, input_bound=input_bound, beta=beta,
-                         random_state=random_state, fit_options=fit_options)  # fmt: skip
+                         neighbouring=neighbouring, random_state=random_state,
+                         fit_options=fit_options)  # fmt: skip
         self.classes = classes
 
     def fit(self, X: Any, y: Any) -> DPNTKClassifier:

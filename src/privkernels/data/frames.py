@@ -97,7 +97,8 @@ def split_table(
 ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """The schema's feature columns (checked) and the label codes ``(n,)`` int32 (or None).
 
-    Raises ``ValueError`` (before anything is released) on a missing column,
+    Raises ``ValueError`` (before anything is released; the message names the column,
+    never a value or a count from the data) on a missing column,
     non-finite or out-of-bounds numeric values, categories outside the public list,
     missing values in a column not declared nullable, or labels outside ``schema.classes``.
     """
@@ -138,14 +139,13 @@ def _check_numeric(v: np.ndarray, c: Any) -> None:
         raise ValueError(f"numeric column {c.name!r} holds non-finite values")
     if miss.any() and not c.nullable:
         raise ValueError(
-            f"numeric column {c.name!r}: {int(miss.sum())} missing value(s) but the schema "
-            "does not declare it nullable"
+            f"numeric column {c.name!r}: missing values but the schema does not declare it nullable"
         )
     lo, hi = c.bounds
     out = (~miss) & ((v < lo) | (v > hi))
     if out.any():
         raise ValueError(
-            f"numeric column {c.name!r}: {int(out.sum())} value(s) outside the public bounds "
+            f"numeric column {c.name!r}: values outside the public bounds "
             f"[{lo:g}, {hi:g}] (fix the data or the schema; nothing is clipped silently)"
         )
 
@@ -154,15 +154,12 @@ def _check_categorical(s: np.ndarray, c: Any) -> None:
     miss = s == ""
     if miss.any() and not c.nullable:
         raise ValueError(
-            f"categorical column {c.name!r}: {int(miss.sum())} missing value(s) but the schema "
+            f"categorical column {c.name!r}: missing values but the schema "
             "does not declare it nullable"
         )
     unseen = (~miss) & ~np.isin(s, np.array(c.categories, dtype=object))
     if unseen.any():
-        raise ValueError(
-            f"categorical column {c.name!r}: {int(unseen.sum())} value(s) outside the public "
-            "category list"
-        )
+        raise ValueError(f"categorical column {c.name!r}: values outside the public category list")
 
 
 def _label_codes(col: np.ndarray, schema: TabularSchema) -> np.ndarray:
@@ -173,9 +170,7 @@ def _label_codes(col: np.ndarray, schema: TabularSchema) -> np.ndarray:
         pos = {c: i for i, c in enumerate(schema.classes)}
         bad = sum(t not in pos for t in tokens)
         if bad:
-            raise ValueError(
-                f"label column {schema.label!r}: {bad} value(s) outside the public classes"
-            )
+            raise ValueError(f"label column {schema.label!r}: values outside the public classes")
         return np.array([pos[t] for t in tokens], np.int32)
     try:
         codes = np.array([int(t) for t in tokens], np.int64)
@@ -184,8 +179,8 @@ def _label_codes(col: np.ndarray, schema: TabularSchema) -> np.ndarray:
             f"label column {schema.label!r} is not integer-coded: give the public classes in "
             "the schema ('classes')"
         ) from None
-    if codes.min() < 0:
-        raise ValueError(f"label column {schema.label!r} has negative codes")
+    if codes.min() < 0 or codes.max() >= 2**31:
+        raise ValueError(f"label column {schema.label!r}: codes must lie in [0, 2^31)")
     return codes.astype(np.int32)
 
 

@@ -33,7 +33,12 @@ bound we also enforce).
 
 Multi-class (Sec. 6.1): one-hot ``Y (n, c)``, ``alpha (n, c)``, argmax of the scores.
 
+``neighbouring="replace-one"`` swaps steps 2-3 for sufficient-statistics
+perturbation on sketched NTK features (`replace_one`): standard (epsilon, delta)-DP
+for replacing one whole record, label included.
+
 Modules: `kernel` (the quadratic NTK),
+`replace_one` (the replace-one mechanism),
 `sensitivity` (M and k),
 `fitting` (`fit`),
 `model` (the model, save/`load`, `predict`).

@@ -83,6 +83,10 @@ def fit(
     weight_std: float = 1.0,
     kernel_shift: float | Literal["auto"] = "auto",
     fit_intercept: bool = True,
+    neighbouring: Literal["beta-close", "replace-one"] = "beta-close",
+    features: int | None = None,
+    target_bound: float = 1.0,
+    ridge_factor: float | None = None,
     chunk_size: int = 1024,
     dtype: Literal["float32", "float64"] | Any = "float32",
     allow_unproven: bool = False,
@@ -124,6 +128,14 @@ def fit(
       fit_intercept: append a constant (bias) coordinate to every input
         (`input_map`; no privacy cost).
         Without it the quadratic NTK has no bias term (the paper's setting).
+      neighbouring: ``"beta-close"`` (default; the paper's Alg. 2: a feature move of at
+        most ``beta``, labels public) or ``"replace-one"`` (standard (epsilon, delta)-DP for
+        replacing a whole record, label included: sufficient-statistics perturbation on
+        sketched NTK features, `privkernels.dp_ntk_regression.replace_one`; ``beta``,
+        ``eta_min``, ``split``, ``k``, ``kernel_shift`` do not apply).
+      features, target_bound, ridge_factor: replace-one only: sketch size ``D``
+        (default 1024), public bound on each target row's L2 norm (one-hot labels: 1),
+        ridge ``reg + ridge_factor * 2 sigma_noise sqrt(D)`` (default 0.125).
       chunk_size: rows per chunk when building kernel matrices.
       dtype: ``"float32"`` (default) or ``"float64"`` (local ``jax.enable_x64``).
       allow_unproven: ``eps_alpha >= 1`` lies outside Lemma D.1; refused unless True,
@@ -145,6 +157,15 @@ def fit(
         )
     key = check_key(key)
     budget = as_budget(epsilon, delta)
+    if neighbouring == "replace-one":
+        model = _fit_replace_one(key, budget, locals())
+        if ck is not None:
+            model.save(ck)
+        return model
+    if neighbouring != "beta-close":
+        raise ValueError(
+            f"neighbouring must be 'beta-close' or 'replace-one', got {neighbouring!r}"
+        )
     cfg, x_arr, y_mat, inferred = _validate(locals())
     dt = jnp.float64 if cfg.dtype == "float64" else jnp.float32
     n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
@@ -175,6 +196,63 @@ def fit(
     if ck is not None:
         model.save(ck)
     return model
+
+
+def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> DPNTKRegressionModel:
+    """Sufficient-statistics perturbation (`replace_one` module): validate, features, release, solve."""
+    from privkernels.dp_ntk_regression import replace_one as r1
+
+    if args["k"] is not None or args["eta_min"] is not None:
+        raise ValueError("k and eta_min belong to the beta-close mechanism, not replace-one")
+    x_arr = check_array(args["x"], "x", finite=True)
+    if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
+        raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
+    n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
+    y_mat, n_classes, target_ndim, inferred = _targets(args["y"], n, args["n_classes"])
+    features = r1.DEFAULT_FEATURES if args["features"] is None else args["features"]
+    features = check_int(features, "features")
+    target_bound = check_positive(args["target_bound"], "target_bound")
+    factor = args["ridge_factor"]
+    factor = (
+        r1.DEFAULT_RIDGE_FACTOR if factor is None else check_nonnegative(factor, "ridge_factor")
+    )
+    cfg = RegressionConfig(
+        width=check_int(args["width"], "width"), reg=check_positive(args["reg"], "reg"),
+        beta=0.0, eta_min=None,
+        input_bound=check_positive(args["input_bound"], "input_bound"), split=(1.0, 0.0), k=None,
+        weight_std=check_positive(args["weight_std"], "weight_std"), kernel_shift=0.0,
+        chunk_size=check_int(args["chunk_size"], "chunk_size"), dtype="float32",
+        n_classes=n_classes, target_ndim=target_ndim, epsilon=None, delta=None,
+        fit_intercept=check_bool(args["fit_intercept"], "fit_intercept"),
+        neighbouring="replace-one", features=features, target_bound=target_bound,
+    )  # fmt: skip
+    if args["dtype"] not in ("float32", np.float32, jnp.float32):
+        raise ValueError("neighbouring='replace-one' runs in float32")
+    d_in = d + int(cfg.fit_intercept)
+    k_w, k_s, k_noise = jax.random.split(key, 3)
+    weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std)
+    sketch = r1.draw_sketch(k_s, d_in, cfg.width, features, jnp.float32)
+    xp = input_map(jnp.asarray(np.asarray(x_arr, np.float32).reshape(n, d)), cfg.input_bound,
+                   cfg.fit_intercept)  # fmt: skip
+    s, b = r1.sufficient_statistics(xp, jnp.asarray(y_mat, jnp.float32), weights, sketch,
+                                    target_bound=target_bound, chunk_size=cfg.chunk_size)  # fmt: skip
+    del xp, x_arr
+    if budget is None:
+        beta_w, report, ridge = r1.solve(s, b, cfg.reg), _non_private(), cfg.reg
+    else:
+        s_t, b_t, record, std = r1.release_statistics(
+            k_noise, s, b, budget=budget, target_bound=target_bound, n=n
+        )
+        ridge = cfg.reg + factor * 2.0 * std * math.sqrt(features)
+        beta_w = r1.solve(s_t, b_t, ridge)
+        report = r1.replace_one_report(record, d=d_in, width=cfg.width, features=features,
+                                       input_bound=cfg.input_bound,
+                                       inferred_note=N_CLASSES_INFERRED_NOTE if inferred else None)  # fmt: skip
+        cfg = dataclasses.replace(cfg, epsilon=report.epsilon, delta=report.delta)
+    _check_finite(beta_w, jnp.float32)
+    cfg = dataclasses.replace(cfg, ridge=float(ridge))
+    empty = jnp.zeros((0, d_in), jnp.float32)
+    return DPNTKRegressionModel(beta_w, empty, weights, report, cfg, sketch=sketch)
 
 
 def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, bool]:
@@ -267,7 +345,7 @@ def _targets(y: Any, n: int, n_classes: int | None) -> tuple[np.ndarray, int | N
         raise ValueError("y must be a 1-D array of labels or an (n,) / (n, c) array of targets")
     inferred = False
     if n_classes is not None or (arr.ndim == 1 and np.issubdtype(arr.dtype, np.integer)):
-        if n_classes is None:  # labels are public under beta-close, but read with the warning
+        if n_classes is None:  # a read of the labels: warned and noted (private under replace-one)
             n_classes, inferred = infer_n_classes(arr, None, minimum=2)
         n_classes = check_int(n_classes, "n_classes", minimum=1)
         labels = check_labels(arr, n_classes, "y", n_rows=n)

@@ -58,6 +58,10 @@ class RegressionConfig(ConfigMixin):
     epsilon: float | None
     delta: float | None
     fit_intercept: bool = False
+    neighbouring: str = "beta-close"
+    features: int | None = None
+    target_bound: float | None = None
+    ridge: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +78,9 @@ class DPNTKRegressionModel:
       report: the `PrivacyReport`.
       config: the typed `RegressionConfig` (``k`` is the number of
         Gaussian samples used; None when non-private).
+      sketch: ``(A (D, d'), B (D, m))`` of a replace-one fit
+        (`privkernels.dp_ntk_regression.replace_one`), else None. Then ``alpha`` is
+        the ``(D, c)`` weight vector on the sketched features and ``x_tilde`` is empty.
     """
 
     alpha: jax.Array
@@ -81,6 +88,7 @@ class DPNTKRegressionModel:
     weights: jax.Array
     report: PrivacyReport
     config: RegressionConfig
+    sketch: tuple[jax.Array, jax.Array] | None = None
 
     @property
     def private(self) -> bool:
@@ -109,6 +117,8 @@ class DPNTKRegressionModel:
             "x_tilde": np.asarray(self.x_tilde),
             "weights": np.asarray(self.weights),
         }
+        if self.sketch is not None:
+            arrays["sketch_a"], arrays["sketch_b"] = (np.asarray(v) for v in self.sketch)
         meta = {"format": FORMAT, "config": self.config.to_dict(), "report": self.report.to_dict()}
         return checkpoint.save(path, arrays, meta)
 
@@ -130,6 +140,11 @@ def load(path: str | os.PathLike[str]) -> DPNTKRegressionModel:
             weights=jnp.asarray(arrays["weights"], dt),
             report=report,
             config=config,
+            sketch=(
+                (jnp.asarray(arrays["sketch_a"], dt), jnp.asarray(arrays["sketch_b"], dt))
+                if "sketch_a" in arrays
+                else None
+            ),
         )
 
 
@@ -169,6 +184,12 @@ def predict(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
         raise TypeError(f"model must be a DPNTKRegressionModel, got {type(model).__name__}")
     with x64(model.dtype == jnp.float64):
         xq = _queries(model, x)
+        if model.sketch is not None:  # replace-one: scores = psi(x)^T beta
+            from privkernels.dp_ntk_regression.replace_one import ssp_features
+
+            psi = ssp_features(xq, model.weights, model.sketch, model.config.chunk_size)
+            scores = np.asarray(jnp.asarray(psi) @ model.alpha)
+            return scores[:, 0] if model.config.target_ndim == 1 else scores
         scores = map_row_chunks(
             lambda xb: _block_scores(xb, model.x_tilde, model.weights, model.alpha),
             xq,

@@ -187,6 +187,7 @@ class PrivacyReport:
             )
             for m in data.get("mechanisms", ())
         )
+        _check_totals(data, mechs)
         return cls(
             epsilon=float(data["epsilon"]),
             delta=float(data["delta"]),
@@ -270,3 +271,21 @@ def compose(*reports: PrivacyReport) -> PrivacyReport:
         notes=tuple(dict.fromkeys(n for r in reports for n in r.notes)),
         proven=all(r.proven for r in reports),
     )
+
+
+def _check_totals(data: Mapping[str, Any], mechs: tuple[MechanismRecord, ...]) -> None:
+    """A stored report's (epsilon, delta) must be its mechanisms' basic composition.
+
+    Applies to ``"basic"`` / ``"single"`` reports (others, e.g. PLD-accounted DP-SGD,
+    state their own totals): an edited total is refused instead of trusted.
+    """
+    if not data.get("private", True) or data.get("composition", "basic") not in ("basic", "single"):
+        return
+    if not mechs:
+        raise ValueError("a private report without mechanisms")
+    for key in ("epsilon", "delta"):
+        total, parts = float(data[key]), sum(getattr(m, key) for m in mechs)
+        if abs(total - parts) > 1e-9 * max(abs(total), abs(parts), 1e-300):
+            raise ValueError(
+                f"report {key}={total!r} is not the sum of its mechanisms' ({parts!r})"
+            )
