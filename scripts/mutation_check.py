@@ -44,10 +44,10 @@ class Mutation:
 MUTATIONS = (
     Mutation(
         "dp-ntk-noise-halved",
-        "src/privkernels/dp_ntk.py",
-        "noisy = priv.gaussian_mechanism(k_noise, emb, sensitivity=sensitivity, sigma=sigma)",
-        "noisy = priv.gaussian_mechanism(k_noise, emb, sensitivity=sensitivity, sigma=sigma / 2)",
-        "DP-NTK embedding released with half the calibrated noise",
+        "src/privkernels/dp_ntk/release.py",
+        "        sensitivity=2.0 / n,\n",
+        "        sensitivity=1.0 / n,\n",
+        "DP-NTK embedding released with half the calibrated noise (sensitivity 1/n for 2/n)",
     ),
     Mutation(
         "dp-kip-noise-key-constant",
@@ -65,9 +65,9 @@ MUTATIONS = (
     ),
     Mutation(
         "tlap-sensitivity-beta",
-        "src/privkernels/dp_ntk_regression.py",
-        "sens_x = math.sqrt(d) * beta",
-        "sens_x = beta",
+        "src/privkernels/dp_ntk_regression/fitting.py",
+        "sens_x = math.sqrt(d) * cfg.beta",
+        "sens_x = cfg.beta",
         "truncated Laplace on X with L1 sensitivity beta instead of sqrt(d) beta",
     ),
     Mutation(
@@ -90,6 +90,20 @@ MUTATIONS = (
         "            config.sampling_rate,\n            min_pad=min_pad,",
         "            min(1.0, 2 * config.sampling_rate),\n            min_pad=min_pad,",
         "Poisson sampler at rate 2q while the accountant uses q",
+    ),
+    Mutation(
+        "replace-one-sensitivity-understated",
+        "src/privkernels/dp_ntk_regression/replace_one.py",
+        "return math.sqrt(2.0 + 4.0 * float(target_bound) ** 2)",
+        "return math.sqrt(2.0 + float(target_bound) ** 2)",
+        "replace-one statistics released with sensitivity sqrt(2 + B^2) instead of sqrt(2 + 4 B^2)",
+    ),
+    Mutation(
+        "replace-one-features-unclipped",
+        "src/privkernels/dp_ntk_regression/replace_one.py",
+        "clipped, _ = clip_per_example(_sketch_rows(x, w, a, b), 1.0)",
+        "clipped = _sketch_rows(x, w, a, b)",
+        "replace-one feature rows not clipped to norm 1 (the sensitivity bound no longer holds)",
     ),
 )
 

@@ -97,7 +97,8 @@ def test_dpkip_classifier_support_and_roundtrip(tmp_path):
 
 
 def test_generator_arrays_and_frames(tmp_path):
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
+
     x, y = load_digits(return_X_y=True)
     g = DPNTKGenerator(classes=list(range(10)), iterations=20, random_state=0).fit(x / 16.0, y)
     xs, ys = g.sample(50, random_state=3)

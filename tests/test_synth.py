@@ -6,6 +6,7 @@ import json
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from privkernels.cli import main
@@ -13,8 +14,6 @@ from privkernels.data.frames import decoded_table, infer_schema, read_csv, split
 from privkernels.data.schema import TabularSchema, categorical, numeric
 from privkernels.privacy import PrivacyLeakWarning
 from privkernels.synth import SCHEMA_INFERRED_NOTE, fit_table, load_table_synth
-
-pd = pytest.importorskip("pandas")  # the [test] extra installs it; a visible skip otherwise
 
 
 def _schema() -> TabularSchema:

@@ -222,7 +222,7 @@ def to_frame(columns: Mapping[str, np.ndarray], schema: TabularSchema | None = N
     try:
         import pandas as pd
     except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("DataFrames need pandas: pip install 'privkernels[tabular]'") from err
+        raise ImportError("DataFrames need pandas (a dependency of privkernels)") from err
     df = pd.DataFrame(dict(columns))
     if schema is not None:
         for c in schema.columns:

@@ -88,10 +88,11 @@ def load(
       `Dataset` with ``x`` float32, ``y`` int32 ``(n,)``.
 
     Raises:
-      DatasetNotFoundError (a FileNotFoundError) naming the missing files and
-      where to put them; ValueError for a bad name/split/option value; TypeError
-      for an unknown option; ImportError for ``source="tfds"`` without
-      tensorflow-datasets.
+      DatasetNotFoundError: the files are missing (a ``FileNotFoundError`` whose
+        message names them and where to put them).
+      ValueError: a bad name, split or option value.
+      TypeError: an unknown option.
+      ImportError: ``source="tfds"`` without tensorflow-datasets.
     """
     if name not in list_datasets():
         raise ValueError(f"unknown dataset {name!r}; choose from {list_datasets()}")
