@@ -307,6 +307,20 @@ def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, b
     return max(int(_label_range(arr)[1]) + 1, minimum), True
 
 
+def key_from_seed(seed: Any) -> Any:
+    """``jax.random.key(seed)`` for an int; fresh OS entropy for None; a key passes through.
+
+    The seed of a private release is a secret like the key (the noise is a function of it).
+    """
+    import jax
+
+    if seed is None:
+        return jax.random.key(int(np.random.default_rng().integers(2**31)))
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return jax.random.key(int(seed))
+    return seed  # a jax key; the method that receives it checks it
+
+
 def check_key(key: Any, name: str = "key") -> Any:
     """Require a JAX PRNG key (typed ``jax.random.key`` or raw uint32[2])."""
     import jax

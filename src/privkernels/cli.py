@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from privkernels._validation import key_from_seed
+
 __all__ = ["main"]
 
 
@@ -37,14 +39,6 @@ def _write_report(report: Any, out: Path) -> Path:
     p = _report_path(out)
     p.write_text(report.to_json(indent=2) + "\n")
     return p
-
-
-def _key(seed: int | None) -> Any:
-    import jax
-
-    if seed is None:
-        seed = int(np.random.default_rng().integers(2**31))
-    return jax.random.key(seed)
 
 
 def _cmd_schema(a: argparse.Namespace) -> int:
@@ -68,7 +62,7 @@ def _cmd_synth(a: argparse.Namespace) -> int:
     from privkernels.synth import fit_table, load_table_synth
 
     out = Path(a.out)
-    key = _key(a.seed)
+    key = key_from_seed(a.seed)
     import jax
 
     k_fit, k_sample = jax.random.split(key)

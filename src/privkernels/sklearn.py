@@ -32,6 +32,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from privkernels import checkpoint
+from privkernels._validation import key_from_seed
 from privkernels.privacy.report import PrivacyReport
 from privkernels.privacy.warnings import warn_privacy_leak
 
@@ -46,24 +47,8 @@ CLASSES_INFERRED_NOTE = (
 )
 
 
-def _key(random_state: Any) -> Any:
-    import jax
-
-    if random_state is None:
-        seed = int(np.random.default_rng().integers(2**31))
-        return jax.random.key(seed)
-    if isinstance(random_state, (int, np.integer)):
-        return jax.random.key(int(random_state))
-    return random_state  # a jax key; the method checks it
-
-
 def _with_note(result: Any, note: str) -> Any:
-    report = result.report
-    if note in report.notes:
-        return result
-    return dataclasses.replace(
-        result, report=dataclasses.replace(report, notes=report.notes + (note,))
-    )
+    return dataclasses.replace(result, report=result.report.with_note(note))
 
 
 class _DPEstimator(BaseEstimator):
@@ -77,7 +62,8 @@ class _DPEstimator(BaseEstimator):
         check_is_fitted(self, self._result_attr)
         return getattr(self, self._result_attr).report
 
-    def _encode_classes(self, y: Any) -> np.ndarray:
+    def _encode_classes(self, y: Any, minimum: int = 1) -> np.ndarray:
+        """Codes ``(n,)`` int32 of ``y`` in ``classes_`` (public ``classes``, else read with a warning)."""
         y = np.asarray(y)
         check_classification_targets(y)
         if self.classes is None:
@@ -91,9 +77,15 @@ class _DPEstimator(BaseEstimator):
                 raise ValueError("classes has duplicates")
         pos = {c: i for i, c in enumerate(self.classes_.tolist())}
         try:
-            return np.array([pos[v] for v in y.tolist()], np.int32)
+            codes = np.array([pos[v] for v in y.tolist()], np.int32)
         except KeyError:
             raise ValueError("y holds a label outside classes") from None
+        if len(self.classes_) < minimum:
+            raise ValueError(
+                f"{type(self).__name__} needs at least {minimum} classes, "
+                f"got {len(self.classes_)} class(es)"
+            )
+        return codes
 
     def _finish(self, result: Any) -> None:
         if getattr(self, "_classes_inferred", False):
@@ -188,7 +180,7 @@ class _RegressionBase(_DPEstimator):
             raise ValueError(f"n_samples = {X.shape[0]}: a fit needs at least 2 samples")
 
         self.model_ = R.fit(
-            _key(self.random_state), np.asarray(X, np.float32), y, epsilon=self.epsilon,
+            key_from_seed(self.random_state), np.asarray(X, np.float32), y, epsilon=self.epsilon,
             delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
             fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
             input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
@@ -257,11 +249,7 @@ class DPNTKClassifier(ClassifierMixin, _RegressionBase):
 
     def fit(self, X: Any, y: Any) -> DPNTKClassifier:
         X, y = validate_data(self, X, y, dtype=np.float64)
-        codes = self._encode_classes(y)
-        if len(self.classes_) < 2:
-            raise ValueError(
-                f"DPNTKClassifier needs at least 2 classes, got {len(self.classes_)} class(es)"
-            )
+        codes = self._encode_classes(y, minimum=2)
         self._fit(X, codes, len(self.classes_))
         self._finish(self.model_)
         return self
@@ -330,13 +318,9 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
         from privkernels import dp_kip
 
         X, y = validate_data(self, X, y, dtype=np.float32)
-        codes = self._encode_classes(y)
-        if len(self.classes_) < 2:
-            raise ValueError(
-                f"DPKIPClassifier needs at least 2 classes, got {len(self.classes_)} class(es)"
-            )
+        codes = self._encode_classes(y, minimum=2)
         res = dp_kip.fit(
-            _key(self.random_state), self._shape(X), codes, epsilon=self.epsilon, delta=self.delta,
+            key_from_seed(self.random_state), self._shape(X), codes, epsilon=self.epsilon, delta=self.delta,
             n_classes=len(self.classes_), kernel=self.kernel,  # type: ignore[arg-type]
             support_per_class=self.support_per_class, epochs=self.epochs,
             batch_size=self.batch_size, learning_rate=self.learning_rate,
@@ -430,7 +414,7 @@ class DPNTKGenerator(_DPEstimator):
     def fit(self, X: Any, y: Any = None) -> DPNTKGenerator:
         from privkernels.synth import fit_table
 
-        self._key = _key(self.random_state)
+        self._key = key_from_seed(self.random_state)
         opts: dict[str, Any] = dict(label_mode=self.label_mode, iterations=self.iterations,
                                     d_code=self.d_code, batch_size=self.batch_size,
                                     progress=bool(self.verbose))  # fmt: skip
@@ -466,11 +450,11 @@ class DPNTKGenerator(_DPEstimator):
         import jax
 
         if random_state is not None:
-            return _key(random_state)
+            return key_from_seed(random_state)
         self._n_sampled = getattr(self, "_n_sampled", 0) + 1
         base = getattr(self, "_key", None)
         return jax.random.fold_in(
-            base if base is not None else _key(None), 10_000 + self._n_sampled
+            base if base is not None else key_from_seed(None), 10_000 + self._n_sampled
         )
 
     def sample(self, n: int, *, random_state: Any = None) -> tuple[np.ndarray, np.ndarray]:

@@ -26,7 +26,7 @@ import flax.linen as nn
 import numpy as np
 
 from privkernels import checkpoint
-from privkernels._validation import check_int, check_key
+from privkernels._validation import N_CLASSES_INFERRED_NOTE, check_int, check_key, infer_n_classes
 from privkernels.data.frames import decoded_table, split_table, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
@@ -143,22 +143,21 @@ def fit_table(
         raise TypeError(f"schema must be a TabularSchema, got {type(schema).__name__}")
     feats, y = split_table(table, schema)
     x, _ = schema.encode(feats, unknown="error")
-    n_classes = len(schema.classes) or None
+    # the one read of the label range (warned, noted below) when the schema lists no classes
+    n_classes, inferred = infer_n_classes(y, len(schema.classes) or None)
     opts = {**TABLE_DEFAULTS}
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("d_code", d_code)):
         if value is not None:
             opts[name] = value
-    assert y is not None  # split_table(label=True) returns the codes
-    gen_classes = n_classes if n_classes is not None else int(np.max(y)) + 1
     result = dp_ntk.fit(
         key, x, y, epsilon=epsilon, delta=delta, n_classes=n_classes, label_mode=label_mode,
         network=network,
-        generator=generator if generator is not None else default_table_generator(schema, gen_classes),
+        generator=generator if generator is not None else default_table_generator(schema, n_classes),
         progress=progress, **opts, **fit_options,
     )  # fmt: skip
-    if schema.source == "data" and SCHEMA_INFERRED_NOTE not in result.report.notes:
-        report = dataclasses.replace(
-            result.report, notes=result.report.notes + (SCHEMA_INFERRED_NOTE,)
-        )
-        result = dataclasses.replace(result, report=report)
-    return TableSynth(result, schema)
+    report = result.report
+    if inferred:
+        report = report.with_note(N_CLASSES_INFERRED_NOTE)
+    if schema.source == "data":
+        report = report.with_note(SCHEMA_INFERRED_NOTE)
+    return TableSynth(dataclasses.replace(result, report=report), schema)

@@ -78,8 +78,11 @@ def as_columns(table: Any) -> dict[str, np.ndarray]:
 
 
 def _normalise(col: np.ndarray) -> np.ndarray:
-    if col.dtype.kind in "biuf":
-        return col.astype(np.float64)
+    return col.astype(np.float64) if col.dtype.kind in "biuf" else _tokens(col)
+
+
+def _tokens(col: np.ndarray) -> np.ndarray:
+    """Object array of canonical string tokens (missing -> ``""``, ``1.0`` -> ``"1"``)."""
     return np.array(["" if _missing(v) else _token(v) for v in col.tolist()], dtype=object)
 
 
@@ -116,8 +119,7 @@ def split_table(
             _check_numeric(v, c)
             feats[c.name] = v
         else:
-            s = _normalise(col) if col.dtype != object else col
-            s = np.array(["" if _missing(v) else _token(v) for v in s.tolist()], dtype=object)
+            s = col if col.dtype == object else _tokens(col)  # as_columns tokenised text already
             _check_categorical(s, c)
             feats[c.name] = s
     return feats, (_label_codes(cols[schema.label], schema) if label else None)
@@ -163,7 +165,7 @@ def _check_categorical(s: np.ndarray, c: Any) -> None:
 
 
 def _label_codes(col: np.ndarray, schema: TabularSchema) -> np.ndarray:
-    tokens = ["" if _missing(v) else _token(v) for v in col.tolist()]
+    tokens = _tokens(col).tolist()
     if any(t == "" for t in tokens):
         raise ValueError(f"label column {schema.label!r} has missing values")
     if schema.classes:
@@ -256,8 +258,8 @@ def infer_schema(
     for cname, col in cols.items():
         if cname == label:
             continue
-        tokens = col if col.dtype != object else np.array(col.tolist(), dtype=object)
-        missing = np.array([_missing(v) for v in tokens.tolist()])
+        tokens = _tokens(col)
+        missing = tokens == ""
         present = tokens[~missing]
         try:
             vals = np.array([float(v) for v in present.tolist()], np.float64)
@@ -270,14 +272,14 @@ def infer_schema(
             specs.append(numeric(cname, lo, hi, nullable=bool(missing.any()), dtype=dtype,
                                  note="inferred from the private data"))  # fmt: skip
             continue
-        cats = sorted({_token(v) for v in present.tolist()})
+        cats = sorted(set(present.tolist()))
         if len(cats) > max_categories:
             raise ValueError(
                 f"column {cname!r} has more than {max_categories} categories; give a schema"
             )
         specs.append(categorical(cname, cats or ["?"], nullable=bool(missing.any()),
                                  note="inferred from the private data"))  # fmt: skip
-    classes = sorted({_token(v) for v in cols[label].tolist() if not _missing(v)})
+    classes = sorted(set(_tokens(cols[label]).tolist()) - {""})
     return TabularSchema.from_columns(name, specs, label=label, classes=classes, source="data")
 
 

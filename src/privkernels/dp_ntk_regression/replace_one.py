@@ -82,6 +82,9 @@ def _clipped(x: jax.Array, w: jax.Array, a: jax.Array, b: jax.Array) -> jax.Arra
     return clipped
 
 
+_clipped_jit = jax.jit(_clipped)
+
+
 def ssp_features(
     x: jax.Array, w: jax.Array, sketch: tuple[jax.Array, jax.Array], chunk_size: int
 ) -> np.ndarray:
@@ -91,7 +94,7 @@ def ssp_features(
     core's full-precision norms; a non-finite row becomes zero.
     """
     a, b = sketch
-    return map_row_chunks(jax.jit(lambda xb: _clipped(xb, w, a, b)), x, chunk_size)
+    return map_row_chunks(lambda xb: _clipped_jit(xb, w, a, b), x, chunk_size)
 
 
 def ssp_sensitivity(target_bound: float) -> float:

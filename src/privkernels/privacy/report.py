@@ -205,6 +205,12 @@ class PrivacyReport:
         """Inverse of `to_json`."""
         return cls.from_dict(json.loads(text))
 
+    def with_note(self, note: str) -> PrivacyReport:
+        """This report with ``note`` appended (unchanged if it is already there)."""
+        if note in self.notes:
+            return self
+        return dataclasses.replace(self, notes=self.notes + (note,))
+
     def summary(self) -> str:
         """One human-readable paragraph."""
         if not self.private:
