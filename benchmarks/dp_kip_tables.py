@@ -17,7 +17,10 @@ gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``datasets`` (comma list), ``kernels`` and ``epsilons`` (Table 2 subsets),
 ``clip_space``, ``group_norm`` (ScatterNet: ``27``, the default, or ``none``),
 ``preprocess`` (``2x-1`` or ``std``), ``max_train`` (non-private tables),
-``convnet_steps``.
+``convnet_steps``, ``init`` (``gaussian``, ``lowpass`` or ``dp_ntk``; ``dp_ntk``
+also takes ``init_fraction`` (0.1) and ``init_iterations`` (300) and defaults
+the relation to replace-one), ``smooth`` (blur every support update by this
+many pixels, `privkernels.dp_kip.smooth_updates`; post-processing).
 
 Images go through a fixed per-example map (no dataset statistics): ``std``,
 each image standardised by its own mean and standard deviation, for the FC-NTK
@@ -43,7 +46,7 @@ DELTA = 1e-5
 OPTIONS = (
     "epochs", "batch_size", "lr", "clip", "reg", "spc", "datasets", "dataset", "kernels",
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
-    "max_test", "convnet_steps", "relation", "init",
+    "max_test", "convnet_steps", "relation", "init", "init_fraction", "init_iterations", "smooth",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
@@ -256,16 +259,47 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
         hp["group_norm"] = ctx.options.get("group_norm", "27")
     # FC-NTK: per-image standardisation matches the N(0, I) support initialisation.
     hp["preprocess"] = ctx.options.get("preprocess", "std" if kernel == "fc_ntk" else "2x-1")
-    hp["relation"] = _relation(ctx)
-    if "init" in ctx.options:  # support initialisation (data-independent); default gaussian
+    if "init" in ctx.options:  # support initialisation; default gaussian
         hp["init"] = ctx.options["init"]
+    if hp.get("init") == "dp_ntk":  # a DP-NTK start: replace-one, a share of the budget
+        hp["init_fraction"] = _opt(ctx, "init_fraction", 0.1, float)
+        hp["init_iterations"] = _opt(ctx, "init_iterations", 300, int)
+    if "smooth" in ctx.options:  # blur every support update (post-processing; dp_kip.smoothing)
+        hp["smooth"] = _opt(ctx, "smooth", 0.0, float)
+    hp["relation"] = _relation(ctx, default="replace-one" if "init_fraction" in hp else None)
     return hp
 
 
-def _relation(ctx: RunContext) -> str:
+def _init(hp: dict[str, Any]) -> Any:
+    """The ``init`` argument of a run: a name, or `DPNTKInit` over the preprocessed range."""
+    from privkernels import dp_kip
+
+    if hp.get("init") != "dp_ntk":
+        return hp.get("init", "gaussian")
+    if hp["preprocess"] != "2x-1":
+        raise SystemExit("--set init=dp_ntk needs preprocess=2x-1 (the public range [-1, 1])")
+    return dp_kip.DPNTKInit(
+        budget_fraction=hp["init_fraction"],
+        data_range=(-1.0, 1.0),
+        iterations=hp["init_iterations"],
+    )
+
+
+def _optimizer(hp: dict[str, Any]) -> Any:
+    """None (``adam(lr)`` inside fit), or ``adam(lr)`` then `smooth_updates` for ``smooth > 0``."""
+    if not hp.get("smooth"):
+        return None
+    import optax
+
+    from privkernels import dp_kip
+
+    return optax.chain(optax.adam(hp["lr"]), dp_kip.smooth_updates(hp["smooth"]))
+
+
+def _relation(ctx: RunContext, default: str | None = None) -> str:
     """The paper's accounting (add-remove, q = batch / n with the published training-set
-    size as the public n) unless ``--set relation=replace-one``."""
-    rel = ctx.options.get("relation", "add-remove")
+    size as the public n) unless ``--set relation=replace-one`` (or ``default``)."""
+    rel = ctx.options.get("relation", default or "add-remove")
     if rel not in ("add-remove", "replace-one"):
         raise SystemExit(f"--set relation must be add-remove or replace-one, got {rel!r}")
     return rel
@@ -307,7 +341,8 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             x_test=None,
             y_test=None,
             neighbouring=relation if eps else "replace-one",
-            init=hp.get("init", "gaussian"),
+            init=_init(hp),
+            optimizer=_optimizer(hp),
             **rate,
         )
 
@@ -433,6 +468,10 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
         if quick
         else [(k, e) for k in ("fc_ntk", "scatternet") for e in (1.0, 10.0)]
     )
+    if "kernels" in ctx.options or "epsilons" in ctx.options:
+        kernels = _list_opt(ctx, "kernels", sorted({k for k, _ in combos}))
+        epsilons = _list_opt(ctx, "epsilons", sorted({e for _, e in combos}), float)
+        combos = [(k, e) for k in kernels for e in epsilons]
     steps = _opt(ctx, "convnet_steps", 300 if quick else 1000, int)
     rows = []
     for ds in _datasets(ctx):

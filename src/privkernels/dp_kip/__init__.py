@@ -15,6 +15,8 @@ Modules, one concept each:
 * `clipped_sums` -- the clipped-sum strategies
   (Gram form, feature space, explicit), chosen once per run;
 * `init` -- data-independent support initialisations;
+* `dp_ntk_init` -- the private DP-NTK start (``init="dp_ntk"``, a share of the budget);
+* `smoothing` -- blurring support images and their updates (post-processing);
 * `train` -- config, state and the pure ``train_step``;
 * `fitting` -- `fit` and `configure`;
 * `result` -- the release, ``save``/`load`, `predict`.
@@ -23,12 +25,15 @@ Privacy: the Poisson-subsampled Gaussian mechanism composed over
 ``epochs * round(1 / q)`` steps, calibrated and accounted by the privacy core
 (`privkernels.privacy.dpsgd_plan`, PLD by default) under
 ``neighbouring="replace-one"`` (default; n public) or ``"add-remove"`` (a
-public sampling rate; n never used in the release).
+public sampling rate; n never used in the release). With ``init="dp_ntk"``
+a DP-NTK release with a stated share of the budget supplies the starting
+support (replace-one only); the report composes the two releases.
 """
 
 from __future__ import annotations
 
 from privkernels.dp_kip.clipped_sums import STRATEGIES
+from privkernels.dp_kip.dp_ntk_init import DPNTKInit
 from privkernels.dp_kip.fitting import configure, fit
 from privkernels.dp_kip.grads import per_example_grads
 from privkernels.dp_kip.init import (
@@ -41,6 +46,7 @@ from privkernels.dp_kip.init import (
 from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
 from privkernels.dp_kip.krr import FALLBACK_JITTER, encode_labels, krr_loss
 from privkernels.dp_kip.result import DPKIPResult, accuracy, load, predict, predict_labels
+from privkernels.dp_kip.smoothing import smooth_images, smooth_updates
 from privkernels.dp_kip.train import (
     Batch,
     DPKIPConfig,
@@ -58,6 +64,7 @@ __all__ = [
     "FALLBACK_JITTER",
     "Batch",
     "DPKIPConfig",
+    "DPNTKInit",
     "DPKIPResult",
     "KernelSpec",
     "State",
@@ -78,5 +85,7 @@ __all__ = [
     "per_example_grads",
     "predict",
     "predict_labels",
+    "smooth_images",
+    "smooth_updates",
     "support_labels",
 ]

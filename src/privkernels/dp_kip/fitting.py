@@ -26,6 +26,7 @@ from privkernels._validation import (
     infer_n_classes,
 )
 from privkernels.dp_kip.clipped_sums import choose_strategy
+from privkernels.dp_kip.dp_ntk_init import as_dp_ntk_init, dp_ntk_start, split_budget
 from privkernels.dp_kip.init import corruption_mask, resolve_init, support_labels
 from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
 from privkernels.dp_kip.krr import encode_labels
@@ -41,7 +42,7 @@ from privkernels.dp_kip.train import (
 from privkernels.privacy.accounting import check_relation, check_sampling_rate
 from privkernels.privacy.budget import as_budget
 from privkernels.privacy.dpsgd import DPSGDPlan, dpsgd_plan
-from privkernels.privacy.report import PrivacyReport, non_private_report
+from privkernels.privacy.report import PrivacyReport, compose, non_private_report
 from privkernels.privacy.warnings import warn_privacy_leak
 
 __all__ = ["fit", "configure"]
@@ -141,8 +142,9 @@ def fit(
     )
     cfg, data, test = run["config"], run["data"], run["test"]
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
+    start, init_report = _private_start(run, init, k_init, epsilon, delta, mesh, progress)
     spec, state, corrupted, init_line = _start(
-        cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel
+        cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel, start
     )
     trainer = make_trainer(
         cfg, spec, run["plan"], run["optimizer"], n=run["n"],
@@ -160,6 +162,8 @@ def fit(
     )  # fmt: skip
     steps_done = int(state.step)
     report = _report(cfg, run["plan"], steps_done, init_line, run["notes"], diagnostics)
+    if init_report is not None:
+        report = compose(init_report, report)
     return DPKIPResult(
         support_x=np.asarray(state.params["x"]),
         support_y=support_labels(cfg.n_classes, cfg.support_per_class),
@@ -173,14 +177,42 @@ def fit(
     )
 
 
+def _private_start(
+    run: dict[str, Any], init: Any, key: Any, epsilon: Any, delta: Any, mesh: Any, progress: bool
+) -> tuple[np.ndarray | None, PrivacyReport | None]:
+    """``init="dp_ntk"``: the DP-NTK start and its report (its share of the budget); else None."""
+    dp_init = as_dp_ntk_init(init)
+    if dp_init is None:
+        return None, None
+    cfg = run["config"]
+    _, ntk_budget = split_budget(as_budget(epsilon, delta), dp_init)
+    return dp_ntk_start(
+        key, run["x"], run["y"], n_classes=cfg.n_classes,
+        labels=support_labels(cfg.n_classes, cfg.support_per_class), budget=ntk_budget,
+        spec=dp_init, mesh=mesh, progress=progress,
+    )  # fmt: skip
+
+
 def _start(
-    cfg: DPKIPConfig, optimizer: Any, init: Any, k_init: Any, k_corrupt: Any, k_kernel: Any
+    cfg: DPKIPConfig,
+    optimizer: Any,
+    init: Any,
+    k_init: Any,
+    k_corrupt: Any,
+    k_kernel: Any,
+    start: np.ndarray | None = None,
 ) -> tuple[KernelSpec, State, np.ndarray, str]:
-    """The kernel, the state before step 0 and the frozen-pixel mask (all data independent)."""
+    """The kernel, the state before step 0 and the frozen-pixel mask.
+
+    All data independent, except a ``start`` released by `_private_start`.
+    """
     spec = make_kernel(
         cfg.kernel, cfg.input_shape, cfg.n_classes, options=cfg.kernel_options, key=k_kernel
     )
-    _, init_fn, init_line = resolve_init(init)
+    if start is not None:
+        init_fn, init_line = (lambda *_: jnp.asarray(start)), ""  # the DP-NTK report says it
+    else:
+        _, init_fn, init_line = resolve_init(init)
     shape = (cfg.n_support, *cfg.input_shape)
     corrupted = (
         corruption_mask(k_corrupt, shape, cfg.corrupt_fraction)
@@ -225,7 +257,9 @@ def _prepare(
         )
     notes = (N_CLASSES_INFERRED_NOTE,) if inferred else ()
     data = _device_data(x, y, n_classes, args["mesh"])
-    return dict(config=cfg, plan=plan, data=data, test=test, n=n, optimizer=opt, notes=notes)
+    return dict(
+        config=cfg, plan=plan, data=data, test=test, n=n, optimizer=opt, notes=notes, x=x, y=y
+    )
 
 
 def configure(
@@ -280,8 +314,11 @@ def configure(
         (epsilon, delta) guarantee for the same neighbours) or ``"auto"``
         (``"feature"`` for scatternet and entk, orders of magnitude faster;
         ``"input"`` for fc_ntk and with ``learn_labels``).
-      init: ``"gaussian"`` or a callable ``init(key, m, input_shape)`` that reads
-        no private data.
+      init: ``"gaussian"``, ``"lowpass"``, a callable ``init(key, m, input_shape)``
+        that reads no private data, or ``"dp_ntk"`` / `DPNTKInit`: the support
+        starts as DP-NTK samples released with ``budget_fraction`` of (epsilon,
+        delta) (`privkernels.privacy.Budget.split`; DP-SGD is calibrated to the
+        rest, replace-one only; the report composes both).
       neighbouring: ``"replace-one"`` (n public, q = batch_size / n) or
         ``"add-remove"`` (pass the public ``sampling_rate``; n is never released).
       sampling_rate: the public Poisson rate (add-remove only).
@@ -299,6 +336,14 @@ def configure(
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     args = dict(locals())
     budget = as_budget(epsilon, delta)
+    dp_init = as_dp_ntk_init(init)
+    if dp_init is not None:
+        if budget is not None and neighbouring != "replace-one":
+            raise ValueError(
+                "init='dp_ntk' needs neighbouring='replace-one' (DP-NTK's relation; the two "
+                "releases compose under one relation)"
+            )
+        budget, _ = split_budget(budget, dp_init)
     q, space = _check_settings(args, int(n), budget is not None)
     batch_size = args["batch_size"]
     if learn_labels and budget is not None:
@@ -330,7 +375,7 @@ def configure(
             neighbouring=neighbouring,
             accountant=accountant,
         )
-    init_name, _, _ = resolve_init(init)
+    init_name = dp_init.name if dp_init is not None else resolve_init(init)[0]
     if init_name == "lowpass" and len(tuple(input_shape)) not in (2, 3):
         raise ValueError(f"init='lowpass' needs image inputs (H, W[, C]), got {tuple(input_shape)}")
     opt = optimizer
@@ -645,17 +690,20 @@ def _report(
     if plan is None:
         return non_private_report("epsilon=None: non-private KIP baseline")
     data_indep = (
-        init_line,
-        "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
-        f"kernel: {cfg.kernel} {cfg.kernel_options} (fixed feature map; e-NTK weights drawn from the key)",
-        (
-            "n (dataset size): equal for replace-one neighbours (public); sets q = batch_size/n"
-            if plan.neighbouring == "replace-one"
-            else f"sampling rate q={plan.sampling_rate:.6g} and normaliser batch_size="
-            f"{cfg.batch_size}: public values given by the caller; the true n is not used in the release"
-        ),
-        "Poisson padding rows: one fixed public zero row, masked out",
-    ) + (("corrupted-pixel mask: drawn from the key",) if cfg.corrupt_fraction > 0 else ())
+        (init_line,) * bool(init_line)
+        + (
+            "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
+            f"kernel: {cfg.kernel} {cfg.kernel_options} (fixed feature map; e-NTK weights drawn from the key)",
+            (
+                "n (dataset size): equal for replace-one neighbours (public); sets q = batch_size/n"
+                if plan.neighbouring == "replace-one"
+                else f"sampling rate q={plan.sampling_rate:.6g} and normaliser batch_size="
+                f"{cfg.batch_size}: public values given by the caller; the true n is not used in the release"
+            ),
+            "Poisson padding rows: one fixed public zero row, masked out",
+        )
+        + (("corrupted-pixel mask: drawn from the key",) if cfg.corrupt_fraction > 0 else ())
+    )
     if cfg.clip_space == "feature":
         notes += (
             "clip_space='feature': per-example gradients are clipped w.r.t. the support features and "

@@ -110,7 +110,11 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
         raise ValueError("saved report and config disagree on whether the run was private")
     if not report.private:
         return
-    mech = report.mechanisms[0].param_dict
+    n_mechs = 2 if config.init.startswith("dp_ntk") else 1  # (DP-NTK start,) DP-SGD
+    if len(report.mechanisms) != n_mechs:
+        raise ValueError(f"saved report must hold {n_mechs} release(s) for init={config.init!r}")
+    sgd = report.mechanisms[-1]
+    mech = sgd.param_dict
     if (
         report.neighbouring != config.neighbouring
         or int(mech.get("steps", -1)) != steps_done
@@ -128,9 +132,10 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
         accountant=config.accountant or "pld",  # type: ignore[arg-type]
         neighbouring=config.neighbouring or "replace-one",  # type: ignore[arg-type]
     )
-    if abs(spent - report.epsilon) > 1e-6 * max(1.0, spent):
+    if abs(spent - sgd.epsilon) > 1e-6 * max(1.0, spent):
         raise ValueError(
-            f"saved report claims epsilon={report.epsilon:.6g}, the saved run spent {spent:.6g}"
+            f"saved report claims epsilon={sgd.epsilon:.6g} for DP-SGD, the saved run spent "
+            f"{spent:.6g}"
         )
 
 

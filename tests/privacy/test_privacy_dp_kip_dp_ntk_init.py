@@ -1,0 +1,157 @@
+"""DP-KIP started from DP-NTK samples (init="dp_ntk"): the budget split, the
+composed report, the clipped inputs DP-NTK sees, and refusal before any noise."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from _privacy_helpers import NoiseDrawn, forbid_noise
+from sklearn.datasets import load_digits
+
+from privkernels import dp_kip, dp_ntk
+from privkernels.dp_kip import DPNTKInit
+from privkernels.privacy.report import PrivacyReport
+
+INIT = DPNTKInit(iterations=3, batch_size=60)
+SMALL = dict(delta=1e-5, n_classes=10, epochs=1, batch_size=60, support_per_class=2, progress=False)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    d = load_digits()
+    idx = np.random.default_rng(0).permutation(len(d.target))[:300]
+    x = (d.images[idx] / 16.0 * 2.0 - 1.0).astype(np.float32)
+    return x, d.target[idx].astype(np.int32)
+
+
+@pytest.fixture(scope="module")
+def spied(digits):
+    """One fit (eps 2) with inputs outside the public range, DP-NTK's arguments recorded."""
+    x, y = digits
+    x = x.copy()
+    x[0, 0, 0], x[1, 0, 0] = 7.0, -3.0  # outside the public range: clipped, not refused
+    seen = {}
+    real = dp_ntk.fit
+
+    def spy(key, xs, ys, **kw):
+        seen.update(lo=float(np.min(xs)), hi=float(np.max(xs)), eps=kw["epsilon"],
+                    delta=kw["delta"], label_mode=kw["label_mode"])  # fmt: skip
+        return real(key, xs, ys, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dp_ntk, "fit", spy)
+        res = dp_kip.fit(jax.random.key(3), x, y, epsilon=2.0, init=INIT, **SMALL)
+    return res, seen, x, y
+
+
+@pytest.fixture(scope="module")
+def fitted(spied):
+    return spied[0]
+
+
+def test_two_releases_compose_to_the_budget(fitted):
+    rep = fitted.report
+    assert rep.private and rep.neighbouring == "replace-one"
+    ntk, sgd = rep.mechanisms
+    assert ntk.name == "gaussian" and "e-NTK mean embedding" in ntk.released
+    assert ntk.epsilon == pytest.approx(0.2, rel=1e-12)
+    assert ntk.delta == pytest.approx(1e-6, rel=1e-12)
+    assert sgd.name == "poisson_subsampled_gaussian"
+    assert sgd.delta == pytest.approx(9e-6, rel=1e-12)
+    assert sgd.param_dict["target_epsilon"] == pytest.approx(1.8, rel=1e-12)
+    assert sgd.epsilon <= 1.8 + 1e-9
+    assert rep.epsilon == pytest.approx(ntk.epsilon + sgd.epsilon, rel=1e-12)
+    assert rep.epsilon <= 2.0 + 1e-9 and rep.delta == pytest.approx(1e-5, rel=1e-12)
+    assert "range [-1, 1]" in " ".join(rep.notes)
+    assert not any("DP-NTK" in d for d in rep.data_independent)
+
+
+def test_dp_sgd_is_calibrated_to_the_remaining_share(fitted, digits):
+    x, _ = digits
+    settings = {k: v for k, v in SMALL.items() if k not in ("n_classes", "progress")}
+    settings.update(epsilon=1.8, delta=9e-6)
+    _, plan, _ = dp_kip.configure(n=len(x), input_shape=x.shape[1:], n_classes=10, **settings)
+    assert fitted.config.noise_multiplier == pytest.approx(plan.noise_multiplier, rel=1e-12)
+    assert fitted.config.epsilon == pytest.approx(1.8, rel=1e-12)
+    assert fitted.config.init.startswith("dp_ntk(fraction=0.1")
+
+
+def test_dp_ntk_sees_clipped_inputs_and_its_share(spied):
+    _, seen, _, _ = spied
+    assert seen["lo"] >= 0.0 and seen["hi"] <= 1.0
+    assert seen["eps"] == pytest.approx(0.2) and seen["delta"] == pytest.approx(1e-6)
+    assert seen["label_mode"] == "uniform"  # nothing spent on labels: they are fixed
+
+
+def test_same_key_same_release_and_save_load(spied, tmp_path):
+    fitted, _, x, y = spied
+    again = dp_kip.fit(jax.random.key(3), x, y, epsilon=2.0, init=INIT, **SMALL)
+    np.testing.assert_array_equal(again.support_x, fitted.support_x)
+    path = tmp_path / "r.npz"
+    fitted.save(path)
+    loaded = dp_kip.load(path)
+    assert loaded.report == fitted.report
+    np.testing.assert_array_equal(loaded.support_x, fitted.support_x)
+
+
+def test_a_report_without_the_dp_ntk_release_is_refused(fitted):
+    data = json.loads(fitted.report.to_json())
+    data["mechanisms"] = data["mechanisms"][1:]
+    data["epsilon"], data["delta"] = (data["mechanisms"][0][k] for k in ("epsilon", "delta"))
+    tampered = PrivacyReport.from_dict(data)
+    from privkernels.dp_kip.result import _check_report
+
+    with pytest.raises(ValueError, match="2 release"):
+        _check_report(tampered, fitted.config, fitted.steps_done)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(neighbouring="add-remove", sampling_rate=0.2), "replace-one"),
+        (dict(epsilon=0.0), "epsilon"),
+        (dict(delta=1.5), "delta"),
+        (dict(x_nan=True), "finite|NaN"),
+        (dict(batch_size=10**6), "batch_size"),
+    ],
+)
+def test_bad_input_is_refused_before_any_noise(monkeypatch, digits, change, match):
+    x, y = digits
+    kw = dict(SMALL, epsilon=1.0, init="dp_ntk")
+    if change.pop("x_nan", False):
+        x = x.copy()
+        x[5, 3, 3] = np.nan
+    kw.update(change)
+    forbid_noise(monkeypatch)
+    try:
+        with pytest.raises(ValueError, match=match):
+            dp_kip.fit(jax.random.key(0), x, y, **kw)
+    except NoiseDrawn as err:  # pragma: no cover - the failure this test exists for
+        pytest.fail(str(err))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(budget_fraction=0.0),
+        dict(budget_fraction=1.0),
+        dict(budget_fraction=float("nan")),
+        dict(data_range=(1.0, 1.0)),
+        dict(data_range=(0.0, float("inf"))),
+        dict(data_range="ab"),
+        dict(iterations=0),
+        dict(learning_rate=-1.0),
+    ],
+)
+def test_bad_specs_are_refused(kw):
+    with pytest.raises(ValueError):
+        DPNTKInit(**kw)
+
+
+def test_non_private_baseline(digits):
+    x, y = digits
+    res = dp_kip.fit(jax.random.key(5), x, y, epsilon=None, init=INIT, **SMALL)
+    assert not res.report.private
