@@ -17,6 +17,9 @@ looks like the data with a stated share of the budget:
    are the starting support set; DP-KIP spends the remaining
    ``1 - budget_fraction`` with DP-SGD.
 
+With ``corrupt_fraction > 0`` the frozen pixels keep their DP-NTK start
+values (Table 4's frozen noise becomes frozen start pixels).
+
 The two releases are on the same data under the same replace-one relation;
 the report composes them (basic composition, `privkernels.privacy.compose`),
 so the totals are the caller's (epsilon, delta) exactly (`Budget.split`).
@@ -105,7 +108,7 @@ def as_dp_ntk_init(init: Any) -> DPNTKInit | None:
 
 
 def split_budget(budget: Budget | None, spec: DPNTKInit) -> tuple[Budget | None, Budget | None]:
-    """``(DP-KIP budget, DP-NTK budget)``: ``budget.split(1 - f, f)``; they sum to ``budget``."""
+    """``(DP-KIP budget, DP-NTK budget)``: ``budget.split(1 - f, f)``; they sum to at most ``budget``."""
     if budget is None:
         return None, None
     kip, ntk = budget.split(1.0 - spec.budget_fraction, spec.budget_fraction)
@@ -137,7 +140,10 @@ def dp_ntk_start(
 
     k_fit, k_sample = jax.random.split(key)
     lo, hi = spec.data_range
-    x01 = np.clip((np.asarray(x, np.float32) - lo) / (hi - lo), 0.0, 1.0)
+    import jax.numpy as jnp
+
+    # on the device: a global array sharded over a mesh stays sharded
+    x01 = jnp.clip((jnp.asarray(x, jnp.float32) - lo) / (hi - lo), 0.0, 1.0)
     gen = dp_ntk.fit(
         k_fit,
         x01,

@@ -142,6 +142,8 @@ def fit(
     )
     cfg, data, test = run["config"], run["data"], run["test"]
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
+    if as_dp_ntk_init(init) is not None:  # everything that can refuse, before that release
+        _check_before_release(run, ck if resume else None)
     start, init_report = _private_start(run, init, k_init, epsilon, delta, mesh, progress)
     spec, state, corrupted, init_line = _start(
         cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel, start
@@ -175,6 +177,32 @@ def fit(
         kernel_params=spec.params,
         steps_done=steps_done,
     )
+
+
+def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None:
+    """Checks the DP-NTK start must pass before its release (nothing random is drawn).
+
+    The optimizer is traced on a zero support (``jax.eval_shape``), the input rank must
+    suit DP-NTK's default generators, and a resumed checkpoint must match this call.
+    (A resume re-runs the DP-NTK release with the same key: the same output, discarded
+    for the checkpoint's state; the report counts it once.)
+    """
+    cfg = run["config"]
+    if len(cfg.input_shape) not in (1, 2, 3):
+        raise ValueError(
+            f"init='dp_ntk' needs inputs of shape (d,), (H, W) or (H, W, C), got {cfg.input_shape}"
+        )
+    zeros = {"x": jnp.zeros((cfg.n_support, *cfg.input_shape), jnp.float32)}
+    opt = run["optimizer"]
+    jax.eval_shape(lambda p: opt.update(p, opt.init(p), p), zeros)
+    if resume_from is not None:
+        _, meta = checkpoint.load(resume_from, format=CHECKPOINT_FORMAT)
+        if meta.get("fingerprint") != cfg.fingerprint():
+            raise ValueError(
+                "checkpoint configuration differs from this call (epsilon, delta, sampling "
+                "rate, planned steps, kernel, ...); resuming with another accountant state "
+                "is not allowed"
+            )
 
 
 def _private_start(

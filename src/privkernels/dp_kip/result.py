@@ -113,6 +113,8 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
     n_mechs = 2 if config.init.startswith("dp_ntk") else 1  # (DP-NTK start,) DP-SGD
     if len(report.mechanisms) != n_mechs:
         raise ValueError(f"saved report must hold {n_mechs} release(s) for init={config.init!r}")
+    if n_mechs == 2:
+        _check_dp_ntk_record(report.mechanisms[0], report.mechanisms[1], config)
     sgd = report.mechanisms[-1]
     mech = sgd.param_dict
     if (
@@ -137,6 +139,31 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
             f"saved report claims epsilon={sgd.epsilon:.6g} for DP-SGD, the saved run spent "
             f"{spent:.6g}"
         )
+
+
+def _check_dp_ntk_record(ntk: Any, sgd: Any, config: DPKIPConfig) -> None:
+    """The DP-NTK start's record: a Gaussian release of sensitivity 2/n whose (epsilon,
+    delta) is ``budget_fraction`` of the run's total and whose sigma matches them."""
+    import re
+
+    from privkernels.privacy.accounting import gaussian_sigma
+
+    match = re.match(r"dp_ntk\(fraction=([0-9.eE+-]+)", config.init)
+    p = ntk.param_dict
+    ok = match is not None and ntk.name == "gaussian" and config.n is not None
+    if ok and match is not None:
+        f = float(match.group(1))
+        eps_total = float(config.epsilon or 0) + ntk.epsilon
+        delta_total = float(config.delta or 0) + ntk.delta
+        close = lambda a, b: abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)  # noqa: E731
+        ok = (
+            close(ntk.epsilon, eps_total * f)
+            and close(ntk.delta, delta_total * f)
+            and close(float(ntk.sensitivity or 0), 2.0 / float(config.n or 1))
+            and close(float(p.get("sigma", -1.0)), gaussian_sigma(ntk.epsilon, ntk.delta))
+        )
+    if not ok:
+        raise ValueError("saved report's DP-NTK start does not match the saved run")
 
 
 def spec_of(result: DPKIPResult) -> KernelSpec:

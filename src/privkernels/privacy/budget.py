@@ -9,6 +9,7 @@ composition of the releases gives back the budget the caller asked for.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from privkernels._validation import check_delta, check_epsilon, check_fraction
@@ -37,7 +38,8 @@ class Budget:
 
         ``fractions`` lie in (0, 1) and sum to 1 (within 1e-9). Every part
         after the first is ``(epsilon f_i, delta f_i)``; the first takes the
-        remainder, so the parts sum to the total exactly in floating point.
+        remainder, lowered by an ulp where needed, so the parts summed in order never
+        exceed the total in floating point (they equal it up to an ulp).
 
         Example: ``embedding, labels = budget.split(0.9, 0.1)``.
         """
@@ -47,10 +49,25 @@ class Budget:
         if abs(sum(fr) - 1.0) > 1e-9:
             raise ValueError(f"fractions must sum to 1, got {sum(fr)!r}")
         rest = [Budget(self.epsilon * f, self.delta * f) for f in fr[1:]]
-        first = Budget(
-            self.epsilon - sum(b.epsilon for b in rest), self.delta - sum(b.delta for b in rest)
-        )
-        return (first, *rest)
+        eps0 = _remainder(self.epsilon, [b.epsilon for b in rest])
+        delta0 = _remainder(self.delta, [b.delta for b in rest])
+        return (Budget(eps0, delta0), *rest)
+
+
+def _remainder(total: float, rest: list[float]) -> float:
+    """``total - sum(rest)``, lowered by ulps until ``first + rest...`` (summed left to
+    right, as reports compose) is not above ``total``: a split never overspends."""
+
+    def composed(first: float) -> float:
+        acc = first
+        for r in rest:
+            acc += r
+        return acc
+
+    first = total - sum(rest)
+    while composed(first) > total:
+        first = math.nextafter(first, 0.0)
+    return first
 
 
 def as_budget(epsilon: Any, delta: Any) -> Budget | None:
