@@ -143,13 +143,10 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
 
 def _check_dp_ntk_record(ntk: Any, sgd: Any, config: DPKIPConfig) -> None:
     """The DP-NTK start's record: a Gaussian release of sensitivity 2/n whose (epsilon,
-    delta) is ``budget_fraction`` of the run's total and whose sigma matches them."""
+    delta) is ``budget_fraction`` of the run's total."""
     import re
 
-    from privkernels.privacy.accounting import gaussian_sigma
-
     match = re.match(r"dp_ntk\(fraction=([0-9.eE+-]+)", config.init)
-    p = ntk.param_dict
     ok = match is not None and ntk.name == "gaussian" and config.n is not None
     if ok and match is not None:
         f = float(match.group(1))
@@ -160,7 +157,6 @@ def _check_dp_ntk_record(ntk: Any, sgd: Any, config: DPKIPConfig) -> None:
             close(ntk.epsilon, eps_total * f)
             and close(ntk.delta, delta_total * f)
             and close(float(ntk.sensitivity or 0), 2.0 / float(config.n or 1))
-            and close(float(p.get("sigma", -1.0)), gaussian_sigma(ntk.epsilon, ntk.delta))
         )
     if not ok:
         raise ValueError("saved report's DP-NTK start does not match the saved run")
