@@ -1,6 +1,8 @@
 """A small DP-SGD baseline for the peers table: an MLP trained with optax on the privacy core.
 
-Poisson batches (`privkernels.privacy.poisson_batch`, padded, never truncated)
+Poisson batches (`privkernels.privacy.poisson_schedule`: one schedule of
+per-step samples an epoch, each step's sample that of ``poisson_batch`` for its
+key, padded, never truncated; the epoch runs as one compiled ``lax.scan``)
 at rate ``q = batch / n``, per-example gradients clipped to ``C``
 (`privkernels.privacy.clip_per_example`), summed over the real rows, Gaussian
 noise from the calibrated `privkernels.privacy.DPSGDPlan` (PLD, replace-one),
@@ -35,7 +37,13 @@ def train_mlp(
     import jax.numpy as jnp
     import optax
 
-    from privkernels.privacy import Budget, clip_per_example, dpsgd_plan, poisson_batch
+    from privkernels.privacy import (
+        Budget,
+        clip_per_example,
+        dpsgd_plan,
+        poisson_pad_to,
+        poisson_schedule,
+    )
 
     n, dim = x.shape
     q = batch_size / n
@@ -58,7 +66,6 @@ def train_mlp(
     def loss(p: Any, xi: jax.Array, yi: jax.Array) -> jax.Array:
         return optax.softmax_cross_entropy_with_integer_labels(logits(p, xi[None]), yi[None])[0]
 
-    @jax.jit
     def step(p: Any, s: Any, xb: jax.Array, yb: jax.Array, mask: jax.Array, k: jax.Array) -> Any:
         grads = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(p, xb, yb)
         clipped, _ = clip_per_example(grads, clip_norm)
@@ -70,12 +77,23 @@ def train_mlp(
         updates, s = opt.update(noisy, s, p)
         return optax.apply_updates(p, updates), s
 
+    @jax.jit
+    def epoch(p: Any, s: Any, idx: jax.Array, mask: jax.Array, k_noise: jax.Array) -> Any:
+        def body(carry: Any, step_in: Any) -> Any:
+            i, m, k = step_in
+            return step(*carry, xd[i], yd[i], m, k), None
+
+        return jax.lax.scan(body, (p, s), (idx, mask, k_noise))[0]
+
     xd = jnp.asarray(np.concatenate([x, np.zeros((1, dim), x.dtype)]), jnp.float32)
     yd = jnp.asarray(np.concatenate([y, [0]]), jnp.int32)
-    for t in range(steps):
-        k_batch, k_noise = jax.random.split(jax.random.fold_in(k_train, t))
-        b = poisson_batch(k_batch, n, q, pad_index=n)  # row n: a public zero row
-        params, state = step(params, state, xd[b.indices], yd[b.indices], b.mask, k_noise)
+    pad = poisson_pad_to(n, q)
+    per_epoch = steps // epochs
+    for e in range(epochs):
+        ts = jnp.arange(e * per_epoch, (e + 1) * per_epoch)
+        pairs = jax.vmap(lambda t: jax.random.split(jax.random.fold_in(k_train, t)))(ts)
+        sched = poisson_schedule(pairs[:, 0], n, q, min_pad=pad, pad_index=n)  # row n: public zeros
+        params, state = epoch(params, state, sched.indices, sched.mask, pairs[:, 1])
 
     def predict(xt: np.ndarray) -> np.ndarray:
         return np.asarray(jnp.argmax(logits(params, jnp.asarray(xt, jnp.float32)), -1))

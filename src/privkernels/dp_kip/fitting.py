@@ -142,9 +142,9 @@ def fit(
     )
     cfg, data, test = run["config"], run["data"], run["test"]
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
-    if as_dp_ntk_init(init) is not None:  # everything that can refuse, before that release
+    if run["dp_init"] is not None:  # everything that can refuse, before that release
         _check_before_release(run, ck if resume else None)
-    start, init_report = _private_start(run, init, k_init, epsilon, delta, mesh, progress)
+    start, init_report = _private_start(run, k_init, epsilon, delta, mesh, progress)
     spec, state, corrupted, init_line = _start(
         cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel, start
     )
@@ -197,19 +197,14 @@ def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None
     jax.eval_shape(lambda p: opt.update(p, opt.init(p), p), zeros)
     if resume_from is not None:
         _, meta = checkpoint.load(resume_from, format=CHECKPOINT_FORMAT)
-        if meta.get("fingerprint") != cfg.fingerprint():
-            raise ValueError(
-                "checkpoint configuration differs from this call (epsilon, delta, sampling "
-                "rate, planned steps, kernel, ...); resuming with another accountant state "
-                "is not allowed"
-            )
+        _check_fingerprint(meta, cfg)
 
 
 def _private_start(
-    run: dict[str, Any], init: Any, key: Any, epsilon: Any, delta: Any, mesh: Any, progress: bool
+    run: dict[str, Any], key: Any, epsilon: Any, delta: Any, mesh: Any, progress: bool
 ) -> tuple[np.ndarray | None, PrivacyReport | None]:
     """``init="dp_ntk"``: the DP-NTK start and its report (its share of the budget); else None."""
-    dp_init = as_dp_ntk_init(init)
+    dp_init = run["dp_init"]
     if dp_init is None:
         return None, None
     cfg = run["config"]
@@ -286,8 +281,9 @@ def _prepare(
     notes = (N_CLASSES_INFERRED_NOTE,) if inferred else ()
     data = _device_data(x, y, n_classes, args["mesh"])
     return dict(
-        config=cfg, plan=plan, data=data, test=test, n=n, optimizer=opt, notes=notes, x=x, y=y
-    )
+        config=cfg, plan=plan, data=data, test=test, n=n, optimizer=opt, notes=notes, x=x, y=y,
+        dp_init=as_dp_ntk_init(args["init"]),
+    )  # fmt: skip
 
 
 def configure(
@@ -698,13 +694,18 @@ def _load_checkpoint(
 ) -> tuple[State, dict[str, list[Any]]]:
     assert path is not None
     arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
+    _check_fingerprint(meta, cfg)
+    state = checkpoint.unflatten_like(template, arrays, "state")
+    return state, meta["history"]
+
+
+def _check_fingerprint(meta: Mapping[str, Any], cfg: DPKIPConfig) -> None:
+    """A checkpoint resumes only the run it was written by (same budget, plan, kernel, ...)."""
     if meta.get("fingerprint") != cfg.fingerprint():
         raise ValueError(
             "checkpoint configuration differs from this call (epsilon, delta, sampling rate, "
             "planned steps, kernel, ...); resuming with another accountant state is not allowed"
         )
-    state = checkpoint.unflatten_like(template, arrays, "state")
-    return state, meta["history"]
 
 
 def _report(
