@@ -20,7 +20,10 @@ gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``convnet_steps``, ``init`` (``gaussian``, ``lowpass`` or ``dp_ntk``; ``dp_ntk``
 also takes ``init_fraction`` (0.1) and ``init_iterations`` (300) and defaults
 the relation to replace-one), ``smooth`` (blur every support update by this
-many pixels, `privkernels.dp_kip.smooth_updates`; post-processing).
+many pixels, `privkernels.dp_kip.smooth_updates`; post-processing),
+``convnet_augment`` (Table 3: ``none``, the default, or ``shift/rotate/scale``,
+e.g. ``2/15/0.1``: random affine maps of the ConvNet's training images,
+`privkernels.evaluation.Augment`) and ``convnet_wd`` (AdamW weight decay, 0).
 
 Images go through a fixed per-example map (no dataset statistics): ``std``,
 each image standardised by its own mean and standard deviation, for the FC-NTK
@@ -47,6 +50,7 @@ OPTIONS = (
     "epochs", "batch_size", "lr", "clip", "reg", "spc", "datasets", "dataset", "kernels",
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
     "max_test", "convnet_steps", "relation", "init", "init_fraction", "init_iterations", "smooth",
+    "convnet_augment", "convnet_wd",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
@@ -473,6 +477,7 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
         epsilons = _list_opt(ctx, "epsilons", sorted({e for _, e in combos}), float)
         combos = [(k, e) for k in kernels for e in epsilons]
     steps = _opt(ctx, "convnet_steps", 300 if quick else 1000, int)
+    augment, wd = _convnet_augment(ctx), _opt(ctx, "convnet_wd", 0.0)
     rows = []
     for ds in _datasets(ctx):
         loaded: dict[str, tuple] = {}  # preprocess -> _images(...), loaded once per dataset
@@ -503,6 +508,8 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                             res.support_y,
                             c,
                             steps=steps,
+                            augment=augment,
+                            weight_decay=wd,
                         )
                         acc = evaluation.convnet_accuracy(mod, params, xte, yte)
                     tag = f"t3-{ds}-{kern}-eps{eps}-spc{spc}-seed{seed}"
@@ -520,6 +527,8 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                             "seconds": t.seconds,
                             "krr_test_acc": 100.0 * krr,
                             "convnet_steps": steps,
+                            "convnet_augment": ctx.options.get("convnet_augment", "none"),
+                            "convnet_wd": wd,
                             "steps": res.steps_done,
                             "eps_spent": res.report.epsilon,
                             **{f"hp_{k}": v for k, v in hp.items()},
@@ -527,6 +536,19 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                     )
                     print(rows[-1], flush=True)
     return rows
+
+
+def _convnet_augment(ctx: RunContext) -> Any:
+    """``convnet_augment``: ``none`` or ``shift/rotate/scale`` -> `evaluation.Augment` or None."""
+    from privkernels import evaluation
+
+    spec = ctx.options.get("convnet_augment", "none")
+    if spec == "none":
+        return None
+    parts = [float(v) for v in spec.split("/")]
+    if len(parts) != 3 or min(parts) < 0:
+        raise ValueError(f"convnet_augment must be 'none' or 'shift/rotate/scale', got {spec!r}")
+    return evaluation.Augment(*parts)
 
 
 @register(

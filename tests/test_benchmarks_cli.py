@@ -47,3 +47,20 @@ def test_privkernels_bench_runs_from_any_directory(tmp_path, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     assert main(["bench", "list"]) == 0
     assert "dp-ntk-table4" in capsys.readouterr().out
+
+
+def test_table3_convnet_augment_option(tmp_path):
+    """``--set convnet_augment=shift/rotate/scale`` parses to an `Augment`; bad specs refuse."""
+    from benchmarks.dp_kip_tables import _convnet_augment
+    from benchmarks.registry import RunContext
+    from privkernels.evaluation import Augment
+
+    def ctx(options):
+        return RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=options)
+
+    assert _convnet_augment(ctx({})) is None
+    assert _convnet_augment(ctx({"convnet_augment": "none"})) is None
+    assert _convnet_augment(ctx({"convnet_augment": "2/15/0.1"})) == Augment(2.0, 15.0, 0.1)
+    for bad in ("2/15", "2/-1/0.1", "a/b/c"):
+        with pytest.raises(ValueError):
+            _convnet_augment(ctx({"convnet_augment": bad}))

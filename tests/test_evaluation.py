@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -93,3 +95,73 @@ def test_bad_inputs() -> None:
         evaluation.evaluate_tabular(bad, y, x, y)
     with pytest.raises(ValueError):
         evaluation.make_classifier("xgboost")
+
+
+# ---------------------------------------------------------------- ConvNet augmentation
+
+
+def _blob(n: int = 3, size: int = 16) -> np.ndarray:
+    x = np.full((n, size, size), -1.0, np.float32)
+    x[:, 5:10, 6:9] = 1.0
+    return x
+
+
+def test_augment_identity_and_key_discipline():
+    x = _blob()
+    np.testing.assert_array_equal(
+        np.asarray(evaluation.augment_images(jax.random.key(0), x, evaluation.Augment())), x
+    )
+    aug = evaluation.Augment(shift=2, rotate=15.0, scale=0.1)
+    a = evaluation.augment_images(jax.random.key(1), x, aug)
+    b = evaluation.augment_images(jax.random.key(1), x, aug)
+    c = evaluation.augment_images(jax.random.key(2), x, aug)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.allclose(np.asarray(a), np.asarray(c))
+    assert a.shape == x.shape and a.dtype == jnp.float32
+    # each image gets its own map
+    assert not np.allclose(np.asarray(a[0]), np.asarray(a[1]))
+    # bilinear resampling with the border extended stays inside the input's range
+    assert float(a.min()) >= -1.0 - 1e-6 and float(a.max()) <= 1.0 + 1e-6
+
+
+def test_augment_shift_only_translates():
+    """With rotate = scale = 0 an image moves by at most ``shift`` pixels per axis."""
+    x = _blob(n=64)
+    out = np.asarray(evaluation.augment_images(jax.random.key(3), x, evaluation.Augment(shift=2)))
+    rows, cols = np.arange(16.0), np.arange(16.0)
+    for img in out:
+        w = img + 1.0
+        r = (w.sum(1) * rows).sum() / w.sum()
+        c = (w.sum(0) * cols).sum() / w.sum()
+        assert abs(r - 7.0) <= 2.0 + 1e-4 and abs(c - 7.0) <= 2.0 + 1e-4
+        assert w.sum() == pytest.approx(30.0, rel=1e-4)  # the blob stays whole (no border hit)
+
+
+def test_augment_channels_last():
+    x = np.stack([_blob(), -_blob()], -1)
+    aug = evaluation.Augment(shift=1, rotate=10.0)
+    out = np.asarray(evaluation.augment_images(jax.random.key(4), x, aug))
+    assert out.shape == x.shape
+    np.testing.assert_allclose(out[..., 1], -out[..., 0], atol=1e-6)  # one map per image
+
+
+def test_train_convnet_augment_and_weight_decay():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x, y = (d.images[:40] / 8.0 - 1.0).astype(np.float32), d.target[:40]
+    base = evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=3, width=8)[1]
+    again = evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=3, width=8)[1]
+    aug = evaluation.Augment(shift=1)
+    with_aug = evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=3, width=8, augment=aug)[
+        1
+    ]
+    with_wd = evaluation.train_convnet(
+        jax.random.key(0), x, y, 10, steps=3, width=8, weight_decay=0.1
+    )[1]
+    leaves = lambda p: np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(p)])  # noqa: E731
+    np.testing.assert_array_equal(leaves(base), leaves(again))
+    assert not np.allclose(leaves(base), leaves(with_aug))
+    assert not np.allclose(leaves(base), leaves(with_wd))
+    with pytest.raises(ValueError, match="weight_decay"):
+        evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=1, width=8, weight_decay=-1.0)

@@ -16,7 +16,13 @@ from privkernels.evaluation.classifiers import (
     make_classifier,
     subsample,
 )
-from privkernels.evaluation.convnet import ConvNet, convnet_accuracy, train_convnet
+from privkernels.evaluation.convnet import (
+    Augment,
+    ConvNet,
+    augment_images,
+    convnet_accuracy,
+    train_convnet,
+)
 
 __all__ = [
     "IMAGE_CLASSIFIERS",
@@ -28,4 +34,6 @@ __all__ = [
     "make_classifier",
     "subsample",
     "train_convnet",
+    "Augment",
+    "augment_images",
 ]
