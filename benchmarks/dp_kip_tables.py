@@ -546,9 +546,9 @@ def _convnet_augment(ctx: RunContext) -> Any:
     if spec == "none":
         return None
     parts = [float(v) for v in spec.split("/")]
-    if len(parts) != 3 or min(parts) < 0:
+    if len(parts) != 3:
         raise ValueError(f"convnet_augment must be 'none' or 'shift/rotate/scale', got {spec!r}")
-    return evaluation.Augment(*parts)
+    return evaluation.check_augment(evaluation.Augment(*parts))
 
 
 @register(

@@ -47,7 +47,8 @@ def train_mlp(
 
     n, dim = x.shape
     q = batch_size / n
-    steps = epochs * max(1, round(1.0 / q))
+    per_epoch = max(1, round(1.0 / q))
+    steps = epochs * per_epoch
     plan = dpsgd_plan(Budget(epsilon, delta), sampling_rate=q, steps=steps, clip_norm=clip_norm,
                       neighbouring="replace-one")  # fmt: skip
     k_init, k_train = jax.random.split(key)
@@ -88,7 +89,6 @@ def train_mlp(
     xd = jnp.asarray(np.concatenate([x, np.zeros((1, dim), x.dtype)]), jnp.float32)
     yd = jnp.asarray(np.concatenate([y, [0]]), jnp.int32)
     pad = poisson_pad_to(n, q)
-    per_epoch = steps // epochs
     for e in range(epochs):
         ts = jnp.arange(e * per_epoch, (e + 1) * per_epoch)
         pairs = jax.vmap(lambda t: jax.random.split(jax.random.fold_in(k_train, t)))(ts)

@@ -163,5 +163,14 @@ def test_train_convnet_augment_and_weight_decay():
     np.testing.assert_array_equal(leaves(base), leaves(again))
     assert not np.allclose(leaves(base), leaves(with_aug))
     assert not np.allclose(leaves(base), leaves(with_wd))
+    for bad in (evaluation.Augment(shift=-1.0), evaluation.Augment(rotate=float("nan"))):
+        with pytest.raises(ValueError, match="augment"):
+            evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=1, width=8, augment=bad)
+        with pytest.raises(ValueError, match="augment"):
+            evaluation.augment_images(jax.random.key(0), x, bad)
+    with pytest.raises(ValueError, match="weight_decay"):
+        evaluation.train_convnet(
+            jax.random.key(0), x, y, 10, steps=1, width=8, weight_decay=float("nan")
+        )
     with pytest.raises(ValueError, match="weight_decay"):
         evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=1, width=8, weight_decay=-1.0)

@@ -20,6 +20,7 @@ from privkernels.evaluation.convnet import (
     Augment,
     ConvNet,
     augment_images,
+    check_augment,
     convnet_accuracy,
     train_convnet,
 )
@@ -36,4 +37,5 @@ __all__ = [
     "train_convnet",
     "Augment",
     "augment_images",
+    "check_augment",
 ]

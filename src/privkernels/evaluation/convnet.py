@@ -15,9 +15,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privkernels._validation import check_array, check_int, check_key, check_labels, check_positive
+from privkernels._validation import (
+    check_array,
+    check_int,
+    check_key,
+    check_labels,
+    check_nonnegative,
+    check_positive,
+)
 
-__all__ = ["Augment", "ConvNet", "augment_images", "train_convnet", "convnet_accuracy"]
+__all__ = [
+    "Augment",
+    "ConvNet",
+    "augment_images",
+    "check_augment",
+    "train_convnet",
+    "convnet_accuracy",
+]
 
 
 def _flax_module() -> Any:
@@ -59,6 +73,13 @@ class Augment(NamedTuple):
     scale: float = 0.0
 
 
+def check_augment(aug: Augment) -> Augment:
+    """``aug`` with every field a finite float ``>= 0`` (ValueError otherwise)."""
+    if not isinstance(aug, Augment):
+        raise TypeError(f"augment must be an evaluation.Augment, got {type(aug).__name__}")
+    return Augment(**{f: check_nonnegative(v, f"augment.{f}") for f, v in aug._asdict().items()})
+
+
 def _affine_one(key: jax.Array, img: jax.Array, aug: Augment) -> jax.Array:
     """One ``(h, w, ch)`` image through one random affine map (inverse mapping)."""
     h, w = img.shape[0], img.shape[1]
@@ -81,6 +102,7 @@ def _affine_one(key: jax.Array, img: jax.Array, aug: Augment) -> jax.Array:
 
 def augment_images(key: Any, x: Any, aug: Augment) -> jax.Array:
     """``x`` ``(b, h, w[, ch])`` float32, each image through its own random affine map."""
+    aug = check_augment(aug)
     x = jnp.asarray(x, jnp.float32)
     flat = x[..., None] if x.ndim == 3 else x
     keys = jax.random.split(key, flat.shape[0])
@@ -124,11 +146,11 @@ def train_convnet(
     steps = check_int(steps, "steps")
     batch_size = check_int(batch_size, "batch_size")
     learning_rate = check_positive(learning_rate, "learning_rate")
+    weight_decay = check_nonnegative(weight_decay, "weight_decay")
+    augment = None if augment is None else check_augment(augment)
     module = ConvNet(n_classes, width=width, depth=depth)
     k_init, k_data = jax.random.split(key)
     params = module.init(k_init, jnp.asarray(x[:1]))
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
     opt = (
         optax.adamw(learning_rate, weight_decay=weight_decay)
         if weight_decay
@@ -144,9 +166,13 @@ def train_convnet(
 
     @jax.jit
     def step(p: Any, s: Any, k: jax.Array, xd: jax.Array, yd: jax.Array) -> tuple[Any, Any]:
-        k_idx, k_aug = jax.random.split(k)
-        idx = jax.random.permutation(k if augment is None else k_idx, n)[:bs]
-        xb = xd[idx] if augment is None else augment_images(k_aug, xd[idx], augment)
+        if augment is None:
+            idx = jax.random.permutation(k, n)[:bs]
+            xb = xd[idx]
+        else:
+            k_idx, k_aug = jax.random.split(k)
+            idx = jax.random.permutation(k_idx, n)[:bs]
+            xb = augment_images(k_aug, xd[idx], augment)
         g = jax.grad(loss_fn)(p, xb, yd[idx])
         upd, s = opt.update(g, s, p)
         return jax.tree_util.tree_map(jnp.add, p, upd), s
