@@ -18,9 +18,11 @@ gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``clip_space``, ``group_norm`` (ScatterNet: ``27``, the default, or ``none``),
 ``preprocess`` (``2x-1`` or ``std``), ``max_train`` (non-private tables),
 ``convnet_steps``, ``init`` (``gaussian``, ``lowpass`` or ``dp_ntk``; ``dp_ntk``
-also takes ``init_fraction`` (0.1) and ``init_iterations`` (300) and defaults
-the relation to replace-one), ``smooth`` (blur every support update by this
-many pixels, `privkernels.dp_kip.smooth_updates`; post-processing),
+also takes ``init_fraction`` (0.1) and ``init_iterations`` (300), defaults
+the relation to replace-one, and reads the inputs on [-1, 1] for ``2x-1`` and
+by each image's own min and max for ``std``), ``smooth`` (blur every support
+update by this many pixels, `privkernels.dp_kip.smooth_updates`;
+post-processing),
 ``convnet_augment`` (Table 3: ``none``, the default, or ``shift/rotate/scale``,
 e.g. ``2/15/0.1``: random affine maps of the ConvNet's training images,
 `privkernels.evaluation.Augment`) and ``convnet_wd`` (AdamW weight decay, 0).
@@ -275,16 +277,15 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
 
 
 def _init(hp: dict[str, Any]) -> Any:
-    """The ``init`` argument of a run: a name, or `DPNTKInit` over the preprocessed range."""
+    """The ``init`` argument of a run: a name, or `DPNTKInit` over the preprocessed inputs:
+    the public range [-1, 1] for ``2x-1``; each image's own min and max for ``std``."""
     from privkernels import dp_kip
 
     if hp.get("init") != "dp_ntk":
         return hp.get("init", "gaussian")
-    if hp["preprocess"] != "2x-1":
-        raise SystemExit("--set init=dp_ntk needs preprocess=2x-1 (the public range [-1, 1])")
     return dp_kip.DPNTKInit(
         budget_fraction=hp["init_fraction"],
-        data_range=(-1.0, 1.0),
+        data_range=(-1.0, 1.0) if hp["preprocess"] == "2x-1" else "standardized",
         iterations=hp["init_iterations"],
     )
 

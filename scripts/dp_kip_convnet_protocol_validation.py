@@ -13,7 +13,10 @@ stage 2 (default) trains the ConvNet with each protocol on each saved support
 accounted, as in the papers.
 
     python scripts/dp_kip_convnet_protocol_validation.py --supports DIR
-    python scripts/dp_kip_convnet_protocol_validation.py DIR [--real] [--only TEXT] > out.md
+    python scripts/dp_kip_convnet_protocol_validation.py DIR [--real] [--only TEXT[,TEXT]] > out.md
+
+``--dataset fashion_mnist`` (both stages) runs the same on Fashion-MNIST (the
+same split seed), ``--eps 10`` (stage 1) distils for that epsilon only.
 """
 
 from __future__ import annotations
@@ -32,16 +35,16 @@ from privkernels.dp_kip.smoothing import smooth_updates
 DELTA, SEED, EPSILONS = 1e-5, 0, (10.0, 1.0)
 
 
-def split() -> tuple[np.ndarray, ...]:
-    tr = data.load("mnist", data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
+def split(dataset: str = "mnist") -> tuple[np.ndarray, ...]:
+    tr = data.load(dataset, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
     perm = np.random.default_rng(2026).permutation(len(tr.y))
     fit_idx, val_idx = np.sort(perm[10_000:]), np.sort(perm[:10_000])
     return 2 * tr.x[fit_idx] - 1, tr.y[fit_idx], 2 * tr.x[val_idx] - 1, tr.y[val_idx]
 
 
-def supports(out: str) -> None:
-    x, y, xv, yv = split()
-    for eps in EPSILONS:
+def supports(out: str, dataset: str = "mnist", epsilons: tuple[float, ...] = EPSILONS) -> None:
+    x, y, xv, yv = split(dataset)
+    for eps in epsilons:
         t0 = time.perf_counter()
         res = dp_kip.fit(
             jax.random.key(SEED), x, y, epsilon=eps, delta=DELTA, n_classes=10,
@@ -69,17 +72,20 @@ PROTOCOLS = {
         "steps": 600, "augment": evaluation.Augment(shift=2, rotate=15.0, scale=0.1)},
     "affine (2px, 25deg, 20%), 300 steps": {
         "steps": 300, "augment": evaluation.Augment(shift=2, rotate=25.0, scale=0.2)},
+    "shift 1px, 300 steps": {"steps": 300, "augment": evaluation.Augment(shift=1)},
+    "affine (1px, 5deg, 5%), 300 steps": {
+        "steps": 300, "augment": evaluation.Augment(shift=1, rotate=5.0, scale=0.05)},
 }  # fmt: skip
 SEEDS = (0, 1)
 
 
-def protocols(out: str, real: bool = False, only: str = "") -> None:
+def protocols(out: str, real: bool = False, only: str = "", dataset: str = "mnist") -> None:
     """ConvNet validation accuracy of each protocol on each saved support (seeds `SEEDS`).
 
     ``real``: a last column (not in the mean, not private) trains on 10 real
     images per class of the fit split, the ceiling such a small set is up against.
     """
-    x, y, xv, yv = split()
+    x, y, xv, yv = split(dataset)
     sets = {f: dict(np.load(f"{out}/{f}")) for f in sorted(os.listdir(out)) if f.endswith(".npz")}
     if real:
         idx = np.concatenate([np.flatnonzero(y == c)[:10] for c in range(10)])
@@ -87,7 +93,7 @@ def protocols(out: str, real: bool = False, only: str = "") -> None:
     print("| protocol | " + " | ".join(sets) + " | mean (private sets) | seconds |")
     print("|---|" + "---|" * (len(sets) + 2))
     for name, kw in PROTOCOLS.items():
-        if only and only not in name:
+        if only and not any(o in name for o in only.split(",")):
             continue
         t0, accs = time.perf_counter(), []
         for s in sets.values():
@@ -102,9 +108,14 @@ def protocols(out: str, real: bool = False, only: str = "") -> None:
               flush=True)  # fmt: skip
 
 
+def _arg(name: str, default: str = "") -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
 if __name__ == "__main__":
+    ds = _arg("--dataset", "mnist")
     if sys.argv[1] == "--supports":
-        supports(sys.argv[2])
+        eps = (float(_arg("--eps")),) if "--eps" in sys.argv else EPSILONS
+        supports(sys.argv[2], ds, eps)
     else:
-        only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
-        protocols(sys.argv[1], real="--real" in sys.argv, only=only)
+        protocols(sys.argv[1], real="--real" in sys.argv, only=_arg("--only"), dataset=ds)

@@ -64,3 +64,23 @@ def test_table3_convnet_augment_option(tmp_path):
     for bad in ("2/15", "2/-1/0.1", "a/b/c"):
         with pytest.raises(ValueError):
             _convnet_augment(ctx({"convnet_augment": bad}))
+
+
+def test_dp_ntk_start_follows_the_preprocessing(tmp_path):
+    """``--set init=dp_ntk``: the public range [-1, 1] for ``2x-1`` inputs, each image's
+    own min and max for per-image standardised ones (the FC-NTK's default)."""
+    from benchmarks.dp_kip_tables import _hp, _init
+    from benchmarks.registry import RunContext
+    from privkernels.dp_kip import DPNTKInit
+
+    def hp(kernel, **options):
+        options = {"init": "dp_ntk", **options}
+        ctx = RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=options)
+        return _hp(ctx, "mnist", kernel, 1.0, 10)
+
+    fc = hp("fc_ntk", init_fraction="0.2")
+    assert fc["preprocess"] == "std" and fc["relation"] == "replace-one"
+    assert _init(fc) == DPNTKInit(budget_fraction=0.2, data_range="standardized")
+    scat = _init(hp("scatternet"))
+    assert scat == DPNTKInit(budget_fraction=0.1, data_range=(-1.0, 1.0))
+    assert _init({"preprocess": "std"}) == "gaussian"

@@ -174,6 +174,7 @@ def test_bad_input_is_refused_before_any_noise(monkeypatch, digits, change, matc
         dict(data_range=(1.0, 1.0)),
         dict(data_range=(0.0, float("inf"))),
         dict(data_range="ab"),
+        dict(data_range="Standardized"),
         dict(iterations=0),
         dict(learning_rate=-1.0),
     ],
@@ -181,6 +182,54 @@ def test_bad_input_is_refused_before_any_noise(monkeypatch, digits, change, matc
 def test_bad_specs_are_refused(kw):
     with pytest.raises(ValueError):
         DPNTKInit(**kw)
+
+
+def test_standardized_range_gives_pixels_back_and_standardises_samples():
+    from privkernels.data import standardize_per_example
+    from privkernels.dp_kip.dp_ntk_init import from_unit_range, to_unit_range
+
+    rng = np.random.default_rng(0)
+    pix = rng.uniform(0.0, 1.0, (6, 8, 8)).astype(np.float32)
+    pix[:, 0, 0], pix[:, 0, 1] = 0.0, 1.0  # darkest 0, brightest 1, as in MNIST
+    pix[5] = 0.25  # a constant input maps to 0, not to NaN
+    back = np.asarray(to_unit_range(standardize_per_example(pix), "standardized"))
+    np.testing.assert_allclose(back[:5], pix[:5], atol=1e-5)
+    np.testing.assert_array_equal(back[5], 0.0)
+    out = from_unit_range(pix[:5], "standardized")
+    assert out.dtype == np.float32 and out.shape == (5, 8, 8)
+    np.testing.assert_allclose(out.reshape(5, -1).mean(1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(out.reshape(5, -1).std(1), 1.0, atol=1e-4)
+    # a public range: the affine map, clipped (values outside are not refused)
+    np.testing.assert_allclose(np.asarray(to_unit_range(np.array([[-3.0, 0.0, 3.0]]), (-1, 1))),
+                               [[0.0, 0.5, 1.0]])  # fmt: skip
+    np.testing.assert_allclose(from_unit_range(np.array([[0.0, 0.5, 1.0]]), (-1, 1)), [[-1, 0, 1]])
+
+
+def test_a_standardized_start_end_to_end(monkeypatch, digits):
+    """Inputs standardised per example (the FC-NTK's preprocessing): DP-NTK sees each
+    record mapped to [0, 1] by its own min and max; the report says so; same budget."""
+    from privkernels.data import standardize_per_example
+
+    x, y = digits
+    xs = standardize_per_example(x)
+    seen = {}
+    real = dp_ntk.fit
+
+    def spy(key, x01, ys, **kw):
+        flat = np.asarray(x01).reshape(len(x01), -1)
+        seen.update(mins=flat.min(1), maxs=flat.max(1), eps=kw["epsilon"])
+        return real(key, x01, ys, **kw)
+
+    monkeypatch.setattr(dp_ntk, "fit", spy)
+    spec = DPNTKInit(data_range="standardized", iterations=3, batch_size=60)
+    res = dp_kip.fit(jax.random.key(3), xs, y, epsilon=2.0, init=spec, kernel="fc_ntk", **SMALL)
+    np.testing.assert_allclose(seen["mins"], 0.0, atol=1e-6)
+    np.testing.assert_allclose(seen["maxs"], 1.0, atol=1e-6)
+    assert seen["eps"] == pytest.approx(0.2)
+    assert res.config.init.startswith("dp_ntk(fraction=0.1, range=standardized,")
+    assert "own min and max" in " ".join(res.report.notes)
+    assert res.report.epsilon <= 2.0 and res.report.epsilon == pytest.approx(2.0, rel=1e-3)
+    assert np.isfinite(np.asarray(res.support_x)).all()
 
 
 def test_non_private_baseline(digits):

@@ -9,12 +9,17 @@ looks like the data with a stated share of the budget:
 
 1. The inputs are mapped to ``[0, 1]`` by the public affine map of
    ``data_range`` and clipped there (a per-record transform, fixed before
-   seeing the data).
+   seeing the data). For inputs standardised per example
+   (`privkernels.data.standardize_per_example`, the FC-NTK's preprocessing),
+   ``data_range="standardized"`` maps each input to ``[0, 1]`` by its own
+   minimum and maximum instead (per record too; for images whose darkest
+   pixel is 0 and brightest 1, such as MNIST's, this gives the pixels back).
 2. `privkernels.dp_ntk.fit` releases a class-conditional e-NTK mean embedding
    with ``budget_fraction`` of (epsilon, delta) and trains a generator on it
    (DP-NTK, Alg. 1: one Gaussian mechanism, the rest post-processing).
-3. ``support_per_class`` samples of every class, mapped back to ``data_range``,
-   are the starting support set; DP-KIP spends the remaining
+3. ``support_per_class`` samples of every class, mapped back to ``data_range``
+   (with ``"standardized"``: each sample standardised on its own), are the
+   starting support set; DP-KIP spends the remaining
    ``1 - budget_fraction`` with DP-SGD.
 
 With ``corrupt_fraction > 0`` the frozen pixels keep their DP-NTK start
@@ -38,7 +43,10 @@ from privkernels._validation import check_fraction, check_int, check_positive
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.report import PrivacyReport
 
-__all__ = ["DPNTKInit", "as_dp_ntk_init", "split_budget", "dp_ntk_start"]
+__all__ = [
+    "DPNTKInit", "as_dp_ntk_init", "split_budget", "dp_ntk_start", "to_unit_range",
+    "from_unit_range",
+]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +58,8 @@ class DPNTKInit:
         in (0, 1); DP-KIP's DP-SGD gets the rest.
       data_range: public ``(lo, hi)`` of the inputs; they are mapped to
         ``[0, 1]`` (the generator's range) and clipped, samples mapped back.
+        Or ``"standardized"``: inputs standardised per example; each is mapped
+        to ``[0, 1]`` by its own min and max, each sample standardised back.
       iterations, batch_size, learning_rate, d_code: DP-NTK generator training
         (post-processing; `privkernels.dp_ntk.fit`).
       network: the flax module whose e-NTK is DP-NTK's kernel; None:
@@ -57,7 +67,7 @@ class DPNTKInit:
     """
 
     budget_fraction: float = 0.1
-    data_range: tuple[float, float] = (-1.0, 1.0)
+    data_range: tuple[float, float] | str = (-1.0, 1.0)
     iterations: int = 300
     batch_size: int = 500
     learning_rate: float = 0.01
@@ -68,8 +78,7 @@ class DPNTKInit:
         object.__setattr__(
             self, "budget_fraction", check_fraction(self.budget_fraction, "budget_fraction")
         )
-        lo, hi = _range(self.data_range)
-        object.__setattr__(self, "data_range", (lo, hi))
+        object.__setattr__(self, "data_range", _range(self.data_range))
         object.__setattr__(self, "iterations", check_int(self.iterations, "iterations"))
         object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch_size"))
         object.__setattr__(self, "d_code", check_int(self.d_code, "d_code"))
@@ -80,22 +89,62 @@ class DPNTKInit:
     @property
     def name(self) -> str:
         """The ``init`` name in the config and the checkpoint fingerprint."""
-        lo, hi = self.data_range
         return (
-            f"dp_ntk(fraction={self.budget_fraction:g}, range=({lo:g}, {hi:g}), "
+            f"dp_ntk(fraction={self.budget_fraction:g}, range={_range_text(self.data_range)}, "
             f"iterations={self.iterations}, batch={self.batch_size}, lr={self.learning_rate:g}, "
             f"d_code={self.d_code}, network={'default' if self.network is None else 'custom'})"
         )
 
 
-def _range(value: Any) -> tuple[float, float]:
+STANDARDIZED = "standardized"
+
+
+def _range(value: Any) -> tuple[float, float] | str:
+    if isinstance(value, str) and value == STANDARDIZED:
+        return value
     try:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
-        raise ValueError(f"data_range must be a pair (lo, hi), got {value!r}") from None
+        raise ValueError(
+            f"data_range must be a pair (lo, hi) or {STANDARDIZED!r}, got {value!r}"
+        ) from None
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"data_range must be finite with lo < hi, got {value!r}")
     return lo, hi
+
+
+def _range_text(value: tuple[float, float] | str) -> str:
+    if isinstance(value, str):
+        return value
+    return f"({value[0]:g}, {value[1]:g})"
+
+
+def to_unit_range(x: Any, data_range: tuple[float, float] | str) -> Any:
+    """``(n, ...)`` inputs mapped to ``[0, 1]`` per record, on the device (float32).
+
+    ``(lo, hi)``: the affine map of the public range, then clipped;
+    ``"standardized"``: each input by its own min and max (a constant input maps to 0).
+    """
+    import jax.numpy as jnp
+
+    x = jnp.asarray(x, jnp.float32)
+    if isinstance(data_range, str):
+        axes = tuple(range(1, x.ndim))
+        low = jnp.min(x, axis=axes, keepdims=True)
+        span = jnp.max(x, axis=axes, keepdims=True) - low
+        return jnp.where(span > 0, (x - low) / jnp.where(span > 0, span, 1.0), 0.0)
+    lo, hi = data_range
+    return jnp.clip((x - lo) / (hi - lo), 0.0, 1.0)
+
+
+def from_unit_range(xs: np.ndarray, data_range: tuple[float, float] | str) -> np.ndarray:
+    """``(m, ...)`` samples in ``[0, 1]`` mapped back to the inputs' scale (float32)."""
+    from privkernels.data import standardize_per_example
+
+    if isinstance(data_range, str):
+        return standardize_per_example(np.asarray(xs, np.float32)).astype(np.float32)
+    lo, hi = data_range
+    return (lo + (hi - lo) * np.asarray(xs, np.float32)).astype(np.float32)
 
 
 def as_dp_ntk_init(init: Any) -> DPNTKInit | None:
@@ -139,11 +188,8 @@ def dp_ntk_start(
     from privkernels import dp_ntk
 
     k_fit, k_sample = jax.random.split(key)
-    lo, hi = spec.data_range
-    import jax.numpy as jnp
-
     # on the device: a global array sharded over a mesh stays sharded
-    x01 = jnp.clip((jnp.asarray(x, jnp.float32) - lo) / (hi - lo), 0.0, 1.0)
+    x01 = to_unit_range(x, spec.data_range)
     gen = dp_ntk.fit(
         k_fit,
         x01,
@@ -162,9 +208,16 @@ def dp_ntk_start(
         **dict(fit_options or {}),
     )
     xs, _ = dp_ntk.sample(k_sample, gen, int(len(labels)), labels=labels)
-    start = lo + (hi - lo) * np.asarray(xs, np.float32).reshape(len(labels), *x.shape[1:])
-    report = gen.report.with_note(
-        f"support initialisation: {len(labels)} DP-NTK samples (inputs clipped to the public "
-        f"range [{lo:g}, {hi:g}] before the release); DP-KIP starts from them"
-    )
-    return start.astype(np.float32), report
+    start = from_unit_range(np.asarray(xs).reshape(len(labels), *x.shape[1:]), spec.data_range)
+    return start, gen.report.with_note(_note(len(labels), spec.data_range))
+
+
+def _note(m: int, data_range: tuple[float, float] | str) -> str:
+    if isinstance(data_range, str):
+        how = (
+            "each input mapped to [0, 1] by its own min and max before the release; "
+            "each sample standardised on its own"
+        )
+    else:
+        how = f"inputs clipped to the public range [{data_range[0]:g}, {data_range[1]:g}] before the release"
+    return f"support initialisation: {m} DP-NTK samples ({how}); DP-KIP starts from them"
