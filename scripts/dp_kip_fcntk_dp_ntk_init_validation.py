@@ -4,15 +4,16 @@ Usage: python scripts/dp_kip_fcntk_dp_ntk_init_validation.py DATASET [--eps=E] [
 
 The training set of DATASET is split by a public seed (123, as in
 ``scripts/dp_kip_fcntk_sweep.py``) into 50,000 rows of private training data
-and 10,000 validation rows; the test set is never read. 10 images/class, 10
-epochs unless stated, batch 500, ridge 1e-6, delta 1e-5, seed 0. Every row spends the same
-total (eps, 1e-5) under replace-one: the ``gaussian`` rows all of it on
-DP-SGD, the rows with a start fraction spend it on the DP-NTK start
-(`privkernels.dp_kip.DPNTKInit`, 300 generator iterations) and the rest on
-DP-SGD (`Budget.split`, as ``dp_kip.fit(init="dp_ntk")`` does). One start
-per (preprocessing, fraction) is computed and shared by the rows that differ
-only in DP-KIP's settings. The selection is not privacy-accounted (as in the
-papers). Prints one JSON line per row.
+and 10,000 validation rows; the test set is never read. 10 images/class;
+10 epochs, batch 500 and ridge 1e-6 unless a row says otherwise; delta 1e-5,
+seed 0. Every row spends the same total (eps, 1e-5) under replace-one. Rows
+without a start fraction start from N(0, I) and spend it all on DP-SGD. Rows
+with a fraction f spend f on the DP-NTK start (`privkernels.dp_kip.DPNTKInit`,
+300 generator iterations) and the rest on DP-SGD (`Budget.split`, as
+``dp_kip.fit(init="dp_ntk")`` does). One start per (preprocessing, fraction)
+is computed and shared by the rows that differ only in DP-KIP's settings.
+The selection is not privacy-accounted (as in the papers). Prints one JSON
+line per row.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from privkernels.dp_kip.dp_ntk_init import DPNTKInit, dp_ntk_start, split_budget
 from privkernels.privacy import Budget
 
 DELTA, SEED = 1e-5, 0
-# (preprocessing, start fraction or None for N(0, I), DP-KIP learning rate, clip norm[, epochs])
+DEFAULTS = (10, 500, 1e-6)  # epochs, batch size, ridge
+# (preprocessing, start fraction or None for N(0, I), DP-KIP learning rate, clip norm
+#  [, epochs (10)[, batch size (500)[, ridge (1e-6)]]])
 SETTINGS = [
     ("std", None, 3e-2, 1e-1),  # the benchmarks' FC-NTK setting (replace-one here)
     ("2x-1", 0.1, 3e-2, 1e-1),
@@ -51,6 +54,11 @@ SETTINGS = [
     ("std", 0.2, 5e-2, 1e-1, 5),
     ("std", 0.2, 3e-2, 1e-1, 2),
     ("std", None, 3e-2, 1e-1, 5),
+    ("std", 0.2, 2e-2, 1e-1, 5),
+    ("std", 0.2, 3e-2, 1e-1, 5, 1000),
+    ("std", 0.2, 3e-2, 1e-1, 10, 1000),
+    ("std", 0.2, 3e-2, 1e-1, 5, 500, 1e-4),
+    ("std", 0.2, 3e-2, 1e-1, 5, 500, 1e-3),
 ]
 
 
@@ -72,7 +80,7 @@ def main() -> None:
     starts: dict[tuple[str, float], np.ndarray] = {}
     for i in chosen:
         prep, frac, lr, clip, *rest = SETTINGS[i]
-        epochs = rest[0] if rest else 10
+        epochs, batch, reg = (*rest, *DEFAULTS[len(rest) :])
         x = _prep(raw, prep)
         budget, init, t_start = Budget(eps, DELTA), "gaussian", 0.0
         if frac is not None:
@@ -94,10 +102,11 @@ def main() -> None:
             res = dp_kip.fit(
                 jax.random.key(SEED + 1), x[fit_idx], y[fit_idx], kernel="fc_ntk",
                 support_per_class=10, epsilon=budget.epsilon, delta=budget.delta,
-                clip_norm=clip, batch_size=500, epochs=epochs, learning_rate=lr,
-                relative_reg=1e-6, n_classes=10, progress=False, init=init,
+                clip_norm=clip, batch_size=batch, epochs=epochs, learning_rate=lr,
+                relative_reg=reg, n_classes=10, progress=False, init=init,
             )  # fmt: skip
         row = dict(ds=ds, eps=eps, prep=prep, start_fraction=frac, lr=lr, clip=clip, epochs=epochs,
+                   batch=batch, reg=reg,
                    val_acc=round(100 * dp_kip.accuracy(res, x[va], y[va]), 2))  # fmt: skip
         if frac is not None:  # the start alone (no DP-KIP), same kernel and ridge
             alone = dataclasses.replace(res, support_x=starts[(prep, frac)])

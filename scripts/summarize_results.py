@@ -28,6 +28,9 @@ SETTINGS_KEYS = (
     "hp_clip_space",
     "hp_group_norm",
     "hp_preprocess",
+    "hp_init",
+    "hp_init_fraction",
+    "hp_relation",
 )
 
 
