@@ -175,6 +175,7 @@ def test_bad_input_is_refused_before_any_noise(monkeypatch, digits, change, matc
         dict(data_range=(0.0, float("inf"))),
         dict(data_range="ab"),
         dict(data_range="Standardized"),
+        dict(data_range="12"),
         dict(iterations=0),
         dict(learning_rate=-1.0),
     ],

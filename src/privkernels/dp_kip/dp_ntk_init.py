@@ -102,6 +102,8 @@ STANDARDIZED = "standardized"
 def _range(value: Any) -> tuple[float, float] | str:
     if isinstance(value, str) and value == STANDARDIZED:
         return value
+    if isinstance(value, (str, bytes)):  # "12" would otherwise read as (1, 2)
+        raise ValueError(f"data_range must be a pair (lo, hi) or {STANDARDIZED!r}, got {value!r}")
     try:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
