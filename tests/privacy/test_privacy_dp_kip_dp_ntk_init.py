@@ -143,6 +143,14 @@ def _flat(x):
         (dict(delta=1.5), "delta"),
         (dict(x_nan=True), "finite|NaN"),
         (dict(batch_size=10**6), "batch_size"),
+        (  # a one-entry input cannot be standardised per sample
+            dict(
+                x_map=lambda x: x[:, 0, :1],
+                kernel="fc_ntk",
+                init=DPNTKInit(data_range="standardized", iterations=3, batch_size=60),
+            ),
+            "at least 2",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_any_noise(monkeypatch, digits, change, match):
@@ -204,6 +212,30 @@ def test_standardized_range_gives_pixels_back_and_standardises_samples():
     np.testing.assert_allclose(np.asarray(to_unit_range(np.array([[-3.0, 0.0, 3.0]]), (-1, 1))),
                                [[0.0, 0.5, 1.0]])  # fmt: skip
     np.testing.assert_allclose(from_unit_range(np.array([[0.0, 0.5, 1.0]]), (-1, 1)), [[-1, 0, 1]])
+    # finite inputs at the float32 limits: no overflow to NaN (a data-dependent failure)
+    big = np.array([[-3e38, 0.0, 3e38], [-3e38, 3e38, 3e38], [1.0, 2.0, 3.0]], np.float32)
+    unit = np.asarray(to_unit_range(big, "standardized"))
+    assert np.isfinite(unit).all() and unit.min() >= 0.0 and unit.max() <= 1.0
+    np.testing.assert_allclose(unit[2], [0.0, 0.5, 1.0], atol=1e-6)
+
+
+def test_dp_ntk_start_standardises_every_sample(digits):
+    """The samples leave `dp_ntk_start` on the FC-NTK's scale: each one standardised."""
+    from privkernels.data import standardize_per_example
+    from privkernels.dp_kip.dp_ntk_init import dp_ntk_start
+    from privkernels.privacy import Budget
+
+    x, y = digits
+    labels = np.repeat(np.arange(10), 2)
+    start, report = dp_ntk_start(
+        jax.random.key(0), standardize_per_example(x), y, n_classes=10, labels=labels,
+        budget=Budget(0.5, 1e-6), spec=DPNTKInit(data_range="standardized", iterations=3),
+    )  # fmt: skip
+    flat = start.reshape(len(labels), -1)
+    assert start.dtype == np.float32 and start.shape == (20, *x.shape[1:])
+    np.testing.assert_allclose(flat.mean(1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(flat.std(1), 1.0, atol=1e-3)
+    assert report.epsilon == pytest.approx(0.5, rel=1e-3)
 
 
 def test_a_standardized_start_end_to_end(monkeypatch, digits):

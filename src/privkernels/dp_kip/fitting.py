@@ -26,7 +26,12 @@ from privkernels._validation import (
     infer_n_classes,
 )
 from privkernels.dp_kip.clipped_sums import choose_strategy
-from privkernels.dp_kip.dp_ntk_init import as_dp_ntk_init, dp_ntk_start, split_budget
+from privkernels.dp_kip.dp_ntk_init import (
+    STANDARDIZED,
+    as_dp_ntk_init,
+    dp_ntk_start,
+    split_budget,
+)
 from privkernels.dp_kip.init import corruption_mask, resolve_init, support_labels
 from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
 from privkernels.dp_kip.krr import encode_labels
@@ -191,6 +196,11 @@ def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None
     if len(cfg.input_shape) not in (1, 2, 3):
         raise ValueError(
             f"init='dp_ntk' needs inputs of shape (d,), (H, W) or (H, W, C), got {cfg.input_shape}"
+        )
+    if run["dp_init"].data_range == STANDARDIZED and math.prod(cfg.input_shape) < 2:
+        raise ValueError(
+            "data_range='standardized' needs inputs of at least 2 entries (a sample is "
+            f"standardised on its own), got input_shape {cfg.input_shape}"
         )
     zeros = {"x": jnp.zeros((cfg.n_support, *cfg.input_shape), jnp.float32)}
     opt = run["optimizer"]
