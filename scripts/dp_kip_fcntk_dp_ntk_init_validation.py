@@ -1,19 +1,20 @@
 """Issue 16, item 2: DP-KIP with the FC-NTK from a DP-NTK start, chosen on a VALIDATION split.
 
 Usage: python scripts/dp_kip_fcntk_dp_ntk_init_validation.py DATASET [--eps=E] [--only=I,J]
+    [--cache=DIR]
 
 The training set of DATASET is split by a public seed (123, as in
 ``scripts/dp_kip_fcntk_sweep.py``) into 50,000 rows of private training data
 and 10,000 validation rows; the test set is never read. 10 images/class;
-10 epochs, batch 500 and ridge 1e-6 unless a row says otherwise; delta 1e-5,
-seed 0. Every row spends the same total (eps, 1e-5) under replace-one. Rows
-without a start fraction start from N(0, I) and spend it all on DP-SGD. Rows
-with a fraction f spend f on the DP-NTK start (`privkernels.dp_kip.DPNTKInit`,
-300 generator iterations) and the rest on DP-SGD (`Budget.split`, as
-``dp_kip.fit(init="dp_ntk")`` does). One start per (preprocessing, fraction)
-is computed and shared by the rows that differ only in DP-KIP's settings.
-The selection is not privacy-accounted (as in the papers). Prints one JSON
-line per row.
+10 epochs, batch 500, ridge 1e-6 and 300 generator iterations unless a row
+says otherwise; delta 1e-5, seed 0. Every row spends the same total
+(eps, 1e-5) under replace-one. Rows without a start fraction start from
+N(0, I) and spend it all on DP-SGD. Rows with a fraction f spend f on the
+DP-NTK start (`privkernels.dp_kip.DPNTKInit`) and the rest on DP-SGD
+(`Budget.split`, as ``dp_kip.fit(init="dp_ntk")`` does). One start per
+(preprocessing, fraction, generator iterations) is computed and shared by the
+rows that differ only in DP-KIP's settings. The selection is not
+privacy-accounted (as in the papers). Prints one JSON line per row.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import sys
 import time
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,9 +36,9 @@ from privkernels.dp_kip.dp_ntk_init import DPNTKInit, dp_ntk_start, split_budget
 from privkernels.privacy import Budget
 
 DELTA, SEED = 1e-5, 0
-DEFAULTS = (10, 500, 1e-6)  # epochs, batch size, ridge
+DEFAULTS = (10, 500, 1e-6, 300)  # epochs, batch size, ridge, DP-NTK generator iterations
 # (preprocessing, start fraction or None for N(0, I), DP-KIP learning rate, clip norm
-#  [, epochs (10)[, batch size (500)[, ridge (1e-6)]]])
+#  [, epochs (10)[, batch size (500)[, ridge (1e-6)[, generator iterations (300)]]]])
 SETTINGS = [
     ("std", None, 3e-2, 1e-1),  # the benchmarks' FC-NTK setting (replace-one here)
     ("2x-1", 0.1, 3e-2, 1e-1),
@@ -59,6 +61,10 @@ SETTINGS = [
     ("std", 0.2, 3e-2, 1e-1, 10, 1000),
     ("std", 0.2, 3e-2, 1e-1, 5, 500, 1e-4),
     ("std", 0.2, 3e-2, 1e-1, 5, 500, 1e-3),
+    ("std", 0.2, 3e-2, 5e-2, 5),
+    ("std", 0.2, 3e-2, 2e-1, 5),
+    ("std", 0.2, 3e-2, 1e-1, 5, 500, 1e-6, 1000),
+    ("std", 0.2, 3e-2, 1e-1, 5, 500, 1e-6, 2000),
 ]
 
 
@@ -66,35 +72,54 @@ def _prep(raw: np.ndarray, how: str) -> np.ndarray:
     return data.standardize_per_example(raw) if how == "std" else 2.0 * raw - 1.0
 
 
+def _row(i: int) -> tuple[str, Any, float, float, int, int, float, int]:
+    """Row ``i`` of SETTINGS with the defaults filled in."""
+    prep, frac, lr, clip, *rest = SETTINGS[i]
+    epochs, batch, reg, iters = (*rest, *DEFAULTS[len(rest) :])
+    return prep, frac, lr, clip, epochs, batch, reg, iters
+
+
+def _start(x, y, budget, spec, cache_file: str | None) -> tuple[np.ndarray, float]:
+    """The DP-NTK start (and seconds spent); read from ``cache_file`` when it exists there."""
+    if cache_file and os.path.exists(cache_file):
+        return np.load(cache_file)["start"], 0.0
+    t0 = time.perf_counter()
+    start, _ = dp_ntk_start(
+        jax.random.key(SEED), x, y, n_classes=10, labels=dp_kip.support_labels(10, 10),
+        budget=budget, spec=spec,
+    )  # fmt: skip
+    if cache_file:
+        np.savez(cache_file, start=start)
+    return start, time.perf_counter() - t0
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
     eps = float(opts.get("eps", 1.0))
     chosen = [int(i) for i in opts["only"].split(",")] if "only" in opts else range(len(SETTINGS))
-    ds = args[0]
+    ds, cache = args[0], opts.get("cache")  # --cache=DIR keeps the starts between runs
     tr = data.load(ds, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
     raw, y = np.asarray(tr.x, np.float32), np.asarray(tr.y)
     perm = np.random.default_rng(123).permutation(len(y))
     va, fit_idx = perm[:10000], perm[10000:]
-    labels = dp_kip.support_labels(10, 10)
-    starts: dict[tuple[str, float], np.ndarray] = {}
+    starts: dict[tuple[str, float, int], np.ndarray] = {}
     for i in chosen:
-        prep, frac, lr, clip, *rest = SETTINGS[i]
-        epochs, batch, reg = (*rest, *DEFAULTS[len(rest) :])
+        prep, frac, lr, clip, epochs, batch, reg, iters = _row(i)
         x = _prep(raw, prep)
         budget, init, t_start = Budget(eps, DELTA), "gaussian", 0.0
         if frac is not None:
             rng = (-1.0, 1.0) if prep == "2x-1" else "standardized"
-            spec = DPNTKInit(budget_fraction=frac, data_range=rng)
+            spec = DPNTKInit(budget_fraction=frac, data_range=rng, iterations=iters)
             budget, ntk_budget = split_budget(budget, spec)
-            if (prep, frac) not in starts:
-                t0 = time.perf_counter()
-                starts[(prep, frac)], _ = dp_ntk_start(
-                    jax.random.key(SEED), x[fit_idx], y[fit_idx], n_classes=10,
-                    labels=labels, budget=ntk_budget, spec=spec,
-                )  # fmt: skip
-                t_start = time.perf_counter() - t0
-            start = jnp.asarray(starts[(prep, frac)])
+            if (prep, frac, iters) not in starts:
+                where = cache and os.path.join(
+                    cache, f"{ds}-eps{eps:g}-{prep}-f{frac:g}-it{iters}.npz"
+                )
+                starts[(prep, frac, iters)], t_start = _start(
+                    x[fit_idx], y[fit_idx], ntk_budget, spec, where
+                )
+            start = jnp.asarray(starts[(prep, frac, iters)])
             init = lambda k, m, shape, s=start: s  # noqa: E731
         t0 = time.perf_counter()
         with warnings.catch_warnings():
@@ -106,10 +131,10 @@ def main() -> None:
                 relative_reg=reg, n_classes=10, progress=False, init=init,
             )  # fmt: skip
         row = dict(ds=ds, eps=eps, prep=prep, start_fraction=frac, lr=lr, clip=clip, epochs=epochs,
-                   batch=batch, reg=reg,
+                   batch=batch, reg=reg, generator_iterations=None if frac is None else iters,
                    val_acc=round(100 * dp_kip.accuracy(res, x[va], y[va]), 2))  # fmt: skip
         if frac is not None:  # the start alone (no DP-KIP), same kernel and ridge
-            alone = dataclasses.replace(res, support_x=starts[(prep, frac)])
+            alone = dataclasses.replace(res, support_x=starts[(prep, frac, iters)])
             row["start_only_val_acc"] = round(100 * dp_kip.accuracy(alone, x[va], y[va]), 2)
         row.update(start_seconds=round(t_start, 1), kip_seconds=round(time.perf_counter() - t0, 1))
         print(json.dumps(row), flush=True)
