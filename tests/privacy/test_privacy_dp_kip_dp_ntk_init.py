@@ -98,6 +98,17 @@ def test_same_key_same_release_and_save_load(spied, tmp_path):
     np.testing.assert_array_equal(loaded.support_x, fitted.support_x)
 
 
+def test_any_fraction_survives_save_load(digits, tmp_path):
+    """The load-time check reads the fraction back from the config's init name: it must
+    round-trip exactly (a 6-digit rendering refused fractions like 0.1234567)."""
+    x, y = digits
+    spec = DPNTKInit(budget_fraction=0.1234567, iterations=2, batch_size=60)
+    res = dp_kip.fit(jax.random.key(5), x, y, epsilon=1.0, init=spec, **SMALL)
+    assert res.report.mechanisms[0].epsilon == pytest.approx(0.1234567, rel=1e-12)
+    res.save(tmp_path / "f.npz")
+    assert dp_kip.load(tmp_path / "f.npz").report == res.report
+
+
 def test_a_report_without_the_dp_ntk_release_is_refused(fitted):
     data = json.loads(fitted.report.to_json())
     data["mechanisms"] = data["mechanisms"][1:]

@@ -89,10 +89,16 @@ class DPNTKInit:
 
     @property
     def name(self) -> str:
-        """The ``init`` name in the config and the checkpoint fingerprint."""
+        """The ``init`` name in the config and the checkpoint fingerprint.
+
+        The fraction and learning rate are written in full (shortest round-trip
+        ``repr``): `privkernels.dp_kip.load` reads the fraction back to check the
+        saved DP-NTK record against the run.
+        """
         return (
-            f"dp_ntk(fraction={self.budget_fraction:g}, range={_range_text(self.data_range)}, "
-            f"iterations={self.iterations}, batch={self.batch_size}, lr={self.learning_rate:g}, "
+            f"dp_ntk(fraction={float(self.budget_fraction)!r}, "
+            f"range={_range_text(self.data_range)}, iterations={self.iterations}, "
+            f"batch={self.batch_size}, lr={float(self.learning_rate)!r}, "
             f"d_code={self.d_code}, network={'default' if self.network is None else 'custom'})"
         )
 
