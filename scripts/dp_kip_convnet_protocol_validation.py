@@ -16,7 +16,10 @@ accounted, as in the papers.
     python scripts/dp_kip_convnet_protocol_validation.py DIR [--real] [--only TEXT[,TEXT]] > out.md
 
 ``--dataset fashion_mnist`` (both stages) runs the same on Fashion-MNIST (the
-same split seed), ``--eps 10`` (stage 1) distils for that epsilon only.
+same split seed), ``--eps 10`` (stage 1) distils for that epsilon only, and
+``--init-iterations N`` / ``--init-fraction F`` (stage 1) change the DP-NTK
+start's generator iterations (300) and budget share (0.1); the file names
+then carry them.
 """
 
 from __future__ import annotations
@@ -42,19 +45,24 @@ def split(dataset: str = "mnist") -> tuple[np.ndarray, ...]:
     return 2 * tr.x[fit_idx] - 1, tr.y[fit_idx], 2 * tr.x[val_idx] - 1, tr.y[val_idx]
 
 
-def supports(out: str, dataset: str = "mnist", epsilons: tuple[float, ...] = EPSILONS) -> None:
+def supports(
+    out: str, dataset: str = "mnist", epsilons: tuple[float, ...] = EPSILONS,
+    init: dp_kip.DPNTKInit | None = None,
+) -> None:  # fmt: skip
     x, y, xv, yv = split(dataset)
+    spec = init or dp_kip.DPNTKInit()
+    tag = "" if init is None else f"-f{spec.budget_fraction:g}-it{spec.iterations}"
     for eps in epsilons:
         t0 = time.perf_counter()
         res = dp_kip.fit(
             jax.random.key(SEED), x, y, epsilon=eps, delta=DELTA, n_classes=10,
             kernel="scatternet", kernel_options={"group_norm": 27}, support_per_class=10,
             batch_size=2000, epochs=2, clip_norm=1e-3, relative_reg=1e-3,
-            clip_space="feature", neighbouring="replace-one", init="dp_ntk",
+            clip_space="feature", neighbouring="replace-one", init=spec,
             optimizer=optax.chain(optax.adam(0.1), smooth_updates(1.0)), progress=False,
         )  # fmt: skip
         krr = dp_kip.accuracy(res, xv, yv)
-        np.savez(f"{out}/support-eps{eps:g}.npz", x=np.asarray(res.support_x),
+        np.savez(f"{out}/support-eps{eps:g}{tag}.npz", x=np.asarray(res.support_x),
                  y=np.asarray(res.support_y), krr_val=krr)  # fmt: skip
         print(f"eps {eps:g}: KRR val {100 * krr:.2f}, {time.perf_counter() - t0:.0f} s, "
               f"report eps {res.report.epsilon:.3f}", flush=True)  # fmt: skip
@@ -116,6 +124,11 @@ if __name__ == "__main__":
     ds = _arg("--dataset", "mnist")
     if sys.argv[1] == "--supports":
         eps = (float(_arg("--eps")),) if "--eps" in sys.argv else EPSILONS
-        supports(sys.argv[2], ds, eps)
+        custom = "--init-iterations" in sys.argv or "--init-fraction" in sys.argv
+        init = dp_kip.DPNTKInit(
+            budget_fraction=float(_arg("--init-fraction", "0.1")),
+            iterations=int(_arg("--init-iterations", "300")),
+        )
+        supports(sys.argv[2], ds, eps, init if custom else None)
     else:
         protocols(sys.argv[1], real="--real" in sys.argv, only=_arg("--only"), dataset=ds)
