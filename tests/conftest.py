@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import jax
 import pytest
 
 
@@ -18,3 +21,19 @@ def shared_data_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"PRIVKERNELS_DATA={value} is not a directory: real-data tests skipped")
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs() -> Iterator[None]:
+    """Drop JAX's compiled programs after each test module.
+
+    Every XLA:CPU executable holds about a dozen memory maps for its code. One
+    pytest process compiles thousands of programs; kept alive, they reach Linux's
+    default ``vm.max_map_count`` (65530) late in the suite, after which LLVM's next
+    code allocation fails and the process dies with SIGSEGV inside
+    ``backend_compile`` (CI exit 139, in ``tests/test_synth.py``). Clearing the
+    caches between modules keeps the count to one module's worth.
+    """
+    yield
+    jax.clear_caches()
+    gc.collect()

@@ -3,6 +3,7 @@ the persistent compilation cache is opt-in and writes entries to the given direc
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -10,7 +11,9 @@ import textwrap
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from privkernels import dp_kip, dp_ntk, features
 from privkernels.dp_kip import train as kip_train
@@ -60,3 +63,29 @@ def test_persistent_cache_is_opt_in_and_used(tmp_path):
     cache = tmp_path / "xla-cache"
     subprocess.run([sys.executable, "-c", script, str(cache)], env=env, check=True, timeout=300)
     assert any(cache.rglob("*")), "nothing was written to the compilation cache"
+
+
+def _memory_maps() -> int:
+    with open("/proc/self/maps", "rb") as f:
+        return sum(1 for _ in f)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_clearing_caches_returns_the_memory_maps_of_compiled_programs():
+    """What the conftest's per-module `jax.clear_caches()` relies on: compiled programs
+    hold memory maps (the suite once reached vm.max_map_count and segfaulted), and
+    clearing JAX's caches gives them back."""
+    gc.collect()
+
+    @jax.jit
+    def f(x):
+        return jnp.sin(x) * 2.0 + jnp.sum(x)
+
+    before = _memory_maps()
+    for n in range(1, 61):
+        f(jnp.ones(n)).block_until_ready()
+    grown = _memory_maps()
+    assert grown - before > 120  # 60 executables, a few maps each
+    jax.clear_caches()
+    gc.collect()
+    assert _memory_maps() - before < (grown - before) / 4
