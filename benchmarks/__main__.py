@@ -122,6 +122,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             jpath, mpath = write_results(ctx.out, f"{name}-{ctx.profile}", rows, meta=meta)
             print(mpath.read_text())
             print(f"wrote {jpath} and {mpath}")
+            # Free this table's compiled programs: each XLA:CPU executable holds
+            # memory maps, and a long run of tables can reach vm.max_map_count.
+            import jax  # imported here: `perf` picks the platform before jax loads
+
+            jax.clear_caches()
         return 0
 
     if args.command == "demo":

@@ -84,3 +84,32 @@ def test_dp_ntk_start_follows_the_preprocessing(tmp_path):
     scat = _init(hp("scatternet"))
     assert scat == DPNTKInit(budget_fraction=0.1, data_range=(-1.0, 1.0))
     assert _init({"preprocess": "std"}) == "gaussian"
+
+
+def test_run_writes_each_table_and_frees_its_compiled_programs(tmp_path, monkeypatch, capsys):
+    """A run of several tables writes each one's JSON and Markdown, and clears JAX's
+    caches after each (long runs otherwise exhaust vm.max_map_count)."""
+    import jax
+    import jax.numpy as jnp
+
+    import benchmarks.__main__ as cli
+    from benchmarks.registry import Table
+
+    @jax.jit
+    def f(x):
+        return x * 2.0
+
+    def table(ctx):
+        return [{"dataset": "toy", "epsilon": 1.0, "metric": "m",
+                 "value": float(f(jnp.ones(3))[0]), "paper_value": None, "seconds": 0.0}]  # fmt: skip
+
+    stub = {n: Table(n, "stub", table, __name__) for n in ("t-a", "t-b")}
+    monkeypatch.setattr(cli, "load_all", lambda: stub)
+    cleared = []
+    real_clear = jax.clear_caches
+    monkeypatch.setattr(jax, "clear_caches", lambda: (cleared.append(1), real_clear()))
+    assert cli.main(["run", "t-a", "t-b", "--out", str(tmp_path)]) == 0
+    assert len(cleared) == 2
+    for n in ("t-a", "t-b"):
+        assert (tmp_path / f"{n}-quick.json").exists() and (tmp_path / f"{n}-quick.md").exists()
+    assert "| toy |" in capsys.readouterr().out
