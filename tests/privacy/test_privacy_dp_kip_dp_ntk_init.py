@@ -109,6 +109,15 @@ def test_any_fraction_survives_save_load(digits, tmp_path):
     assert dp_kip.load(tmp_path / "f.npz").report == res.report
 
 
+def test_init_names_tell_close_ranges_apart_and_keep_usual_names():
+    """The name is in the checkpoint fingerprint: ranges that differ past 6 digits differ."""
+    a = DPNTKInit(data_range=(0.0, 1.0000001)).name
+    b = DPNTKInit(data_range=(0.0, 1.0000002)).name
+    assert a != b and "1.0000001)" in a
+    assert "range=(0, 1)" in DPNTKInit(data_range=(0.0, 1.0)).name
+    assert "range=(-1, 1)" in DPNTKInit(data_range=(-1, 1)).name
+
+
 def test_a_report_without_the_dp_ntk_release_is_refused(fitted):
     data = json.loads(fitted.report.to_json())
     data["mechanisms"] = data["mechanisms"][1:]

@@ -123,9 +123,10 @@ def _range(value: Any) -> tuple[float, float] | str:
 
 
 def _range_text(value: tuple[float, float] | str) -> str:
+    """The range in the name: ``:g`` where that is exact (the usual names), else ``repr``."""
     if isinstance(value, str):
         return value
-    return f"({value[0]:g}, {value[1]:g})"
+    return "(" + ", ".join(f"{v:g}" if float(f"{v:g}") == v else repr(v) for v in value) + ")"
 
 
 def to_unit_range(x: Any, data_range: tuple[float, float] | str) -> Any:

@@ -35,10 +35,13 @@ Multi-class (Sec. 6.1): one-hot ``Y (n, c)``, ``alpha (n, c)``, argmax of the sc
 
 ``neighbouring="replace-one"`` swaps steps 2-3 for sufficient-statistics
 perturbation on sketched NTK features (`replace_one`): standard (epsilon, delta)-DP
-for replacing one whole record, label included.
+for replacing one whole record, label included. With ``solver="kernel-mean"``
+(`kernel_mean`) it releases only the class second moments instead: the
+large-ridge limit at infinite width, for classes with few records.
 
 Modules: `kernel` (the quadratic NTK),
 `replace_one` (the replace-one mechanism),
+`kernel_mean` (its large-ridge limit),
 `sensitivity` (M and k),
 `fitting` (`fit`),
 `model` (the model, save/`load`, `predict`).

@@ -87,6 +87,7 @@ def fit(
     features: int | None = None,
     target_bound: float = 1.0,
     ridge_factor: float | None = None,
+    solver: Literal["ridge", "kernel-mean"] = "ridge",
     chunk_size: int = 1024,
     dtype: Literal["float32", "float64"] | Any = "float32",
     allow_unproven: bool = False,
@@ -136,6 +137,13 @@ def fit(
       features, target_bound, ridge_factor: replace-one only: sketch size ``D``
         (default 1024), public bound on each target row's L2 norm (one-hot labels: 1),
         ridge ``reg + ridge_factor * 2 sigma_noise sqrt(D)`` (default 0.125).
+      solver: ``"ridge"`` (default: the ridge solve of the chosen mechanism) or, with
+        ``neighbouring="replace-one"`` and class labels only, ``"kernel-mean"``: the
+        large-ridge limit of the infinite-width quadratic NTK, which releases only the
+        class second moments ``sum_{y_i=c} x_i x_i^T`` (sensitivity sqrt(2),
+        `privkernels.dp_ntk_regression.kernel_mean`; memory ``c (d+1)^2`` floats).
+        It wins where classes have few records (digits); ridge wins on MNIST
+        (`benchmarks/results/dp-ntk-regression-replace-one-solver.md`).
       chunk_size: rows per chunk when building kernel matrices.
       dtype: ``"float32"`` (default) or ``"float64"`` (local ``jax.enable_x64``).
       allow_unproven: ``eps_alpha >= 1`` lies outside Lemma D.1; refused unless True,
@@ -157,8 +165,14 @@ def fit(
         )
     key = check_key(key)
     budget = as_budget(epsilon, delta)
+    if solver not in ("ridge", "kernel-mean"):
+        raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {solver!r}")
+    if solver == "kernel-mean" and neighbouring != "replace-one":
+        raise ValueError("solver='kernel-mean' is a replace-one mechanism: pass "
+                         "neighbouring='replace-one'")  # fmt: skip
     if neighbouring == "replace-one":
-        model = _fit_replace_one(key, budget, locals())
+        fit_one = _fit_kernel_mean if solver == "kernel-mean" else _fit_replace_one
+        model = fit_one(key, budget, locals())
         if ck is not None:
             model.save(ck)
         return model
@@ -216,16 +230,8 @@ def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
     factor = (
         r1.DEFAULT_RIDGE_FACTOR if factor is None else check_nonnegative(factor, "ridge_factor")
     )
-    cfg = RegressionConfig(
-        width=check_int(args["width"], "width"), reg=check_positive(args["reg"], "reg"),
-        beta=0.0, eta_min=None,
-        input_bound=check_positive(args["input_bound"], "input_bound"), split=(1.0, 0.0), k=None,
-        weight_std=check_positive(args["weight_std"], "weight_std"), kernel_shift=0.0,
-        chunk_size=check_int(args["chunk_size"], "chunk_size"), dtype="float32",
-        n_classes=n_classes, target_ndim=target_ndim, epsilon=None, delta=None,
-        fit_intercept=check_bool(args["fit_intercept"], "fit_intercept"),
-        neighbouring="replace-one", features=features, target_bound=target_bound,
-    )  # fmt: skip
+    cfg = _replace_one_config(args, n_classes, target_ndim, features=features,
+                              target_bound=target_bound)  # fmt: skip
     if args["dtype"] not in ("float32", np.float32, jnp.float32):
         raise ValueError("neighbouring='replace-one' runs in float32")
     d_in = d + int(cfg.fit_intercept)
@@ -253,6 +259,57 @@ def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
     cfg = dataclasses.replace(cfg, ridge=float(ridge))
     empty = jnp.zeros((0, d_in), jnp.float32)
     return DPNTKRegressionModel(beta_w, empty, weights, report, cfg, sketch=sketch)
+
+
+def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> DPNTKRegressionModel:
+    """The large-ridge limit (`kernel_mean` module): validate, class moments, one release."""
+    from privkernels.dp_ntk_regression import kernel_mean as km
+
+    for name in ("k", "eta_min", "features", "ridge_factor"):
+        if args[name] is not None:
+            raise ValueError(f"{name} does not apply to solver='kernel-mean'")
+    if args["target_bound"] != 1.0:
+        raise ValueError("target_bound does not apply to solver='kernel-mean' (one-hot labels)")
+    if args["dtype"] not in ("float32", np.float32, jnp.float32):
+        raise ValueError("solver='kernel-mean' runs in float32")
+    x_arr = check_array(args["x"], "x", finite=True)
+    if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
+        raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
+    n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
+    y_mat, n_classes, target_ndim, inferred = _targets(args["y"], n, args["n_classes"])
+    if n_classes is None:
+        raise ValueError("solver='kernel-mean' needs class labels (integer y or n_classes); "
+                         "real targets may point in opposite directions and break its bound")  # fmt: skip
+    cfg = _replace_one_config(args, n_classes, target_ndim, solver="kernel-mean")
+    d_in = d + int(cfg.fit_intercept)
+    xp = input_map(jnp.asarray(np.asarray(x_arr, np.float32).reshape(n, d)), cfg.input_bound,
+                   cfg.fit_intercept)  # fmt: skip
+    m = km.class_moments(xp, np.argmax(y_mat, axis=1), n_classes, input_bound=cfg.input_bound,
+                         chunk_size=cfg.chunk_size)  # fmt: skip
+    del xp, x_arr
+    report: PrivacyReport = _non_private()
+    if budget is not None:
+        m, record = km.release_moments(key, m, budget=budget, n=n)
+        report = km.kernel_mean_report(record, d=d_in, input_bound=cfg.input_bound,
+                                       inferred_note=N_CLASSES_INFERRED_NOTE if inferred else None)  # fmt: skip
+        cfg = dataclasses.replace(cfg, epsilon=report.epsilon, delta=report.delta)
+    empty = jnp.zeros((0, d_in), jnp.float32)
+    return DPNTKRegressionModel(m, empty, empty, report, cfg)
+
+
+def _replace_one_config(args: dict[str, Any], n_classes: int | None, target_ndim: int,
+                        **extra: Any) -> RegressionConfig:  # fmt: skip
+    """The validated config of a replace-one fit (float32, no beta-close parameters)."""
+    return RegressionConfig(
+        width=check_int(args["width"], "width"), reg=check_positive(args["reg"], "reg"),
+        beta=0.0, eta_min=None,
+        input_bound=check_positive(args["input_bound"], "input_bound"), split=(1.0, 0.0), k=None,
+        weight_std=check_positive(args["weight_std"], "weight_std"), kernel_shift=0.0,
+        chunk_size=check_int(args["chunk_size"], "chunk_size"), dtype="float32",
+        n_classes=n_classes, target_ndim=target_ndim, epsilon=None, delta=None,
+        fit_intercept=check_bool(args["fit_intercept"], "fit_intercept"),
+        neighbouring="replace-one", **extra,
+    )  # fmt: skip
 
 
 def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, bool]:

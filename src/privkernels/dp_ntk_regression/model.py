@@ -62,6 +62,7 @@ class RegressionConfig(ConfigMixin):
     features: int | None = None
     target_bound: float | None = None
     ridge: float | None = None
+    solver: str = "ridge"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +82,9 @@ class DPNTKRegressionModel:
       sketch: ``(A (D, d'), B (D, m))`` of a replace-one fit
         (`privkernels.dp_ntk_regression.replace_one`), else None. Then ``alpha`` is
         the ``(D, c)`` weight vector on the sketched features and ``x_tilde`` is empty.
+        With ``config.solver == "kernel-mean"`` (`privkernels.dp_ntk_regression.kernel_mean`)
+        ``alpha`` holds the released class second moments ``(c, d', d')``, and ``weights``
+        and ``x_tilde`` are empty ``(0, d')``.
     """
 
     alpha: jax.Array
@@ -184,6 +188,12 @@ def predict(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
         raise TypeError(f"model must be a DPNTKRegressionModel, got {type(model).__name__}")
     with x64(model.dtype == jnp.float64):
         xq = _queries(model, x)
+        if model.config.solver == "kernel-mean":  # scores = x^T M_c x
+            from privkernels.dp_ntk_regression.kernel_mean import scores as km_scores
+
+            out = km_scores(xq, model.alpha, input_bound=model.input_bound,
+                            chunk_size=model.config.chunk_size)  # fmt: skip
+            return out[:, 0] if model.config.target_ndim == 1 else out
         if model.sketch is not None:  # replace-one: scores = psi(x)^T beta
             from privkernels.dp_ntk_regression.replace_one import ssp_features
 

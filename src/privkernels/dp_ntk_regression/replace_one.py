@@ -52,6 +52,7 @@ __all__ = [
     "release_statistics",
     "solve",
     "replace_one_report",
+    "one_release_report",
 ]
 
 #: Sketch size ``D`` and ridge factor: chosen on a validation split of the MNIST
@@ -167,20 +168,25 @@ def solve(s_tilde: jax.Array, b_tilde: jax.Array, ridge: float) -> jax.Array:
 def replace_one_report(record: MechanismRecord, *, d: int, width: int, features: int,
                        input_bound: float, inferred_note: str | None) -> PrivacyReport:  # fmt: skip
     """The report of a replace-one fit: one Gaussian release, standard (epsilon, delta)-DP."""
-    notes = [
-        "Neighbouring relation replace-one: the guarantee covers replacing one whole record "
-        "(features AND label/target) by any other; n is public."
-    ]
-    if inferred_note:
-        notes.append(inferred_note)
-    return PrivacyReport.from_mechanisms(
-        [record],
-        REPLACE_ONE,
+    return one_release_report(
+        record,
         data_independent=(
             f"random NTK weights (m={width}, d={d}) and sketch (D={features}): drawn from the "
             "key, independent of the data",
             f"per-record maps: projection onto the L2 ball of radius {input_bound:g}, feature rows "
             "clipped to norm 1, target rows clipped to target_bound",
         ),
-        notes=tuple(notes),
+        notes=(),
+        inferred_note=inferred_note,
+    )
+
+
+def one_release_report(record: MechanismRecord, *, data_independent: tuple[str, ...],
+                       notes: tuple[str, ...], inferred_note: str | None) -> PrivacyReport:  # fmt: skip
+    """A replace-one report of one release: the relation's note, ``notes``, the label-read note."""
+    first = ("Neighbouring relation replace-one: the guarantee covers replacing one whole record "
+             "(features AND label/target) by any other; n is public.")  # fmt: skip
+    extra = (inferred_note,) if inferred_note else ()
+    return PrivacyReport.from_mechanisms(
+        [record], REPLACE_ONE, data_independent=data_independent, notes=(first, *notes, *extra)
     )
