@@ -454,7 +454,68 @@ def _gaussian_sampling(trials: int, conf: float) -> list[dict[str, Any]]:
     return rows
 
 
-SCENARIOS = (_gaussian_mechanism, _dpsgd_step, _dp_kip_step, _dp_ntk, _tlap, _gaussian_sampling)
+def _kernel_mean(trials: int, conf: float) -> list[dict[str, Any]]:
+    """Input map -> class moments -> release (replace-one kernel-mean) on its worst pair."""
+    import jax
+    import jax.numpy as jnp
+
+    from privkernels import audit, privacy
+    from privkernels.dp_ntk_regression import kernel_mean as km
+    from privkernels.dp_ntk_regression.kernel import input_map
+    from privkernels.privacy.budget import as_budget
+
+    # (5 e1, class 0) replaced by (-3 e2, class 0): after the ball map M_0 moves by
+    # e2 e2^T - e1 e1^T, norm sqrt(2) = the sensitivity (orthogonal rows, one class).
+    d = (np.array([[5.0, 0.0], [0.0, 1.0]]), np.array([0, 1]))
+    dp = (np.array([[0.0, -3.0], [0.0, 1.0]]), np.array([0, 1]))
+    diff = np.zeros((2, 2, 2))
+    diff[0, 0, 0], diff[0, 1, 1] = -1.0, 1.0
+    sigma = privacy.gaussian_sigma(EPS, DELTA)
+    rows = []
+    for variant, scale, expect in (("real", 1.0, True), ("broken: sensitivity / 4", 0.25, False)):
+
+        def mech(k, data, scale=scale):
+            xp = input_map(jnp.asarray(data[0], jnp.float32), 1.0, False)
+            m = km.class_moments(xp, data[1], 2, input_bound=1.0, chunk_size=2)
+            if scale == 1.0:  # the shipped release
+                return km.release_moments(k, m, budget=as_budget(EPS, DELTA), n=2)[0]
+            noisy = privacy.gaussian_mechanism(
+                k, m, sensitivity=km.SENSITIVITY * scale, sigma=sigma
+            )
+            return 0.5 * (noisy + jnp.swapaxes(noisy, 1, 2))
+
+        res, sec = _timed(
+            lambda mech=mech: audit.audit_gaussian_release(
+                jax.random.key(8),
+                mech,
+                d,
+                dp,
+                epsilon=EPS,
+                delta=DELTA,
+                trials=trials,
+                confidence=conf,
+                direction=diff.reshape(-1),
+            )
+        )
+        ideal = audit.gaussian_audit_epsilon(1.0 / (sigma * scale), DELTA)
+        rows.append(
+            _row(
+                "dp_ntk_regression kernel-mean class moments (replace-one)",
+                variant,
+                "replace-one (orthogonal rows, same class: distance sqrt(2))",
+                res,
+                sec,
+                expect,
+                ideal,
+            )
+        )
+    return rows
+
+
+SCENARIOS = (
+    _gaussian_mechanism, _dpsgd_step, _dp_kip_step, _dp_ntk, _tlap, _gaussian_sampling,
+    _kernel_mean,
+)  # fmt: skip
 
 
 @register(
