@@ -6,8 +6,8 @@ Candidates (``neighbouring="replace-one"``): ``solver="ridge"`` with the shipped
 defaults (sketch D=1024, ridge factor 0.125, intercept) and ``solver="kernel-mean"``
 with and without the intercept column. Data: rows flattened and scaled to unit
 L2 norm (a per-record map). digits: sklearn's bundled set, a stratified 80/20
-split (seed 0) whose 20% is the test set; the 80% (1437 rows) split again 80/20
-(seed 1) into 1151 fit and 287 validation rows. MNIST: 50000 fit / 10000
+split (seed 0) whose 20% is the test set; the 80% (1438 rows) split again 80/20
+(seed 1) into 1151 fit and 287 validation rows. MNIST: 49999 fit / 10001
 validation rows of the training set (stratified, seed 0); the test set is its own
 10000 images. Selection: best mean validation accuracy over epsilon 1 and 10
 (3 seeds each, delta 1e-5); it is not privacy-accounted (as in the papers). The
