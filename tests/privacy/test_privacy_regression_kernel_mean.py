@@ -111,6 +111,10 @@ def test_released_moments_have_the_stated_noise():
         (dict(dtype="float64"), "float32"),
         (dict(y=np.linspace(-1, 1, 30), n_classes=None), "class labels"),
         (dict(y=np.arange(30) % 4), "label"),  # a label outside n_classes
+        (dict(input_bound=1e-20), "input_bound"),  # float32 norms would underflow
+        (dict(input_bound=1e7), "input_bound"),
+        (dict(mesh="any"), "mesh"),  # replace-one runs on one device: never ignored
+        (dict(solver="ridge", mesh="any"), "mesh"),
     ],
 )
 def test_bad_input_is_refused_before_any_noise(monkeypatch, change, match):
@@ -214,3 +218,16 @@ def test_audit_catches_noise_for_a_quarter_of_the_bound(monkeypatch):
     """Broken variant: noise calibrated to sqrt(2)/4 on the worst pair -> refuted."""
     res = _km_audit(51, 0.25, monkeypatch)
     assert not res.passed and res.epsilon_lower_bound > 1.5, res.summary()
+
+
+def test_the_ball_map_bounds_every_row_across_the_allowed_radii():
+    """At the ends of INPUT_BOUND_RANGE every mapped row still has norm <= radius (float32)."""
+    from privkernels.dp_ntk_regression.kernel import INPUT_BOUND_RANGE, project_to_ball
+
+    rng = np.random.default_rng(3)
+    for radius in INPUT_BOUND_RANGE:
+        for scale in (1e-30, 1e-12, radius, 1e12, 1e18):
+            x = (rng.normal(size=(64, 784)) * scale).astype(np.float32)
+            xp = np.asarray(project_to_ball(jnp.asarray(x), radius), np.float64)
+            assert np.all(np.isfinite(xp))
+            assert np.linalg.norm(xp, axis=1).max() <= radius * (1 + 1e-6), (radius, scale)

@@ -26,6 +26,7 @@ from privkernels._validation import (
 )
 from privkernels.dp_ntk_regression.kernel import (
     add_diagonal,
+    check_input_bound,
     draw_weights,
     input_map,
     kernel_matrix,
@@ -97,7 +98,7 @@ def fit(
     Args:
       key: ``jax.random.key``; split into (weights, kernel mechanism, input mechanism).
       x: ``(n, d)`` training inputs (higher-rank inputs are flattened per example);
-        projected to the L2 ball of radius ``input_bound`` first.
+        projected to the L2 ball of radius ``input_bound`` (in ``[1e-6, 1e6]``) first.
       y: ``(n,)`` integer labels (one-hot targets, Sec. 6.1) or ``(n,)`` / ``(n, c)``
         real targets. **Not protected** (Def. 4.1).
       epsilon, delta: total budget; ``epsilon=None`` fits the non-private baseline
@@ -106,7 +107,7 @@ def fit(
         report note; labels are public under beta-close anyway).
       mesh: a device mesh over the example axis: the kernel rows are computed over
         it (each device its rows, against all inputs); the mechanisms then run on
-        one device.
+        one device. Beta-close only: replace-one fits refuse it (they run on one device).
       checkpoint_path, resume: the fitted model is saved there; ``resume=True``
         returns the saved model without reading the data (same budget required).
       progress: accepted for the common contract (a fit is one solve).
@@ -171,6 +172,9 @@ def fit(
         raise ValueError("solver='kernel-mean' is a replace-one mechanism: pass "
                          "neighbouring='replace-one'")  # fmt: skip
     if neighbouring == "replace-one":
+        if mesh is not None:
+            raise ValueError("mesh= shards the beta-close kernel matrix; replace-one fits run on "
+                             "one device: pass mesh=None")  # fmt: skip
         fit_one = _fit_kernel_mean if solver == "kernel-mean" else _fit_replace_one
         model = fit_one(key, budget, locals())
         if ck is not None:
@@ -303,7 +307,7 @@ def _replace_one_config(args: dict[str, Any], n_classes: int | None, target_ndim
     return RegressionConfig(
         width=check_int(args["width"], "width"), reg=check_positive(args["reg"], "reg"),
         beta=0.0, eta_min=None,
-        input_bound=check_positive(args["input_bound"], "input_bound"), split=(1.0, 0.0), k=None,
+        input_bound=check_input_bound(args["input_bound"]), split=(1.0, 0.0), k=None,
         weight_std=check_positive(args["weight_std"], "weight_std"), kernel_shift=0.0,
         chunk_size=check_int(args["chunk_size"], "chunk_size"), dtype="float32",
         n_classes=n_classes, target_ndim=target_ndim, epsilon=None, delta=None,
@@ -361,7 +365,7 @@ def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, 
         reg=check_positive(args["reg"], "reg"),
         beta=check_positive(args["beta"], "beta"),
         eta_min=eta_min,
-        input_bound=check_positive(args["input_bound"], "input_bound"),
+        input_bound=check_input_bound(args["input_bound"]),
         split=split,  # type: ignore[arg-type]
         k=k,
         weight_std=check_positive(args["weight_std"], "weight_std"),
@@ -391,7 +395,7 @@ def _kernel_shift(args: dict[str, Any], private: bool, split: tuple[float, ...],
         max(n, 1), AUTO_SHIFT_SAMPLES, epsilon_alpha=kernel.epsilon, delta_alpha=kernel.delta,
         beta=check_positive(args["beta"], "beta"),
         weight_std=check_positive(args["weight_std"], "weight_std"),
-        input_bound=check_positive(args["input_bound"], "input_bound"),
+        input_bound=check_input_bound(args["input_bound"]),
     )  # fmt: skip
 
 

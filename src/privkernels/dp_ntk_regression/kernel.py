@@ -20,6 +20,8 @@ from privkernels.privacy.warnings import warn_privacy_leak
 __all__ = [
     "draw_weights",
     "project_to_ball",
+    "check_input_bound",
+    "INPUT_BOUND_RANGE",
     "input_map",
     "kernel_block",
     "kernel_matrix",
@@ -41,11 +43,28 @@ def draw_weights(
     return random_ntk_weights(key, width, d, sigma=weight_std, dtype=dtype)
 
 
+#: Radii the float32 projection handles: below 1e-6 a row's squared norm can
+#: underflow to 0 and the row would pass unprojected (a norm far above the radius).
+INPUT_BOUND_RANGE = (1e-6, 1e6)
+
+
+def check_input_bound(value: Any) -> float:
+    """``input_bound`` as a float in `INPUT_BOUND_RANGE` (rescale the data otherwise)."""
+    value = check_positive(value, "input_bound")
+    lo, hi = INPUT_BOUND_RANGE
+    if not lo <= value <= hi:
+        raise ValueError(
+            f"input_bound must lie in [{lo:g}, {hi:g}] (float32 norms), got {value!r}: "
+            "rescale the inputs by a public constant instead"
+        )
+    return value
+
+
 def project_to_ball(x: Any, radius: float = 1.0) -> jax.Array:
     """Project each row of ``x (n, d)`` onto the L2 ball of ``radius`` (a fixed,
     1-Lipschitz map, so beta-close records stay beta-close; the paper assumes
-    ``||x_i|| <= B``, Sec. 3.3)."""
-    radius = check_positive(radius, "input_bound")
+    ``||x_i|| <= B``, Sec. 3.3). ``radius`` in `INPUT_BOUND_RANGE`."""
+    radius = check_input_bound(radius)
     x = jnp.asarray(x)
     norms = jnp.linalg.norm(x, axis=-1, keepdims=True)
     scale = jnp.minimum(1.0, radius / jnp.maximum(norms, jnp.finfo(x.dtype).tiny))
