@@ -115,6 +115,14 @@ def test_released_moments_have_the_stated_noise():
         (dict(input_bound=1e7), "input_bound"),
         (dict(mesh="any"), "mesh"),  # replace-one runs on one device: never ignored
         (dict(solver="ridge", mesh="any"), "mesh"),
+        (dict(width=64), "width does not apply"),  # ignored by the limit: never silently
+        (dict(weight_std=2.0), "weight_std"),
+        (dict(reg=1.0), "reg does not apply"),
+        (dict(beta=1e-3), "beta does not apply"),
+        (dict(solver="ridge", beta=1e-3), "beta does not apply"),
+        (dict(solver="ridge", split=(0.9, 0.1)), "split does not apply"),
+        (dict(solver="ridge", kernel_shift=0.5), "kernel_shift does not apply"),
+        (dict(allow_unproven=True), "allow_unproven"),
     ],
 )
 def test_bad_input_is_refused_before_any_noise(monkeypatch, change, match):

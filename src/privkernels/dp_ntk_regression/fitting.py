@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 from pathlib import Path
@@ -222,6 +223,7 @@ def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
 
     if args["k"] is not None or args["eta_min"] is not None:
         raise ValueError("k and eta_min belong to the beta-close mechanism, not replace-one")
+    _refuse_unused(args, BETA_CLOSE_ONLY, "neighbouring='replace-one'")
     x_arr = check_array(args["x"], "x", finite=True)
     if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
@@ -272,6 +274,7 @@ def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
     for name in ("k", "eta_min", "features", "ridge_factor"):
         if args[name] is not None:
             raise ValueError(f"{name} does not apply to solver='kernel-mean'")
+    _refuse_unused(args, BETA_CLOSE_ONLY + ("width", "weight_std", "reg"), "solver='kernel-mean'")
     if args["target_bound"] != 1.0:
         raise ValueError("target_bound does not apply to solver='kernel-mean' (one-hot labels)")
     if args["dtype"] not in ("float32", np.float32, jnp.float32):
@@ -299,6 +302,20 @@ def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
         cfg = dataclasses.replace(cfg, epsilon=report.epsilon, delta=report.delta)
     empty = jnp.zeros((0, d_in), jnp.float32)
     return DPNTKRegressionModel(m, empty, empty, report, cfg)
+
+
+#: Arguments of the beta-close mechanism that a replace-one fit has no use for.
+BETA_CLOSE_ONLY = ("beta", "split", "kernel_shift", "allow_unproven")
+
+
+def _refuse_unused(args: dict[str, Any], names: tuple[str, ...], what: str) -> None:
+    """Refuse (before any noise) a non-default value of an argument that ``what`` ignores."""
+    defaults = {p.name: p.default for p in inspect.signature(fit).parameters.values()}
+    for name in names:
+        value, default = args[name], defaults[name]
+        same = tuple(value) == default if isinstance(default, tuple) else value == default
+        if not same:
+            raise ValueError(f"{name} does not apply to {what}: leave it at {default!r}")
 
 
 def _replace_one_config(args: dict[str, Any], n_classes: int | None, target_ndim: int,
