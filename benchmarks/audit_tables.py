@@ -63,11 +63,41 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
+def _audit(
+    seed: int,
+    mech: Callable[[Any, Any], Any],
+    d: Any,
+    dp: Any,
+    direction: Any,
+    trials: int,
+    conf: float,
+    epsilon: float = EPS,
+    delta: float = DELTA,
+) -> tuple[Any, float]:
+    """Time `audit.audit_gaussian_release` of ``mech`` on ``(d, dp)`` with key ``seed``."""
+    import jax
+
+    from privkernels import audit
+
+    return _timed(
+        lambda: audit.audit_gaussian_release(
+            jax.random.key(seed),
+            mech,
+            d,
+            dp,
+            epsilon=epsilon,
+            delta=delta,
+            trials=trials,
+            confidence=conf,
+            direction=direction,
+        )  # fmt: skip
+    )
+
+
 # --------------------------------------------------------------------------- scenarios
 
 
 def _gaussian_mechanism(trials: int, conf: float) -> list[dict[str, Any]]:
-    import jax
     import jax.numpy as jnp
 
     from privkernels import audit, privacy
@@ -80,19 +110,7 @@ def _gaussian_mechanism(trials: int, conf: float) -> list[dict[str, Any]]:
         def mech(k, v, s=scale):
             return privacy.gaussian_mechanism(k, v, sensitivity=1.0, sigma=sigma * s)
 
-        res, sec = _timed(
-            lambda: audit.audit_gaussian_release(
-                jax.random.key(1),
-                mech,
-                d,
-                dp,
-                epsilon=EPS,
-                delta=DELTA,
-                trials=trials,
-                confidence=conf,
-                direction=np.asarray(dp),
-            )
-        )
+        res, sec = _audit(1, mech, d, dp, np.asarray(dp), trials, conf)
         ideal = audit.gaussian_audit_epsilon(1.0 / (sigma * scale), DELTA)
         rows.append(
             _row("privacy.gaussian_mechanism", variant, "L2 sensitivity 1", res, sec, expect, ideal)
@@ -200,19 +218,7 @@ def _dp_kip_step(trials: int, conf: float) -> list[dict[str, Any]]:
             new, _ = step(state, dp_kip.Batch(xp, yp, mask), k)
             return (state.params["x"] - new.params["x"]) * n
 
-        res, sec = _timed(
-            lambda mech=mech: audit.audit_gaussian_release(
-                jax.random.key(3),
-                mech,
-                y_d,
-                y_dp,
-                epsilon=claimed,
-                delta=DELTA,
-                trials=trials,
-                confidence=conf,
-                direction=u,
-            )
-        )
+        res, sec = _audit(3, mech, y_d, y_dp, u, trials, conf, epsilon=claimed)
         ideal = audit.gaussian_audit_epsilon(
             float(np.linalg.norm(u)) / (clip * sigma * scale), DELTA
         )
@@ -288,19 +294,7 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
                 )
                 return jnp.vdot(emb.ravel(), jnp.asarray(u, emb.dtype))
 
-        res, sec = _timed(
-            lambda release=release: audit.audit_gaussian_release(
-                jax.random.key(4),
-                release,
-                (x, y),
-                (x2, y2),
-                epsilon=EPS,
-                delta=DELTA,
-                trials=trials,
-                confidence=conf,
-                direction=np.ones(1),
-            )
-        )
+        res, sec = _audit(4, release, (x, y), (x2, y2), np.ones(1), trials, conf)
         ideal = audit.gaussian_audit_epsilon(diff / (2.0 / n * sens_s * sigma * sig_s), DELTA)
         rows.append(
             _row(
@@ -330,19 +324,7 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
             q = jnp.where(tot > 0, noisy / jnp.where(tot > 0, tot, 1.0), 0.5)
             return q[1] - q[0]
 
-        res, sec = _timed(
-            lambda props=props: audit.audit_gaussian_release(
-                jax.random.key(5),
-                props,
-                yl,
-                yl2,
-                epsilon=EPS,
-                delta=DELTA,
-                trials=trials,
-                confidence=conf,
-                direction=np.ones(1),
-            )
-        )
+        res, sec = _audit(5, props, yl, yl2, np.ones(1), trials, conf)
         ideal = audit.gaussian_audit_epsilon(1.0 / (sigma * sens_s), DELTA)
         rows.append(
             _row(
@@ -359,10 +341,9 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
 
 
 def _tlap(trials: int, conf: float) -> list[dict[str, Any]]:
-    import jax
     import jax.numpy as jnp
 
-    from privkernels import audit, privacy
+    from privkernels import privacy
 
     sens = 0.3
     rows = []
@@ -376,18 +357,8 @@ def _tlap(trials: int, conf: float) -> list[dict[str, Any]]:
                 k, v.shape, sensitivity=sens * scale, epsilon=EPS, delta=DELTA
             )
 
-        res, sec = _timed(
-            lambda mech=mech: audit.audit_gaussian_release(
-                jax.random.key(6),
-                mech,
-                jnp.zeros(1),
-                jnp.full((1,), sens),
-                epsilon=EPS,
-                delta=DELTA,
-                trials=max(trials, 50_000),
-                confidence=conf,
-                direction=np.ones(1),
-            )
+        res, sec = _audit(
+            6, mech, jnp.zeros(1), jnp.full((1,), sens), np.ones(1), max(trials, 50_000), conf
         )
         rows.append(
             _row(
@@ -404,10 +375,9 @@ def _tlap(trials: int, conf: float) -> list[dict[str, Any]]:
 
 
 def _gaussian_sampling(trials: int, conf: float) -> list[dict[str, Any]]:
-    import jax
     import jax.numpy as jnp
 
-    from privkernels import audit, privacy
+    from privkernels import privacy
 
     eps, delta, k0 = 0.9, 1e-2, 36
     lg = math.log(1 / delta)
@@ -427,18 +397,8 @@ def _gaussian_sampling(trials: int, conf: float) -> list[dict[str, Any]]:
             def mech(kk, sig, fn=fn, k=k):
                 return fn(kk, sig, k)
 
-            res, sec = _timed(
-                lambda mech=mech, s1=s1, s2=s2: audit.audit_gaussian_release(
-                    jax.random.key(7),
-                    mech,
-                    s1,
-                    s2,
-                    epsilon=eps,
-                    delta=delta,
-                    trials=trials,
-                    confidence=conf,
-                    direction=np.asarray([1.0, 0, 0, 0]),
-                )
+            res, sec = _audit(
+                7, mech, s1, s2, np.asarray([1.0, 0, 0, 0]), trials, conf, epsilon=eps, delta=delta
             )
             rows.append(
                 _row(
@@ -456,7 +416,6 @@ def _gaussian_sampling(trials: int, conf: float) -> list[dict[str, Any]]:
 
 def _kernel_mean(trials: int, conf: float) -> list[dict[str, Any]]:
     """Input map -> class moments -> release (replace-one kernel-mean) on its worst pair."""
-    import jax
     import jax.numpy as jnp
 
     from privkernels import audit, privacy
@@ -484,19 +443,7 @@ def _kernel_mean(trials: int, conf: float) -> list[dict[str, Any]]:
             )
             return 0.5 * (noisy + jnp.swapaxes(noisy, 1, 2))
 
-        res, sec = _timed(
-            lambda mech=mech: audit.audit_gaussian_release(
-                jax.random.key(8),
-                mech,
-                d,
-                dp,
-                epsilon=EPS,
-                delta=DELTA,
-                trials=trials,
-                confidence=conf,
-                direction=diff.reshape(-1),
-            )
-        )
+        res, sec = _audit(8, mech, d, dp, diff.reshape(-1), trials, conf)
         ideal = audit.gaussian_audit_epsilon(1.0 / (sigma * scale), DELTA)
         rows.append(
             _row(
@@ -512,9 +459,70 @@ def _kernel_mean(trials: int, conf: float) -> list[dict[str, Any]]:
     return rows
 
 
+def _ssp(trials: int, conf: float) -> list[dict[str, Any]]:
+    """Sketch -> clip -> (Psi^T Psi, Psi^T Y) -> release (replace-one ridge) on a bad pair."""
+    import jax.numpy as jnp
+
+    from privkernels import audit, privacy
+    from privkernels.dp_ntk_regression import replace_one as r1
+    from privkernels.privacy.budget import as_budget
+
+    # A hand-set sketch (d=2, m=1, D=2) maps x to (x1, x2) (x1 + x2) / sqrt(2): the rows
+    # (5, 0) and (0, -3) clip to e1 and e2, orthogonal, and the labels differ, so the
+    # released vector moves by 2 (the bound sqrt(6) is not tight for the upper triangle).
+    w, sketch = jnp.ones((1, 2)), (jnp.eye(2), jnp.ones((2, 1)))
+    d = (np.array([[5.0, 0.0], [0.0, 1.0]]), np.eye(2)[[0, 1]])
+    dp = (np.array([[0.0, -3.0], [0.0, 1.0]]), np.eye(2)[[1, 1]])
+    iu = np.triu_indices(2)
+
+    def stats(data: Any, clip: bool = True) -> tuple[Any, Any]:
+        x, y = jnp.asarray(data[0], jnp.float32), jnp.asarray(data[1], jnp.float32)
+        if clip:  # the shipped path
+            return r1.sufficient_statistics(x, y, w, sketch, target_bound=1.0, chunk_size=2)
+        h = r1._sketch_rows(x, w, *sketch)
+        return h.T @ h, h.T @ y
+
+    def vec(s: Any, b: Any) -> Any:
+        return jnp.concatenate([s[iu], b.reshape(-1)])
+
+    def diff(clip: bool) -> np.ndarray:  # the noise-free difference: the auditor's direction
+        return np.asarray(vec(*stats(dp, clip)) - vec(*stats(d, clip)), np.float64)
+
+    sigma, sens = privacy.gaussian_sigma(EPS, DELTA), r1.ssp_sensitivity(1.0)
+    rows = []
+    for variant, scale, clip, expect in (
+        ("real", 1.0, True, True),
+        ("broken: feature rows not clipped", 1.0, False, False),
+        ("broken: sensitivity / 4", 0.25, True, False),
+    ):
+
+        def mech(k, data, scale=scale, clip=clip):
+            s, b = stats(data, clip)
+            if scale == 1.0:  # the shipped release
+                return vec(*r1.release_statistics(k, s, b, budget=as_budget(EPS, DELTA),
+                                                  target_bound=1.0, n=2)[:2])  # fmt: skip
+            return privacy.gaussian_mechanism(k, vec(s, b), sensitivity=sens * scale, sigma=sigma)
+
+        direction = diff(clip)
+        res, sec = _audit(9, mech, d, dp, direction, trials, conf)
+        mu = float(np.linalg.norm(direction)) / (sigma * sens * scale)  # unclipped: huge
+        rows.append(
+            _row(
+                "dp_ntk_regression sufficient statistics (replace-one ridge)",
+                variant,
+                "replace-one (orthogonal clipped rows, other label: distance 2 - clip margin)",
+                res,
+                sec,
+                expect,
+                audit.gaussian_audit_epsilon(mu, DELTA) if clip else None,
+            )
+        )
+    return rows
+
+
 SCENARIOS = (
     _gaussian_mechanism, _dpsgd_step, _dp_kip_step, _dp_ntk, _tlap, _gaussian_sampling,
-    _kernel_mean,
+    _kernel_mean, _ssp,
 )  # fmt: skip
 
 

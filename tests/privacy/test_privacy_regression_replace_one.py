@@ -163,3 +163,50 @@ def test_replace_one_fit_roundtrip_and_determinism(tmp_path):
     assert not np.array_equal(
         np.asarray(m3.alpha), np.asarray(m1.alpha)
     )  # noise drawn from the key
+
+
+def _ssp_audit(seed: int, sensitivity_scale: float, monkeypatch):
+    """Audit sketch -> clip -> statistics -> release at eps 1 on a bad replace-one pair.
+
+    A hand-set sketch (d=2, m=1, D=2) maps x to (x1, x2) (x1 + x2) / sqrt(2): D's row
+    (5, 0) with label 0 and D''s row (0, -3) with label 1 clip to e1 and e2, so the
+    released vector moves by 2 (bound sqrt(6)). ``sensitivity_scale`` < 1 is the
+    deliberately broken variant (the shipped release told a smaller bound).
+    """
+    from privkernels import audit
+    from privkernels.privacy.budget import as_budget
+
+    true_bound = r1.ssp_sensitivity
+    monkeypatch.setattr(r1, "ssp_sensitivity", lambda b: true_bound(b) * sensitivity_scale)
+    w, sketch = jnp.ones((1, 2)), (jnp.eye(2), jnp.ones((2, 1)))
+    d = (np.array([[5.0, 0.0], [0.0, 1.0]]), np.eye(2)[[0, 1]])
+    d_prime = (np.array([[0.0, -3.0], [0.0, 1.0]]), np.eye(2)[[1, 1]])
+    iu = np.triu_indices(2)
+
+    def stats(data):
+        x, y = jnp.asarray(data[0], jnp.float32), jnp.asarray(data[1], jnp.float32)
+        return r1.sufficient_statistics(x, y, w, sketch, target_bound=1.0, chunk_size=2)
+
+    def mech(key, data):
+        s, b = r1.release_statistics(key, *stats(data), budget=as_budget(1.0, 1e-5),
+                                     target_bound=1.0, n=2)[:2]  # fmt: skip
+        return jnp.concatenate([s[iu], b.reshape(-1)])
+
+    (s0, b0), (s1, b1) = stats(d), stats(d_prime)
+    diff = np.concatenate([np.asarray(s1 - s0)[iu], np.asarray(b1 - b0).ravel()])
+    assert np.linalg.norm(diff) == pytest.approx(2.0, rel=1e-3)  # clipping keeps a 2.4e-4 margin
+    return audit.audit_gaussian_release(
+        jax.random.key(seed), mech, d, d_prime, epsilon=1.0, delta=1e-5, trials=20_000,
+        direction=diff,
+    )  # fmt: skip
+
+
+def test_audit_passes_the_calibrated_release(monkeypatch):
+    res = _ssp_audit(60, 1.0, monkeypatch)
+    assert res.passed and res.epsilon_lower_bound < 1.0, res.summary()
+
+
+def test_audit_catches_noise_for_a_quarter_of_the_bound(monkeypatch):
+    """Broken variant: noise calibrated to sqrt(6)/4 with the pair at distance 2 -> refuted."""
+    res = _ssp_audit(61, 0.25, monkeypatch)
+    assert not res.passed and res.epsilon_lower_bound > 1.3, res.summary()
