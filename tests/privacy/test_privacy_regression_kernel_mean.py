@@ -123,6 +123,9 @@ def test_released_moments_have_the_stated_noise():
         (dict(solver="ridge", split=(0.9, 0.1)), "split does not apply"),
         (dict(solver="ridge", kernel_shift=0.5), "kernel_shift does not apply"),
         (dict(allow_unproven=True), "allow_unproven"),
+        (dict(solver="ridge", split=None), "split does not apply"),  # not a sequence
+        (dict(solver="ridge", reg=1e-9), "reg must be"),  # the float32 solve would overflow
+        (dict(solver="ridge", reg=1e-50, ridge_factor=0.0), "reg must be"),
     ],
 )
 def test_bad_input_is_refused_before_any_noise(monkeypatch, change, match):
@@ -145,6 +148,19 @@ def test_nan_inputs_are_refused_before_any_noise(monkeypatch):
     with pytest.raises(ValueError):
         reg.fit(jax.random.key(0), x, np.arange(10) % 2, epsilon=1.0, n_classes=2,
                 neighbouring="replace-one", solver="kernel-mean")  # fmt: skip
+
+
+@pytest.mark.parametrize("asked", [dict(), dict(solver="kernel-mean")])
+def test_resume_never_hands_back_another_relation_or_solver(tmp_path, asked):
+    """A saved beta-close fit (labels unprotected) is refused on a replace-one resume."""
+    x = np.random.default_rng(2).normal(size=(20, 3)).astype(np.float32)
+    ck = tmp_path / "beta.npz"
+    reg.fit(jax.random.key(0), x, np.arange(20) % 2, epsilon=0.5, n_classes=2, checkpoint_path=ck)
+    with pytest.raises(ValueError, match="neighbouring='beta-close'"):
+        reg.fit(jax.random.key(0), None, None, epsilon=0.5, checkpoint_path=ck, resume=True,
+                neighbouring="replace-one", **asked)  # fmt: skip
+    back = reg.fit(jax.random.key(0), None, None, epsilon=0.5, checkpoint_path=ck, resume=True)
+    assert back.config.neighbouring == "beta-close"
 
 
 def test_inferred_class_count_is_warned_and_noted():

@@ -160,7 +160,7 @@ def fit(
     """
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if resume:
-        return _resume(ck, x, y, epsilon, delta)
+        return _resume(ck, x, y, epsilon, delta, neighbouring=neighbouring, solver=solver)
     if ck is not None and ck.exists():
         raise ValueError(
             f"checkpoint {ck} exists; pass resume=True to return the saved model or delete it"
@@ -304,6 +304,10 @@ def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
     return DPNTKRegressionModel(m, empty, empty, report, cfg)
 
 
+#: Smallest ``reg`` of a replace-one fit: with ``ridge_factor=0`` it is the whole ridge of
+#: the float32 solve, so ``1 / ridge <= 1e8`` keeps the solution finite (checked before noise).
+REPLACE_ONE_MIN_REG = 1e-8
+
 #: Arguments of the beta-close mechanism that a replace-one fit has no use for.
 BETA_CLOSE_ONLY = ("beta", "split", "kernel_shift", "allow_unproven")
 
@@ -313,7 +317,10 @@ def _refuse_unused(args: dict[str, Any], names: tuple[str, ...], what: str) -> N
     defaults = {p.name: p.default for p in inspect.signature(fit).parameters.values()}
     for name in names:
         value, default = args[name], defaults[name]
-        same = tuple(value) == default if isinstance(default, tuple) else value == default
+        try:
+            same = tuple(value) == default if isinstance(default, tuple) else bool(value == default)
+        except (TypeError, ValueError):  # not a sequence, or an array: not the default
+            same = False
         if not same:
             raise ValueError(f"{name} does not apply to {what}: leave it at {default!r}")
 
@@ -321,8 +328,12 @@ def _refuse_unused(args: dict[str, Any], names: tuple[str, ...], what: str) -> N
 def _replace_one_config(args: dict[str, Any], n_classes: int | None, target_ndim: int,
                         **extra: Any) -> RegressionConfig:  # fmt: skip
     """The validated config of a replace-one fit (float32, no beta-close parameters)."""
+    reg = check_positive(args["reg"], "reg")
+    if reg < REPLACE_ONE_MIN_REG:  # the float32 solve after the release would overflow
+        raise ValueError(f"reg must be >= {REPLACE_ONE_MIN_REG:g} with neighbouring='replace-one', "
+                         f"got {reg!r}")  # fmt: skip
     return RegressionConfig(
-        width=check_int(args["width"], "width"), reg=check_positive(args["reg"], "reg"),
+        width=check_int(args["width"], "width"), reg=reg,
         beta=0.0, eta_min=None,
         input_bound=check_input_bound(args["input_bound"]), split=(1.0, 0.0), k=None,
         weight_std=check_positive(args["weight_std"], "weight_std"), kernel_shift=0.0,
@@ -632,8 +643,10 @@ def _private_report(
     )
 
 
-def _resume(path: Path | None, x: Any, y: Any, epsilon: Any, delta: Any) -> DPNTKRegressionModel:
-    """Return the saved model without reading the data (its budget must be the one asked for)."""
+def _resume(path: Path | None, x: Any, y: Any, epsilon: Any, delta: Any, *, neighbouring: Any,
+            solver: Any) -> DPNTKRegressionModel:  # fmt: skip
+    """Return the saved model without reading the data (its budget, relation and solver
+    must be the ones asked for)."""
     if path is None or not path.exists():
         raise ValueError(f"resume=True needs an existing checkpoint_path, got {path}")
     if x is not None or y is not None:
@@ -654,4 +667,10 @@ def _resume(path: Path | None, x: Any, y: Any, epsilon: Any, delta: Any) -> DPNT
         and not math.isclose(float(delta), model.report.delta, rel_tol=1e-9)
     ):
         raise ValueError("the saved model was released at another delta")
+    saved = (model.config.neighbouring, model.config.solver)
+    if saved != (neighbouring, solver):  # never hand back a weaker relation than asked for
+        raise ValueError(
+            f"the saved model was fitted with neighbouring={saved[0]!r}, solver={saved[1]!r}; "
+            f"got neighbouring={neighbouring!r}, solver={solver!r}"
+        )
     return model

@@ -19,7 +19,9 @@ features and label/target.
    released vector is ``sqrt(2 + 4 B_y^2)`` (`ssp_sensitivity`). The bound is
    proved in exact arithmetic; float32 rounding of the chunked sums moves a
    neighbour's statistics by about 5e-3 at n = 1e6 (measured), far inside the
-   slack of the bound (the exact worst case is ``sqrt(2 + 2 B_y^2 + B_y^4 / 2)``).
+   slack of the bound (the exact worst case of the full matrices is
+   ``sqrt(2 + 2 B_y^2 + B_y^4 / 2)`` for ``B_y <= sqrt(2)`` and ``2 B_y`` above: at most
+   ``sqrt(2 + 4 B_y^2)`` either way).
 3. Post-processing: ``S~`` symmetrised and projected onto the PSD cone,
    ``beta = (S~ + lambda I)^{-1} b~`` with
    ``lambda = reg + ridge_factor * 2 sigma_noise sqrt(D)`` (the spectral scale of
