@@ -221,9 +221,7 @@ def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
     """Sufficient-statistics perturbation (`replace_one` module): validate, features, release, solve."""
     from privkernels.dp_ntk_regression import replace_one as r1
 
-    if args["k"] is not None or args["eta_min"] is not None:
-        raise ValueError("k and eta_min belong to the beta-close mechanism, not replace-one")
-    _refuse_unused(args, BETA_CLOSE_ONLY, "neighbouring='replace-one'")
+    _refuse_unused(args, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
     x_arr = check_array(args["x"], "x", finite=True)
     if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
@@ -271,10 +269,8 @@ def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
     """The large-ridge limit (`kernel_mean` module): validate, class moments, one release."""
     from privkernels.dp_ntk_regression import kernel_mean as km
 
-    for name in ("k", "eta_min", "features", "ridge_factor"):
-        if args[name] is not None:
-            raise ValueError(f"{name} does not apply to solver='kernel-mean'")
-    _refuse_unused(args, BETA_CLOSE_ONLY + ("width", "weight_std", "reg"), "solver='kernel-mean'")
+    limit_ignores = ("features", "ridge_factor", "width", "weight_std", "reg")
+    _refuse_unused(args, BETA_CLOSE_ONLY + limit_ignores, "solver='kernel-mean'")
     if args["target_bound"] != 1.0:
         raise ValueError("target_bound does not apply to solver='kernel-mean' (one-hot labels)")
     if args["dtype"] not in ("float32", np.float32, jnp.float32):
@@ -309,7 +305,7 @@ def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
 REPLACE_ONE_MIN_REG = 1e-8
 
 #: Arguments of the beta-close mechanism that a replace-one fit has no use for.
-BETA_CLOSE_ONLY = ("beta", "split", "kernel_shift", "allow_unproven")
+BETA_CLOSE_ONLY = ("k", "eta_min", "beta", "split", "kernel_shift", "allow_unproven")
 
 
 def _refuse_unused(args: dict[str, Any], names: tuple[str, ...], what: str) -> None:
