@@ -70,7 +70,7 @@ def supports(
 
 #: name -> train_convnet keyword arguments. (A ConvNet step takes about 0.27 s on
 #: 2 CPU cores, so the search is small: augmentation on/off, shift only vs affine,
-#: 300 vs 600 steps.)
+#: 150 / 300 / 600 steps, AdamW weight decay.)
 PROTOCOLS = {
     "adam 300 steps (before)": {"steps": 300},
     "shift 2px, 300 steps": {"steps": 300, "augment": evaluation.Augment(shift=2)},
@@ -83,6 +83,10 @@ PROTOCOLS = {
     "shift 1px, 300 steps": {"steps": 300, "augment": evaluation.Augment(shift=1)},
     "affine (1px, 5deg, 5%), 300 steps": {
         "steps": 300, "augment": evaluation.Augment(shift=1, rotate=5.0, scale=0.05)},
+    "adam 150 steps": {"steps": 150},
+    "adam 600 steps": {"steps": 600},
+    "adamw 300 steps, wd 0.01": {"steps": 300, "weight_decay": 0.01},
+    "adamw 300 steps, wd 0.1": {"steps": 300, "weight_decay": 0.1},
 }  # fmt: skip
 SEEDS = (0, 1)
 

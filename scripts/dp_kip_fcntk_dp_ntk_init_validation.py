@@ -1,7 +1,7 @@
 """Issue 16, item 2: DP-KIP with the FC-NTK from a DP-NTK start, chosen on a VALIDATION split.
 
 Usage: python scripts/dp_kip_fcntk_dp_ntk_init_validation.py DATASET [--eps=E] [--only=I,J]
-    [--cache=DIR]
+    [--cache=DIR] [--smooth=S]
 
 The training set of DATASET is split by a public seed (123, as in
 ``scripts/dp_kip_fcntk_sweep.py``) into 50,000 rows of private training data
@@ -14,7 +14,10 @@ DP-NTK start (`privkernels.dp_kip.DPNTKInit`) and the rest on DP-SGD
 (`Budget.split`, as ``dp_kip.fit(init="dp_ntk")`` does). One start per
 (preprocessing, fraction, generator iterations) is computed and shared by the
 rows that differ only in DP-KIP's settings. The selection is not
-privacy-accounted (as in the papers). Prints one JSON line per row.
+privacy-accounted (as in the papers). ``--smooth=S`` blurs every DP-KIP
+update of the chosen rows by S pixels after the noise (``adam(lr)`` then
+`privkernels.dp_kip.smooth_updates`; post-processing). Prints one JSON line
+per row.
 """
 
 from __future__ import annotations
@@ -93,12 +96,22 @@ def _start(x, y, budget, spec, cache_file: str | None) -> tuple[np.ndarray, floa
     return start, time.perf_counter() - t0
 
 
+def _optimizer(lr: float, smooth: float) -> Any:
+    """None (``adam(lr)`` inside fit) or ``adam(lr)`` then a blur of every update."""
+    if not smooth:
+        return None
+    import optax
+
+    return optax.chain(optax.adam(lr), dp_kip.smooth_updates(smooth))
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
     eps = float(opts.get("eps", 1.0))
     chosen = [int(i) for i in opts["only"].split(",")] if "only" in opts else range(len(SETTINGS))
     ds, cache = args[0], opts.get("cache")  # --cache=DIR keeps the starts between runs
+    smooth = float(opts.get("smooth", 0.0))
     tr = data.load(ds, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
     raw, y = np.asarray(tr.x, np.float32), np.asarray(tr.y)
     perm = np.random.default_rng(123).permutation(len(y))
@@ -129,9 +142,11 @@ def main() -> None:
                 support_per_class=10, epsilon=budget.epsilon, delta=budget.delta,
                 clip_norm=clip, batch_size=batch, epochs=epochs, learning_rate=lr,
                 relative_reg=reg, n_classes=10, progress=False, init=init,
+                optimizer=_optimizer(lr, smooth),
             )  # fmt: skip
         row = dict(ds=ds, eps=eps, prep=prep, start_fraction=frac, lr=lr, clip=clip, epochs=epochs,
                    batch=batch, reg=reg, generator_iterations=None if frac is None else iters,
+                   smooth=smooth or None,
                    val_acc=round(100 * dp_kip.accuracy(res, x[va], y[va]), 2))  # fmt: skip
         if frac is not None:  # the start alone (no DP-KIP), same kernel and ridge
             alone = dataclasses.replace(res, support_x=starts[(prep, frac, iters)])

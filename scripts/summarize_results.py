@@ -30,6 +30,8 @@ SETTINGS_KEYS = (
     "hp_preprocess",
     "hp_init",
     "hp_init_fraction",
+    "hp_init_iterations",
+    "hp_smooth",
     "hp_relation",
 )
 
