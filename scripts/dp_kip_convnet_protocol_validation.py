@@ -20,13 +20,23 @@ same split seed), ``--eps 10`` (stage 1) distils for that epsilon only, and
 ``--init-iterations N`` / ``--init-fraction F`` (stage 1) change the DP-NTK
 start's generator iterations (300) and budget share (0.1); the file names
 then carry them.
+
+``--variants DIR`` (stage 1, one epsilon, ``--key K``, ``--init-code D`` for
+the generator's code size, ``--only NAME[,NAME]``) varies DP-KIP after one
+DP-NTK start: the start is computed once per process and reused (the same fit
+key gives the same start, so this equals recomputing it), and DP-KIP runs once
+per entry of `VARIANTS` (blur strength, learning rate); the start itself is
+saved too, as a diagnostic (it spends only the DP-NTK share). Stage 2 then
+evaluates every saved support as before.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -45,27 +55,81 @@ def split(dataset: str = "mnist") -> tuple[np.ndarray, ...]:
     return 2 * tr.x[fit_idx] - 1, tr.y[fit_idx], 2 * tr.x[val_idx] - 1, tr.y[val_idx]
 
 
+def distil(
+    out: str, name: str, key: int, eps: float, init: dp_kip.DPNTKInit, split_: tuple,
+    lr: float = 0.1, sigma: float = 1.0,
+) -> np.ndarray:  # fmt: skip
+    """One DP-KIP run of the shipped recipe (adam(lr), blur sigma); support saved as
+    ``{out}/support-{name}.npz`` with its KRR validation accuracy. Returns its labels."""
+    x, y, xv, yv = split_
+    t0 = time.perf_counter()
+    res = dp_kip.fit(
+        jax.random.key(key), x, y, epsilon=eps, delta=DELTA, n_classes=10,
+        kernel="scatternet", kernel_options={"group_norm": 27}, support_per_class=10,
+        batch_size=2000, epochs=2, clip_norm=1e-3, relative_reg=1e-3,
+        clip_space="feature", neighbouring="replace-one", init=init,
+        optimizer=optax.chain(optax.adam(lr), smooth_updates(sigma)), progress=False,
+    )  # fmt: skip
+    krr = dp_kip.accuracy(res, xv, yv)
+    np.savez(f"{out}/support-{name}.npz", x=np.asarray(res.support_x),
+             y=np.asarray(res.support_y), krr_val=krr)  # fmt: skip
+    print(f"{name}: KRR val {100 * krr:.2f}, {time.perf_counter() - t0:.0f} s, "
+          f"report eps {res.report.epsilon:.3f}", flush=True)  # fmt: skip
+    return np.asarray(res.support_y)
+
+
 def supports(
     out: str, dataset: str = "mnist", epsilons: tuple[float, ...] = EPSILONS,
     init: dp_kip.DPNTKInit | None = None,
 ) -> None:  # fmt: skip
-    x, y, xv, yv = split(dataset)
+    data_split = split(dataset)
     spec = init or dp_kip.DPNTKInit()
     tag = "" if init is None else f"-f{spec.budget_fraction:g}-it{spec.iterations}"
     for eps in epsilons:
-        t0 = time.perf_counter()
-        res = dp_kip.fit(
-            jax.random.key(SEED), x, y, epsilon=eps, delta=DELTA, n_classes=10,
-            kernel="scatternet", kernel_options={"group_norm": 27}, support_per_class=10,
-            batch_size=2000, epochs=2, clip_norm=1e-3, relative_reg=1e-3,
-            clip_space="feature", neighbouring="replace-one", init=spec,
-            optimizer=optax.chain(optax.adam(0.1), smooth_updates(1.0)), progress=False,
-        )  # fmt: skip
-        krr = dp_kip.accuracy(res, xv, yv)
-        np.savez(f"{out}/support-eps{eps:g}{tag}.npz", x=np.asarray(res.support_x),
-                 y=np.asarray(res.support_y), krr_val=krr)  # fmt: skip
-        print(f"eps {eps:g}: KRR val {100 * krr:.2f}, {time.perf_counter() - t0:.0f} s, "
-              f"report eps {res.report.epsilon:.3f}", flush=True)  # fmt: skip
+        distil(out, f"eps{eps:g}{tag}", SEED, eps, spec, data_split)
+
+
+#: DP-KIP variants after one DP-NTK start: name -> (adam learning rate, blur sigma).
+VARIANTS = {"s1.0-lr0.1": (0.1, 1.0), "s1.5-lr0.1": (0.1, 1.5), "s2.0-lr0.1": (0.1, 2.0),
+            "s1.0-lr0.03": (0.03, 1.0), "s1.5-lr0.03": (0.03, 1.5)}  # fmt: skip
+
+
+def _cached_start(path: str, real_start: Any) -> Any:
+    """`dp_ntk_start` computed once per fit key and kept in ``path`` (a pickle of
+    ``{key bytes: (start, report)}``): the same key gives the same start, so reusing
+    it equals recomputing it. A validation-time shortcut, not a library path."""
+    cache = pickle.load(open(path, "rb")) if os.path.exists(path) else {}
+
+    def start(k: Any, *args: Any, **kw: Any) -> Any:
+        raw = np.asarray(jax.random.key_data(k)).tobytes()
+        if raw not in cache:
+            cache[raw] = real_start(k, *args, **kw)
+            with open(path, "wb") as f:
+                pickle.dump(cache, f)
+        return cache[raw]
+
+    return start
+
+
+def variants(
+    out: str, dataset: str, eps: float, init: dp_kip.DPNTKInit, key: int, only: str = ""
+) -> None:
+    """One DP-NTK start (key ``key``), then DP-KIP with each of `VARIANTS`; supports saved."""
+    from privkernels.dp_kip import fitting
+
+    data_split = split(dataset)
+    tag = f"eps{eps:g}-f{init.budget_fraction:g}-it{init.iterations}-key{key}"
+    tag += "" if init.d_code == 5 else f"-code{init.d_code}"
+    real_start = fitting.dp_ntk_start
+    fitting.dp_ntk_start = _cached_start(f"{out}/start-{dataset}-{tag}.pkl", real_start)
+    try:
+        for name, (lr, sigma) in VARIANTS.items():
+            if not only or name in only.split(","):
+                labels = distil(out, f"{tag}-{name}", key, eps, init, data_split, lr, sigma)
+        ((start, _),) = pickle.load(open(f"{out}/start-{dataset}-{tag}.pkl", "rb")).values()
+        np.savez(f"{out}/support-{tag}-start.npz", x=start, y=labels)
+    finally:
+        fitting.dp_ntk_start = real_start
 
 
 #: name -> train_convnet keyword arguments. (A ConvNet step takes about 0.27 s on
@@ -91,14 +155,20 @@ PROTOCOLS = {
 SEEDS = (0, 1)
 
 
-def protocols(out: str, real: bool = False, only: str = "", dataset: str = "mnist") -> None:
+def protocols(
+    out: str, real: bool = False, only: str = "", dataset: str = "mnist", pick: str = ""
+) -> None:
     """ConvNet validation accuracy of each protocol on each saved support (seeds `SEEDS`).
 
     ``real``: a last column (not in the mean, not private) trains on 10 real
     images per class of the fit split, the ceiling such a small set is up against.
     """
     x, y, xv, yv = split(dataset)
-    sets = {f: dict(np.load(f"{out}/{f}")) for f in sorted(os.listdir(out)) if f.endswith(".npz")}
+    sets = {
+        f: dict(np.load(f"{out}/{f}"))
+        for f in sorted(os.listdir(out))
+        if f.endswith(".npz") and (not pick or any(p in f for p in pick.split(",")))
+    }
     if real:
         idx = np.concatenate([np.flatnonzero(y == c)[:10] for c in range(10)])
         sets["real 10/class (not private)"] = {"x": x[idx], "y": y[idx]}
@@ -126,7 +196,20 @@ def _arg(name: str, default: str = "") -> str:
 
 if __name__ == "__main__":
     ds = _arg("--dataset", "mnist")
-    if sys.argv[1] == "--supports":
+    if sys.argv[1] == "--variants":
+        variants(
+            sys.argv[2],
+            ds,
+            float(_arg("--eps", "10")),
+            dp_kip.DPNTKInit(
+                budget_fraction=float(_arg("--init-fraction", "0.2")),
+                iterations=int(_arg("--init-iterations", "1000")),
+                d_code=int(_arg("--init-code", "5")),
+            ),
+            int(_arg("--key", "0")),
+            _arg("--only"),
+        )
+    elif sys.argv[1] == "--supports":
         eps = (float(_arg("--eps")),) if "--eps" in sys.argv else EPSILONS
         custom = "--init-iterations" in sys.argv or "--init-fraction" in sys.argv
         init = dp_kip.DPNTKInit(
@@ -135,4 +218,10 @@ if __name__ == "__main__":
         )
         supports(sys.argv[2], ds, eps, init if custom else None)
     else:
-        protocols(sys.argv[1], real="--real" in sys.argv, only=_arg("--only"), dataset=ds)
+        protocols(
+            sys.argv[1],
+            real="--real" in sys.argv,
+            only=_arg("--only"),
+            dataset=ds,
+            pick=_arg("--pick"),
+        )
