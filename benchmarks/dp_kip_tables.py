@@ -18,7 +18,8 @@ gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``clip_space``, ``group_norm`` (ScatterNet: ``27``, the default, or ``none``),
 ``preprocess`` (``2x-1`` or ``std``), ``max_train`` (non-private tables),
 ``convnet_steps``, ``init`` (``gaussian``, ``lowpass`` or ``dp_ntk``; ``dp_ntk``
-also takes ``init_fraction`` (0.1) and ``init_iterations`` (300), defaults
+also takes ``init_fraction`` (0.1), ``init_iterations`` (300) and
+``init_code`` (the generator's code size, 5), defaults
 the relation to replace-one, and reads the inputs on [-1, 1] for ``2x-1`` and
 by each image's own min and max for ``std``), ``smooth`` (blur every support
 update by this many pixels, `privkernels.dp_kip.smooth_updates`;
@@ -52,7 +53,7 @@ OPTIONS = (
     "epochs", "batch_size", "lr", "clip", "reg", "spc", "datasets", "dataset", "kernels",
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
     "max_test", "convnet_steps", "relation", "init", "init_fraction", "init_iterations", "smooth",
-    "convnet_augment", "convnet_wd",
+    "convnet_augment", "convnet_wd", "init_code",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
@@ -270,6 +271,8 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
     if hp.get("init") == "dp_ntk":  # a DP-NTK start: replace-one, a share of the budget
         hp["init_fraction"] = _opt(ctx, "init_fraction", 0.1, float)
         hp["init_iterations"] = _opt(ctx, "init_iterations", 300, int)
+        if "init_code" in ctx.options:  # the DP-NTK generator's code size (5)
+            hp["init_code"] = _opt(ctx, "init_code", 5, int)
     if "smooth" in ctx.options:  # blur every support update (post-processing; dp_kip.smoothing)
         hp["smooth"] = _opt(ctx, "smooth", 0.0, float)
     hp["relation"] = _relation(ctx, default="replace-one" if "init_fraction" in hp else None)
@@ -287,6 +290,7 @@ def _init(hp: dict[str, Any]) -> Any:
         budget_fraction=hp["init_fraction"],
         data_range=(-1.0, 1.0) if hp["preprocess"] == "2x-1" else "standardized",
         iterations=hp["init_iterations"],
+        d_code=hp.get("init_code", 5),
     )
 
 
