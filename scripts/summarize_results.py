@@ -31,6 +31,7 @@ SETTINGS_KEYS = (
     "hp_init",
     "hp_init_fraction",
     "hp_init_iterations",
+    "hp_init_code",
     "hp_smooth",
     "hp_relation",
 )
