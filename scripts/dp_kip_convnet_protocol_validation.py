@@ -58,9 +58,9 @@ def split(dataset: str = "mnist") -> tuple[np.ndarray, ...]:
 def distil(
     out: str, name: str, key: int, eps: float, init: dp_kip.DPNTKInit, split_: tuple,
     lr: float = 0.1, sigma: float = 1.0,
-) -> np.ndarray:  # fmt: skip
+) -> None:  # fmt: skip
     """One DP-KIP run of the shipped recipe (adam(lr), blur sigma); support saved as
-    ``{out}/support-{name}.npz`` with its KRR validation accuracy. Returns its labels."""
+    ``{out}/support-{name}.npz`` with its KRR validation accuracy."""
     x, y, xv, yv = split_
     t0 = time.perf_counter()
     res = dp_kip.fit(
@@ -75,7 +75,6 @@ def distil(
              y=np.asarray(res.support_y), krr_val=krr)  # fmt: skip
     print(f"{name}: KRR val {100 * krr:.2f}, {time.perf_counter() - t0:.0f} s, "
           f"report eps {res.report.epsilon:.3f}", flush=True)  # fmt: skip
-    return np.asarray(res.support_y)
 
 
 def supports(
@@ -94,10 +93,11 @@ VARIANTS = {"s1.0-lr0.1": (0.1, 1.0), "s1.5-lr0.1": (0.1, 1.5), "s2.0-lr0.1": (0
             "s1.0-lr0.03": (0.03, 1.0), "s1.5-lr0.03": (0.03, 1.5)}  # fmt: skip
 
 
-def _cached_start(path: str, real_start: Any) -> Any:
+def _cached_start(path: str, real_start: Any) -> tuple[Any, dict[bytes, Any]]:
     """`dp_ntk_start` computed once per fit key and kept in ``path`` (a pickle of
     ``{key bytes: (start, report)}``): the same key gives the same start, so reusing
-    it equals recomputing it. A validation-time shortcut, not a library path."""
+    it equals recomputing it. A validation-time shortcut, not a library path.
+    Returns the wrapper and its cache."""
     cache = pickle.load(open(path, "rb")) if os.path.exists(path) else {}
 
     def start(k: Any, *args: Any, **kw: Any) -> Any:
@@ -108,7 +108,7 @@ def _cached_start(path: str, real_start: Any) -> Any:
                 pickle.dump(cache, f)
         return cache[raw]
 
-    return start
+    return start, cache
 
 
 def variants(
@@ -121,13 +121,13 @@ def variants(
     tag = f"eps{eps:g}-f{init.budget_fraction:g}-it{init.iterations}-key{key}"
     tag += "" if init.d_code == 5 else f"-code{init.d_code}"
     real_start = fitting.dp_ntk_start
-    fitting.dp_ntk_start = _cached_start(f"{out}/start-{dataset}-{tag}.pkl", real_start)
+    fitting.dp_ntk_start, cache = _cached_start(f"{out}/start-{dataset}-{tag}.pkl", real_start)
     try:
         for name, (lr, sigma) in VARIANTS.items():
             if not only or name in only.split(","):
-                labels = distil(out, f"{tag}-{name}", key, eps, init, data_split, lr, sigma)
-        ((start, _),) = pickle.load(open(f"{out}/start-{dataset}-{tag}.pkl", "rb")).values()
-        np.savez(f"{out}/support-{tag}-start.npz", x=start, y=labels)
+                distil(out, f"{tag}-{name}", key, eps, init, data_split, lr, sigma)
+        ((start, _),) = cache.values()
+        np.savez(f"{out}/support-{tag}-start.npz", x=start, y=dp_kip.support_labels(10, 10))
     finally:
         fitting.dp_ntk_start = real_start
 
