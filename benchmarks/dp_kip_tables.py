@@ -19,13 +19,15 @@ gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``preprocess`` (``2x-1`` or ``std``), ``max_train`` (non-private tables),
 ``convnet_steps``, ``init`` (``gaussian``, ``lowpass`` or ``dp_ntk``; ``dp_ntk``
 also takes ``init_fraction`` (0.1), ``init_iterations`` (300) and
-``init_code`` (the generator's code size, 5), defaults
+``init_code`` (the generator's code size, 5) and ``init_centered`` (``1``:
+DP-NTK's e-NTK network on centred inputs, `privkernels.dp_kip.DPNTKInit`), defaults
 the relation to replace-one, and reads the inputs on [-1, 1] for ``2x-1`` and
 by each image's own min and max for ``std``), ``smooth`` (blur every support
 update by this many pixels, `privkernels.dp_kip.smooth_updates`;
 post-processing),
-``convnet_augment`` (Table 3: ``none``, the default, or ``shift/rotate/scale``,
-e.g. ``2/15/0.1``: random affine maps of the ConvNet's training images,
+``convnet_augment`` (Table 3: ``none``, the default, or ``shift/rotate/scale``
+with an optional ``/flip`` probability, e.g. ``2/15/0.1`` or ``0/0/0/0.5``:
+random affine maps and left-right mirroring of the ConvNet's training images,
 `privkernels.evaluation.Augment`) and ``convnet_wd`` (AdamW weight decay, 0).
 
 Images go through a fixed per-example map (no dataset statistics): ``std``,
@@ -53,7 +55,7 @@ OPTIONS = (
     "epochs", "batch_size", "lr", "clip", "reg", "spc", "datasets", "dataset", "kernels",
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
     "max_test", "convnet_steps", "relation", "init", "init_fraction", "init_iterations", "smooth",
-    "convnet_augment", "convnet_wd", "init_code",
+    "convnet_augment", "convnet_wd", "init_code", "init_centered",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
@@ -199,6 +201,14 @@ def _opt(ctx: RunContext, name: str, default: Any, cast: Any = float) -> Any:
     return cast(ctx.options[name]) if name in ctx.options else default
 
 
+def _flag(ctx: RunContext, name: str) -> bool:
+    """A ``0`` / ``1`` option (ValueError for anything else)."""
+    value = ctx.options.get(name, "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 def _list_opt(ctx: RunContext, name: str, default: list[Any], cast: Any = str) -> list[Any]:
     if name not in ctx.options:
         return default
@@ -273,6 +283,8 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
         hp["init_iterations"] = _opt(ctx, "init_iterations", 300, int)
         if "init_code" in ctx.options:  # the DP-NTK generator's code size (5)
             hp["init_code"] = _opt(ctx, "init_code", 5, int)
+        if "init_centered" in ctx.options:  # DP-NTK's e-NTK network on 2x-1 (False)
+            hp["init_centered"] = _flag(ctx, "init_centered")
     if "smooth" in ctx.options:  # blur every support update (post-processing; dp_kip.smoothing)
         hp["smooth"] = _opt(ctx, "smooth", 0.0, float)
     hp["relation"] = _relation(ctx, default="replace-one" if "init_fraction" in hp else None)
@@ -291,6 +303,7 @@ def _init(hp: dict[str, Any]) -> Any:
         data_range=(-1.0, 1.0) if hp["preprocess"] == "2x-1" else "standardized",
         iterations=hp["init_iterations"],
         d_code=hp.get("init_code", 5),
+        centered=hp.get("init_centered", False),
     )
 
 
@@ -544,15 +557,17 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
 
 
 def _convnet_augment(ctx: RunContext) -> Any:
-    """``convnet_augment``: ``none`` or ``shift/rotate/scale`` -> `evaluation.Augment` or None."""
+    """``convnet_augment``: ``none`` or ``shift/rotate/scale[/flip]`` -> `evaluation.Augment` or None."""
     from privkernels import evaluation
 
     spec = ctx.options.get("convnet_augment", "none")
     if spec == "none":
         return None
     parts = [float(v) for v in spec.split("/")]
-    if len(parts) != 3:
-        raise ValueError(f"convnet_augment must be 'none' or 'shift/rotate/scale', got {spec!r}")
+    if len(parts) not in (3, 4):
+        raise ValueError(
+            f"convnet_augment must be 'none' or 'shift/rotate/scale[/flip]', got {spec!r}"
+        )
     return evaluation.check_augment(evaluation.Augment(*parts))
 
 

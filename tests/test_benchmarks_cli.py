@@ -61,7 +61,8 @@ def test_table3_convnet_augment_option(tmp_path):
     assert _convnet_augment(ctx({})) is None
     assert _convnet_augment(ctx({"convnet_augment": "none"})) is None
     assert _convnet_augment(ctx({"convnet_augment": "2/15/0.1"})) == Augment(2.0, 15.0, 0.1)
-    for bad in ("2/15", "2/-1/0.1", "a/b/c"):
+    assert _convnet_augment(ctx({"convnet_augment": "0/0/0/0.5"})) == Augment(flip=0.5)
+    for bad in ("2/15", "2/-1/0.1", "a/b/c", "0/0/0/1.5", "0/0/0/0.5/1"):
         with pytest.raises(ValueError):
             _convnet_augment(ctx({"convnet_augment": bad}))
 
@@ -83,6 +84,11 @@ def test_dp_ntk_start_follows_the_preprocessing(tmp_path):
     assert _init(fc) == DPNTKInit(budget_fraction=0.2, data_range="standardized")
     scat = _init(hp("scatternet"))
     assert scat == DPNTKInit(budget_fraction=0.1, data_range=(-1.0, 1.0))
+    assert "init_centered" not in hp("scatternet")  # the key of earlier rows is unchanged
+    assert _init(hp("scatternet", init_centered="1")).centered
+    assert not _init(hp("scatternet", init_centered="0")).centered
+    with pytest.raises(ValueError, match="init_centered"):
+        hp("scatternet", init_centered="yes")
     assert _init({"preprocess": "std"}) == "gaussian"
 
 

@@ -137,6 +137,24 @@ def test_augment_shift_only_translates():
         assert w.sum() == pytest.approx(30.0, rel=1e-4)  # the blob stays whole (no border hit)
 
 
+def test_augment_flip_mirrors_left_right():
+    """``flip=1`` mirrors every image exactly; ``flip=0.5`` mirrors some, leaves the rest."""
+    x = _blob(n=64)
+    out = np.asarray(evaluation.augment_images(jax.random.key(5), x, evaluation.Augment(flip=1.0)))
+    np.testing.assert_array_equal(out, x[:, :, ::-1])
+    half = np.asarray(evaluation.augment_images(jax.random.key(5), x, evaluation.Augment(flip=0.5)))
+    mirrored = [bool(np.array_equal(o, xi[:, ::-1])) for o, xi in zip(half, x, strict=True)]
+    kept = [bool(np.array_equal(o, xi)) for o, xi in zip(half, x, strict=True)]
+    assert all(m != k for m, k in zip(mirrored, kept, strict=True))  # each image one or the other
+    assert 16 <= sum(mirrored) <= 48  # Binomial(64, 0.5): outside this, p < 1e-4
+    # a flip composes with a shift: the result is no longer the plain mirror image
+    both = evaluation.augment_images(jax.random.key(6), x, evaluation.Augment(shift=1, flip=1.0))
+    assert not np.allclose(np.asarray(both), out)
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="augment.flip"):
+            evaluation.augment_images(jax.random.key(0), x, evaluation.Augment(flip=bad))
+
+
 def test_augment_channels_last():
     x = np.stack([_blob(), -_blob()], -1)
     aug = evaluation.Augment(shift=1, rotate=10.0)

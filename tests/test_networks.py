@@ -131,6 +131,30 @@ def test_layer_norm_variant_changes_function_not_params():
     assert not np.allclose(N.fc_1l(6).apply(a, x), N.fc_1l(6, layer_norm=True).apply(b, x))
 
 
+def test_centered_fc_is_the_plain_fc_on_2x_minus_1():
+    """``centered=True``: the same parameters, applied to ``2 x - 1``; its e-NTK features
+    see contrast (a halved image is no longer nearly the same feature) and the
+    structured dense-MLP path still applies."""
+    from privkernels.features import entk_features, is_dense_mlp
+
+    plain = N.fc_1l(40, out_features=3, layer_norm=True)
+    cen = N.fc_1l(40, out_features=3, layer_norm=True, centered=True)
+    params = N.init_params(jax.random.key(0), cen, (5, 5))
+    ref = N.init_params(jax.random.key(0), plain, (5, 5))
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(ref)
+    x = jax.random.uniform(jax.random.key(1), (8, 5, 5))
+    np.testing.assert_allclose(cen.apply(params, x), plain.apply(params, 2 * x - 1), rtol=1e-6)
+    assert is_dense_mlp(cen.apply, params, (5, 5))
+
+    def cos(f, a, b):
+        u, v = np.asarray(entk_features(f, params, a)), np.asarray(entk_features(f, params, b))
+        return np.sum(u * v, 1) / np.linalg.norm(u, axis=1) / np.linalg.norm(v, axis=1)
+
+    # plain: the feature of x and of x / 2 nearly coincide; centred they do not
+    assert cos(plain.apply, x, 0.5 * x).min() > 0.85  # measured 0.90-0.95
+    assert cos(cen.apply, x, 0.5 * x).max() < cos(plain.apply, x, 0.5 * x).min()
+
+
 def test_validation_errors():
     with pytest.raises(ValueError, match="width"):
         N.fc_1l(0)

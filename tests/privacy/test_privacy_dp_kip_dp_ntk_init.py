@@ -116,6 +116,32 @@ def test_init_names_tell_close_ranges_apart_and_keep_usual_names():
     assert a != b and "1.0000001)" in a
     assert "range=(0, 1)" in DPNTKInit(data_range=(0.0, 1.0)).name
     assert "range=(-1, 1)" in DPNTKInit(data_range=(-1, 1)).name
+    assert DPNTKInit().name.endswith("network=default)")  # earlier fingerprints unchanged
+    assert DPNTKInit(centered=True).name.endswith("network=default-centered)")
+
+
+def test_a_centered_start_releases_through_the_centred_default_network(digits):
+    """``centered=True``: DP-NTK gets the default network on ``2 x - 1`` (same share,
+    same clipped inputs); the fit composes to the budget as without it."""
+    x, y = digits
+    seen = {}
+    real = dp_ntk.fit
+
+    def spy(key, xs, ys, **kw):
+        seen.update(network=kw["network"], eps=kw["epsilon"], lo=float(np.min(xs)))
+        return real(key, xs, ys, **kw)
+
+    spec = DPNTKInit(iterations=2, batch_size=60, centered=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dp_ntk, "fit", spy)
+        res = dp_kip.fit(jax.random.key(4), x, y, epsilon=2.0, init=spec, **SMALL)
+    assert seen["network"] == dp_ntk.default_network(10, centered=True)
+    assert seen["eps"] == pytest.approx(0.2) and seen["lo"] >= 0.0
+    assert 1.99 <= res.report.epsilon <= 2.0 and "default-centered" in res.config.init
+    with pytest.raises(ValueError, match="centered"):
+        DPNTKInit(centered=True, network=dp_ntk.default_network(10))
+    with pytest.raises(TypeError, match="centered"):
+        DPNTKInit(centered="yes")
 
 
 def test_a_report_without_the_dp_ntk_release_is_refused(fitted):

@@ -65,6 +65,10 @@ class DPNTKInit:
         (post-processing; `privkernels.dp_ntk.fit`).
       network: the flax module whose e-NTK is DP-NTK's kernel; None:
         `privkernels.dp_ntk.default_network`.
+      centered: the default network on centred inputs (``2 x - 1`` of the
+        ``[0, 1]`` images, `privkernels.features.FC`): its e-NTK features see
+        contrast, which the default's nearly ignore. A data-independent
+        choice of the kernel; only with ``network=None``.
     """
 
     budget_fraction: float = 0.1
@@ -74,8 +78,15 @@ class DPNTKInit:
     learning_rate: float = 0.01
     d_code: int = 5
     network: Any = None
+    centered: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.centered, bool):
+            raise TypeError(f"centered must be a bool, got {type(self.centered).__name__}")
+        if self.centered and self.network is not None:
+            raise ValueError(
+                "centered=True applies to the default network; pass a centred network instead"
+            )
         object.__setattr__(
             self, "budget_fraction", check_fraction(self.budget_fraction, "budget_fraction")
         )
@@ -99,8 +110,13 @@ class DPNTKInit:
             f"dp_ntk(fraction={float(self.budget_fraction)!r}, "
             f"range={_range_text(self.data_range)}, iterations={self.iterations}, "
             f"batch={self.batch_size}, lr={float(self.learning_rate)!r}, "
-            f"d_code={self.d_code}, network={'default' if self.network is None else 'custom'})"
+            f"d_code={self.d_code}, network={self._network_name()})"
         )
+
+    def _network_name(self) -> str:
+        if self.network is not None:
+            return "custom"
+        return "default-centered" if self.centered else "default"
 
 
 STANDARDIZED = "standardized"
@@ -213,7 +229,7 @@ def dp_ntk_start(
         n_classes=n_classes,
         mesh=mesh,
         progress=progress,
-        network=spec.network,
+        network=dp_ntk.default_network(n_classes, centered=True) if spec.centered else spec.network,
         iterations=spec.iterations,
         batch_size=min(spec.batch_size, int(x01.shape[0])),
         learning_rate=spec.learning_rate,

@@ -53,12 +53,13 @@ GEN_NOTE = (
 )
 
 
-def default_network(n_classes: int) -> nn.Module:
+def default_network(n_classes: int, *, centered: bool = False) -> nn.Module:
     """``fc_1l(800, out_features=n_classes, layer_norm=True)``: the e-NTK network of the
-    paper's image experiments (Table 5), also the benchmarks' choice."""
+    paper's image experiments (Table 5), also the benchmarks' choice; ``centered``: on
+    ``2 x - 1`` of its inputs (`privkernels.features.FC`)."""
     from privkernels.features import fc_1l
 
-    return fc_1l(800, out_features=n_classes, layer_norm=True)
+    return fc_1l(800, out_features=n_classes, layer_norm=True, centered=centered)
 
 
 def default_generator(data_shape: tuple[int, ...], n_classes: int) -> nn.Module:

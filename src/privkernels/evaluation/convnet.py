@@ -65,19 +65,26 @@ class Augment(NamedTuple):
     Every training step draws, per image, a translation of up to ``shift``
     pixels on each axis, a rotation of up to ``rotate`` degrees and a scale
     factor in ``[1 - scale, 1 + scale]`` (all uniform), and resamples the image
-    bilinearly, border pixels extended. ``Augment()`` is the identity.
+    bilinearly, border pixels extended; with probability ``flip`` (in
+    ``[0, 1]``) the image is mirrored left-right first. ``Augment()`` is the
+    identity. ``flip=0`` draws exactly the random numbers it drew before the
+    field existed, so earlier protocols keep their results for the same key.
     """
 
     shift: float = 0.0
     rotate: float = 0.0
     scale: float = 0.0
+    flip: float = 0.0
 
 
 def check_augment(aug: Augment) -> Augment:
     """``aug`` with every field a finite float ``>= 0`` (ValueError otherwise)."""
     if not isinstance(aug, Augment):
         raise TypeError(f"augment must be an evaluation.Augment, got {type(aug).__name__}")
-    return Augment(**{f: check_nonnegative(v, f"augment.{f}") for f, v in aug._asdict().items()})
+    aug = Augment(**{f: check_nonnegative(v, f"augment.{f}") for f, v in aug._asdict().items()})
+    if aug.flip > 1.0:
+        raise ValueError(f"augment.flip is a probability in [0, 1], got {aug.flip}")
+    return aug
 
 
 def _affine_one(key: jax.Array, img: jax.Array, aug: Augment) -> jax.Array:
@@ -91,6 +98,9 @@ def _affine_one(key: jax.Array, img: jax.Array, aug: Augment) -> jax.Array:
                               indexing="ij")  # fmt: skip
     cr, cc = (h - 1) / 2.0, (w - 1) / 2.0
     dr, dc = rows - cr - t[0], cols - cc - t[1]
+    if aug.flip > 0:  # static: flip=0 leaves the draws above as they were
+        mirror = jax.random.bernoulli(jax.random.fold_in(key, 3), aug.flip)
+        dc = jnp.where(mirror, -dc, dc)
     src_r = (jnp.cos(a) * dr + jnp.sin(a) * dc) / z + cr
     src_c = (-jnp.sin(a) * dr + jnp.cos(a) * dc) / z + cc
 
