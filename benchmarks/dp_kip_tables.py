@@ -18,9 +18,10 @@ gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``clip_space``, ``group_norm`` (ScatterNet: ``27``, the default, or ``none``),
 ``preprocess`` (``2x-1`` or ``std``), ``max_train`` (non-private tables),
 ``convnet_steps``, ``init`` (``gaussian``, ``lowpass`` or ``dp_ntk``; ``dp_ntk``
-also takes ``init_fraction`` (0.1), ``init_iterations`` (300) and
+also takes ``init_fraction`` (0.1), ``init_iterations`` (300),
 ``init_code`` (the generator's code size, 5) and ``init_centered`` (``1``:
-DP-NTK's e-NTK network on centred inputs, `privkernels.dp_kip.DPNTKInit`), defaults
+DP-NTK's e-NTK network on centred inputs, `privkernels.dp_kip.DPNTKInit`),
+refused without it; it defaults
 the relation to replace-one, and reads the inputs on [-1, 1] for ``2x-1`` and
 by each image's own min and max for ``std``), ``smooth`` (blur every support
 update by this many pixels, `privkernels.dp_kip.smooth_updates`;
@@ -201,6 +202,10 @@ def _opt(ctx: RunContext, name: str, default: Any, cast: Any = float) -> Any:
     return cast(ctx.options[name]) if name in ctx.options else default
 
 
+#: options of the DP-NTK start, meaningful only with ``init=dp_ntk``.
+_DP_NTK_OPTIONS = ("init_fraction", "init_iterations", "init_code", "init_centered")
+
+
 def _flag(ctx: RunContext, name: str) -> bool:
     """A ``0`` / ``1`` option (ValueError for anything else)."""
     value = ctx.options.get(name, "0")
@@ -278,6 +283,9 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
     hp["preprocess"] = ctx.options.get("preprocess", "std" if kernel == "fc_ntk" else "2x-1")
     if "init" in ctx.options:  # support initialisation; default gaussian
         hp["init"] = ctx.options["init"]
+    stray = [k for k in _DP_NTK_OPTIONS if k in ctx.options]
+    if stray and hp.get("init") != "dp_ntk":
+        raise ValueError(f"{', '.join(stray)} set without init=dp_ntk: it would be ignored")
     if hp.get("init") == "dp_ntk":  # a DP-NTK start: replace-one, a share of the budget
         hp["init_fraction"] = _opt(ctx, "init_fraction", 0.1, float)
         hp["init_iterations"] = _opt(ctx, "init_iterations", 300, int)

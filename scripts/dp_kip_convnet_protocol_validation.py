@@ -23,7 +23,7 @@ then carry them.
 
 ``--variants DIR`` (stage 1, one epsilon, ``--key K``, ``--init-code D`` for
 the generator's code size, ``--init-centered`` for DP-NTK's e-NTK network on
-centred inputs, `privkernels.features.FC`, ``--only NAME[,NAME]``) varies DP-KIP after one
+centred inputs, ``DPNTKInit(centered=True)``, ``--only NAME[,NAME]``) varies DP-KIP after one
 DP-NTK start: the start is computed once per process and reused (the same fit
 key gives the same start, so this equals recomputing it), and DP-KIP runs once
 per entry of `VARIANTS` (blur strength, learning rate); the start itself is
@@ -45,7 +45,6 @@ import optax
 
 from privkernels import data, dp_kip, evaluation
 from privkernels.dp_kip.smoothing import smooth_updates
-from privkernels.features import fc_1l
 
 DELTA, SEED, EPSILONS = 1e-5, 0, (10.0, 1.0)
 
@@ -122,7 +121,7 @@ def variants(
     data_split = split(dataset)
     tag = f"eps{eps:g}-f{init.budget_fraction:g}-it{init.iterations}-key{key}"
     tag += "" if init.d_code == 5 else f"-code{init.d_code}"
-    tag += "-centered" if getattr(init.network, "centered", False) else ""
+    tag += "-centered" if init.centered else ""
     real_start = fitting.dp_ntk_start
     fitting.dp_ntk_start, cache = _cached_start(f"{out}/start-{dataset}-{tag}.pkl", real_start)
     try:
@@ -211,9 +210,7 @@ if __name__ == "__main__":
                 budget_fraction=float(_arg("--init-fraction", "0.2")),
                 iterations=int(_arg("--init-iterations", "1000")),
                 d_code=int(_arg("--init-code", "5")),
-                network=fc_1l(800, out_features=10, layer_norm=True, centered=True)
-                if "--init-centered" in sys.argv
-                else None,
+                centered="--init-centered" in sys.argv,
             ),
             int(_arg("--key", "0")),
             _arg("--only"),

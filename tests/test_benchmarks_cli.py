@@ -90,6 +90,9 @@ def test_dp_ntk_start_follows_the_preprocessing(tmp_path):
     with pytest.raises(ValueError, match="init_centered"):
         hp("scatternet", init_centered="yes")
     assert _init({"preprocess": "std"}) == "gaussian"
+    for stray in ("init_fraction", "init_centered"):  # ignored without init=dp_ntk: refused
+        with pytest.raises(ValueError, match=stray):
+            hp("scatternet", init="gaussian", **{stray: "1"})
 
 
 def test_run_writes_each_table_and_frees_its_compiled_programs(tmp_path, monkeypatch, capsys):

@@ -145,6 +145,7 @@ def test_centered_fc_is_the_plain_fc_on_2x_minus_1():
     x = jax.random.uniform(jax.random.key(1), (8, 5, 5))
     np.testing.assert_allclose(cen.apply(params, x), plain.apply(params, 2 * x - 1), rtol=1e-6)
     assert is_dense_mlp(cen.apply, params, (5, 5))
+    assert N.fc_2l(3, 4, centered=True).centered and not N.fc_2l(3, 4).centered
 
     def cos(f, a, b):
         u, v = np.asarray(entk_features(f, params, a)), np.asarray(entk_features(f, params, b))

@@ -208,13 +208,17 @@ def fc_2l(
     out_features: int = 1,
     layer_norm: bool = False,
     init: str = "torch",
+    centered: bool = False,
 ) -> FC:
-    """Two-hidden-layer ReLU MLP (DP-NTK ``fc_2l``): ``(b, *s) -> (b, out_features)``."""
+    """Two-hidden-layer ReLU MLP (DP-NTK ``fc_2l``): ``(b, *s) -> (b, out_features)``.
+
+    ``centered``: inputs in ``[0, 1]`` enter as ``2 x - 1`` (`FC`)."""
     return FC(
         widths=(check_int(width1, "width1"), check_int(width2, "width2")),
         out_features=check_int(out_features, "out_features"),
         layer_norm=bool(layer_norm),
         init_scheme=_check_init(init),
+        centered=bool(centered),
     )
 
 
