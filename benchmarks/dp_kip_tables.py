@@ -289,9 +289,9 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
     if hp.get("init") == "dp_ntk":  # a DP-NTK start: replace-one, a share of the budget
         hp["init_fraction"] = _opt(ctx, "init_fraction", 0.1, float)
         hp["init_iterations"] = _opt(ctx, "init_iterations", 300, int)
-        if "init_code" in ctx.options:  # the DP-NTK generator's code size (5)
-            hp["init_code"] = _opt(ctx, "init_code", 5, int)
-        if "init_centered" in ctx.options:  # DP-NTK's e-NTK network on 2x-1 (False)
+        if "init_code" in ctx.options:  # the DP-NTK generator's code size
+            hp["init_code"] = int(ctx.options["init_code"])
+        if "init_centered" in ctx.options:  # DP-NTK's e-NTK network on 2x-1
             hp["init_centered"] = _flag(ctx, "init_centered")
     if "smooth" in ctx.options:  # blur every support update (post-processing; dp_kip.smoothing)
         hp["smooth"] = _opt(ctx, "smooth", 0.0, float)
@@ -306,12 +306,12 @@ def _init(hp: dict[str, Any]) -> Any:
 
     if hp.get("init") != "dp_ntk":
         return hp.get("init", "gaussian")
+    optional = {"init_code": "d_code", "init_centered": "centered"}  # else DPNTKInit's defaults
     return dp_kip.DPNTKInit(
         budget_fraction=hp["init_fraction"],
         data_range=(-1.0, 1.0) if hp["preprocess"] == "2x-1" else "standardized",
         iterations=hp["init_iterations"],
-        d_code=hp.get("init_code", 5),
-        centered=hp.get("init_centered", False),
+        **{field: hp[name] for name, field in optional.items() if name in hp},
     )
 
 

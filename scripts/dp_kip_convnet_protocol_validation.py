@@ -99,7 +99,10 @@ def _cached_start(path: str, real_start: Any) -> tuple[Any, dict[bytes, Any]]:
     ``{key bytes: (start, report)}``): the same key gives the same start, so reusing
     it equals recomputing it. A validation-time shortcut, not a library path.
     Returns the wrapper and its cache."""
-    cache = pickle.load(open(path, "rb")) if os.path.exists(path) else {}
+    cache = {}
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            cache = pickle.load(f)
 
     def start(k: Any, *args: Any, **kw: Any) -> Any:
         raw = np.asarray(jax.random.key_data(k)).tobytes()
@@ -154,7 +157,7 @@ PROTOCOLS = {
     "adamw 300 steps, wd 0.01": {"steps": 300, "weight_decay": 0.01},
     "adamw 300 steps, wd 0.1": {"steps": 300, "weight_decay": 0.1},
     "mirror half the time, 300 steps": {"steps": 300, "augment": evaluation.Augment(flip=0.5)},
-    "flip 0.5 + shift 1px, 300 steps": {
+    "mirror half the time + shift 1px, 300 steps": {
         "steps": 300, "augment": evaluation.Augment(shift=1, flip=0.5)},
 }  # fmt: skip
 SEEDS = (0, 1)
