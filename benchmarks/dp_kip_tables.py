@@ -29,7 +29,11 @@ post-processing),
 ``convnet_augment`` (Table 3: ``none``, the default, or ``shift/rotate/scale``
 with an optional ``/flip`` probability, e.g. ``2/15/0.1`` or ``0/0/0/0.5``:
 random affine maps and left-right mirroring of the ConvNet's training images,
-`privkernels.evaluation.Augment`) and ``convnet_wd`` (AdamW weight decay, 0).
+`privkernels.evaluation.Augment`), ``convnet_wd`` (AdamW weight decay, 0) and
+``convnet_teacher`` (``none``, the default, or ``temperature/pool``, e.g.
+``0.1/20000``: the ConvNet learns the release's KRR on the support set and that
+many mixups of it, `privkernels.evaluation.train_convnet_from_teacher`;
+post-processing).
 
 Images go through a fixed per-example map (no dataset statistics): ``std``,
 each image standardised by its own mean and standard deviation, for the FC-NTK
@@ -56,7 +60,7 @@ OPTIONS = (
     "epochs", "batch_size", "lr", "clip", "reg", "spc", "datasets", "dataset", "kernels",
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
     "max_test", "convnet_steps", "relation", "init", "init_fraction", "init_iterations", "smooth",
-    "convnet_augment", "convnet_wd", "init_code", "init_centered",
+    "convnet_augment", "convnet_wd", "init_code", "init_centered", "convnet_teacher",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
@@ -504,6 +508,7 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
         combos = [(k, e) for k in kernels for e in epsilons]
     steps = _opt(ctx, "convnet_steps", 300 if quick else 1000, int)
     augment, wd = _convnet_augment(ctx), _opt(ctx, "convnet_wd", 0.0)
+    teacher = _convnet_teacher(ctx)
     rows = []
     for ds in _datasets(ctx):
         loaded: dict[str, tuple] = {}  # preprocess -> _images(...), loaded once per dataset
@@ -528,15 +533,22 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                             hp,
                         )
                         krr = dp_kip.accuracy(res, xte, yte)
-                        mod, params = evaluation.train_convnet(
-                            jax.random.key(1000 + seed),
-                            res.support_x,
-                            res.support_y,
-                            c,
-                            steps=steps,
-                            augment=augment,
-                            weight_decay=wd,
-                        )
+                        train_kw = {"steps": steps, "augment": augment, "weight_decay": wd}
+                        k_net = jax.random.key(1000 + seed)
+                        if teacher is None:
+                            mod, params = evaluation.train_convnet(
+                                k_net, res.support_x, res.support_y, c, **train_kw
+                            )
+                        else:
+                            mod, params = evaluation.train_convnet_from_teacher(
+                                k_net,
+                                res.support_x,
+                                evaluation.krr_teacher(res),
+                                c,
+                                temperature=teacher[0],
+                                pool_size=teacher[1],
+                                **train_kw,
+                            )
                         acc = evaluation.convnet_accuracy(mod, params, xte, yte)
                     tag = f"t3-{ds}-{kern}-eps{eps}-spc{spc}-seed{seed}"
                     save_image_grid(ctx.out / f"{tag}.png", res.support_x, res.support_y, title=tag)
@@ -555,6 +567,7 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                             "convnet_steps": steps,
                             "convnet_augment": ctx.options.get("convnet_augment", "none"),
                             "convnet_wd": wd,
+                            "convnet_teacher": ctx.options.get("convnet_teacher", "none"),
                             "steps": res.steps_done,
                             "eps_spent": res.report.epsilon,
                             **{f"hp_{k}": v for k, v in hp.items()},
@@ -577,6 +590,24 @@ def _convnet_augment(ctx: RunContext) -> Any:
             f"convnet_augment must be 'none' or 'shift/rotate/scale[/flip]', got {spec!r}"
         )
     return evaluation.check_augment(evaluation.Augment(*parts))
+
+
+def _convnet_teacher(ctx: RunContext) -> tuple[float, int] | None:
+    """``convnet_teacher``: ``none`` or ``temperature/pool`` -> ``(temperature, pool)`` or None."""
+    spec = ctx.options.get("convnet_teacher", "none")
+    if spec == "none":
+        return None
+    parts = spec.split("/")
+    try:
+        temperature, pool = float(parts[0]), int(parts[1])
+        ok = len(parts) == 2 and temperature > 0 and pool >= 0
+    except (ValueError, IndexError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"convnet_teacher must be 'none' or 'temperature/pool' (e.g. 0.1/20000), got {spec!r}"
+        )
+    return temperature, pool
 
 
 @register(

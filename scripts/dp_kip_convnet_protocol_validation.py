@@ -159,6 +159,7 @@ PROTOCOLS = {
     "mirror half the time, 300 steps": {"steps": 300, "augment": evaluation.Augment(flip=0.5)},
     "mirror half the time + shift 1px, 300 steps": {
         "steps": 300, "augment": evaluation.Augment(shift=1, flip=0.5)},
+    "KRR teacher (T 0.1, 20000 mixups), 300 steps": {"steps": 300, "teacher": (0.1, 20_000)},
 }  # fmt: skip
 SEEDS = (0, 1)
 
@@ -189,13 +190,35 @@ def protocols(
         for s in sets.values():
             per_seed = []
             for seed in SEEDS:
-                mod, params = evaluation.train_convnet(
-                    jax.random.key(1000 + seed), s["x"], s["y"], 10, **kw)  # fmt: skip
+                mod, params = _train(jax.random.key(1000 + seed), s, **kw)
                 per_seed.append(evaluation.convnet_accuracy(mod, params, xv, yv))
             accs.append(100 * float(np.mean(per_seed)))
         cells = " | ".join(f"{a:.2f}" for a in accs)
         print(f"| {name} | {cells} | {np.mean(accs[: len(accs) - real]):.2f} | {time.perf_counter() - t0:.0f} |",
               flush=True)  # fmt: skip
+
+
+def _train(key: Any, s: dict, teacher: tuple | None = None, **kw: Any) -> Any:
+    """`evaluation.train_convnet` on a saved support; with ``teacher=(T, pool)``,
+    `evaluation.train_convnet_from_teacher` taught by the support's KRR (the
+    recipe's kernel and ridge, as `dp_kip.predict` of the run that saved it)."""
+    if teacher is None:
+        return evaluation.train_convnet(key, s["x"], s["y"], 10, **kw)
+    from privkernels.dp_kip.kernels import make_kernel
+    from privkernels.dp_kip.krr import encode_labels, make_predictor
+
+    spec = make_kernel("scatternet", s["x"].shape[1:], 10, options={"group_norm": 27})
+    run = make_predictor(spec, 1e-3)
+    xs, ys = jax.numpy.asarray(s["x"]), encode_labels(jax.numpy.asarray(s["y"]), 10)
+
+    def krr(b: Any) -> np.ndarray:
+        return np.concatenate(
+            [np.asarray(run(xs, ys, b[i : i + 1000])) for i in range(0, len(b), 1000)]
+        )
+
+    return evaluation.train_convnet_from_teacher(
+        key, s["x"], krr, 10, temperature=teacher[0], pool_size=teacher[1], **kw
+    )
 
 
 def _arg(name: str, default: str = "") -> str:

@@ -34,6 +34,7 @@ SETTINGS_KEYS = (
     "hp_init_code",
     "hp_smooth",
     "hp_relation",
+    "convnet_teacher",
 )
 
 

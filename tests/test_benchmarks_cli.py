@@ -122,3 +122,19 @@ def test_run_writes_each_table_and_frees_its_compiled_programs(tmp_path, monkeyp
     for n in ("t-a", "t-b"):
         assert (tmp_path / f"{n}-quick.json").exists() and (tmp_path / f"{n}-quick.md").exists()
     assert "| toy |" in capsys.readouterr().out
+
+
+def test_table3_convnet_teacher_option(tmp_path):
+    """``--set convnet_teacher=temperature/pool`` parses; bad specs refuse."""
+    from benchmarks.dp_kip_tables import _convnet_teacher
+    from benchmarks.registry import RunContext
+
+    def ctx(options):
+        return RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=options)
+
+    assert _convnet_teacher(ctx({})) is None
+    assert _convnet_teacher(ctx({"convnet_teacher": "none"})) is None
+    assert _convnet_teacher(ctx({"convnet_teacher": "0.1/20000"})) == (0.1, 20000)
+    for bad in ("0.1", "0/100", "-1/100", "0.1/-5", "a/b", "0.1/100/3", "0.1/2.5"):
+        with pytest.raises(ValueError, match="convnet_teacher"):
+            _convnet_teacher(ctx({"convnet_teacher": bad}))

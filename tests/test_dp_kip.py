@@ -653,3 +653,20 @@ def test_scatternet_kernel_group_norm_option():
     for bad in (4, 81, 0):
         with pytest.raises(ValueError, match="group_norm"):
             dp_kip.make_kernel("scatternet", (16, 16), 10, options={"group_norm": bad})
+
+
+def test_krr_teacher_is_the_release_predictor():
+    """`evaluation.krr_teacher` reads only the release: it is `dp_kip.predict`, and a
+    ConvNet taught by it leaves the result (and its report) untouched."""
+    from privkernels import evaluation
+
+    x, y = _small()
+    res = dp_kip.fit(jax.random.key(0), x, y, **BASE)
+    before = (np.array(res.support_x), res.report.epsilon)
+    teacher = evaluation.krr_teacher(res)
+    np.testing.assert_array_equal(teacher(x[:7]), dp_kip.predict(res, x[:7]))
+    evaluation.train_convnet_from_teacher(
+        jax.random.key(1), res.support_x, teacher, 3, pool_size=8, steps=1, width=4
+    )
+    np.testing.assert_array_equal(res.support_x, before[0])
+    assert res.report.epsilon == before[1]

@@ -192,3 +192,90 @@ def test_train_convnet_augment_and_weight_decay():
         )
     with pytest.raises(ValueError, match="weight_decay"):
         evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=1, width=8, weight_decay=-1.0)
+
+
+def test_train_convnet_soft_targets():
+    """One-hot soft targets train like the integer labels; malformed targets are refused."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x, y = (d.images[:40] / 8.0 - 1.0).astype(np.float32), d.target[:40]
+    leaves = lambda p: np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(p)])  # noqa: E731
+    mod, hard = evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=3, width=8)
+    onehot = np.eye(10, dtype=np.float32)[y]
+    soft = evaluation.train_convnet(jax.random.key(0), x, onehot, 10, steps=3, width=8)[1]
+    # the same loss up to rounding (Adam's first steps amplify rounding in ~0 gradients,
+    # so compare what the networks compute)
+    np.testing.assert_allclose(mod.apply(soft, x), mod.apply(hard, x), atol=2e-3)
+    smooth = 0.9 * onehot + 0.01
+    other = evaluation.train_convnet(jax.random.key(0), x, smooth, 10, steps=3, width=8)[1]
+    assert not np.allclose(leaves(other), leaves(hard), atol=1e-3)
+    bad_rows = (onehot[:, :9], onehot[:39], 2 * onehot, onehot - 0.05, np.full((40, 10), np.nan))
+    for bad in bad_rows:
+        with pytest.raises(ValueError, match="y"):
+            evaluation.train_convnet(jax.random.key(0), x, bad, 10, steps=1, width=8)
+
+
+def test_mixup_pool_is_convex_and_keyed():
+    x = np.stack([np.zeros((4, 4)), np.ones((4, 4))]).astype(np.float32)
+    pool = np.asarray(evaluation.mixup_pool(jax.random.key(0), x, 4000))
+    assert pool.shape == (4000, 4, 4) and pool.dtype == np.float32
+    lam = pool[:, 0, 0]
+    np.testing.assert_array_equal(pool, np.broadcast_to(lam[:, None, None], pool.shape))
+    assert np.all((lam >= 0) & (lam <= 1))
+    # i == j (same image) half the time -> 0 or 1; otherwise lam or 1 - lam, uniform
+    mixed = lam[(lam > 0) & (lam < 1)]
+    assert 0.4 < mixed.size / lam.size < 0.6 and abs(mixed.mean() - 0.5) < 0.03
+    again = np.asarray(evaluation.mixup_pool(jax.random.key(0), x, 4000))
+    np.testing.assert_array_equal(pool, again)
+    assert not np.array_equal(pool, np.asarray(evaluation.mixup_pool(jax.random.key(1), x, 4000)))
+    assert evaluation.mixup_pool(jax.random.key(0), x, 0).shape == (0, 4, 4)
+    with pytest.raises(ValueError, match="size"):
+        evaluation.mixup_pool(jax.random.key(0), x, -1)
+
+
+def test_soft_targets():
+    s = np.array([[1.0, 0.0, -1.0], [0.2, 0.2, 0.2]], np.float32)
+    t = evaluation.soft_targets(s, 0.5)
+    np.testing.assert_allclose(t, np.asarray(jax.nn.softmax(2 * s, axis=-1)), rtol=1e-6)
+    np.testing.assert_allclose(t.sum(1), 1.0, rtol=1e-6)
+    assert evaluation.soft_targets(s, 0.05)[0, 0] > t[0, 0]  # colder: sharper
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="temperature"):
+            evaluation.soft_targets(s, bad)
+    with pytest.raises(ValueError, match="scores"):
+        evaluation.soft_targets(s[0], 1.0)
+
+
+def test_train_convnet_from_teacher_sees_only_support_and_mixups():
+    """The teacher is asked about the support rows, then ``pool_size`` mixups of them;
+    its softened scores are the targets (same key, same ConvNet)."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.images[:20] / 8.0 - 1.0).astype(np.float32)
+    seen = []
+
+    def teacher(batch):
+        seen.append(np.asarray(batch))
+        return 3.0 * np.eye(10, dtype=np.float32)[np.arange(len(batch)) % 10]
+
+    kw = {"pool_size": 30, "temperature": 0.5, "steps": 2, "width": 8}
+    _, p1 = evaluation.train_convnet_from_teacher(jax.random.key(3), x, teacher, 10, **kw)
+    (inputs,) = seen
+    assert inputs.shape == (50, 8, 8)
+    np.testing.assert_array_equal(inputs[:20], x)
+    k_pool, k_train = jax.random.split(jax.random.key(3))
+    np.testing.assert_array_equal(inputs[20:], evaluation.mixup_pool(k_pool, x, 30))
+    targets = evaluation.soft_targets(teacher(inputs), 0.5)
+    _, p2 = evaluation.train_convnet(k_train, inputs, targets, 10, steps=2, width=8)
+    leaves = lambda p: np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(p)])  # noqa: E731
+    np.testing.assert_array_equal(leaves(p1), leaves(p2))
+    with pytest.raises(ValueError, match="teacher must return"):
+        evaluation.train_convnet_from_teacher(
+            jax.random.key(3), x, lambda b: np.zeros((len(b), 9)), 10, **kw
+        )
+    with pytest.raises(ValueError, match="temperature"):
+        evaluation.train_convnet_from_teacher(
+            jax.random.key(3), x, teacher, 10, **{**kw, "temperature": 0.0}
+        )

@@ -4,6 +4,8 @@
   the DP-NTK / DP-KIP tables (train on synthetic or distilled data, test on real).
 * `convnet` -- the ConvNet of DP-KIP Table 3,
   trained on a distilled support set.
+* `teacher` -- the same ConvNet taught by the release's kernel model on
+  mixtures of the support set.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from privkernels.evaluation.convnet import (
     convnet_accuracy,
     train_convnet,
 )
+from privkernels.evaluation.teacher import (
+    krr_teacher,
+    mixup_pool,
+    soft_targets,
+    train_convnet_from_teacher,
+)
 
 __all__ = [
     "IMAGE_CLASSIFIERS",
@@ -38,4 +46,8 @@ __all__ = [
     "Augment",
     "augment_images",
     "check_augment",
+    "krr_teacher",
+    "mixup_pool",
+    "soft_targets",
+    "train_convnet_from_teacher",
 ]

@@ -139,9 +139,11 @@ def train_convnet(
     augment: Augment | None = None,
     weight_decay: float = 0.0,
 ) -> tuple[Any, Any]:
-    """Train the ConvNet on ``x`` ``(n, h, w[, ch])``, ``y`` ``(n,)`` with Adam.
+    """Train the ConvNet on ``x`` ``(n, h, w[, ch])`` and ``y`` with Adam (cross-entropy).
 
-    Minibatches of ``batch_size`` drawn without replacement from ``key`` (full
+    ``y`` is ``(n,)`` integer class labels, or ``(n, n_classes)`` float soft
+    targets whose rows are probability vectors (as from a teacher,
+    `privkernels.evaluation.train_convnet_from_teacher`). Minibatches of ``batch_size`` drawn without replacement from ``key`` (full
     batch when ``n <= batch_size``), each through ``augment`` (random affine
     maps, `Augment`) when given; ``weight_decay > 0`` uses AdamW. The defaults
     are the protocol of the Table 3 results measured before issue 16's
@@ -152,7 +154,7 @@ def train_convnet(
     key = check_key(key)
     x = np.asarray(check_array(x, "x", ndim=(3, 4)), np.float32)
     n_classes = check_int(n_classes, "n_classes", minimum=2)
-    y = check_labels(y, n_classes, "y", n_rows=x.shape[0])
+    y, soft = _check_targets(y, n_classes, x.shape[0])
     steps = check_int(steps, "steps")
     batch_size = check_int(batch_size, "batch_size")
     learning_rate = check_positive(learning_rate, "learning_rate")
@@ -172,6 +174,8 @@ def train_convnet(
 
     def loss_fn(p: Any, xb: jax.Array, yb: jax.Array) -> jax.Array:
         logits = module.apply(p, xb)
+        if soft:  # static: integer labels keep the loss they always had
+            return jnp.mean(optax.softmax_cross_entropy(logits, yb))
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, yb))
 
     @jax.jit
@@ -191,6 +195,19 @@ def train_convnet(
     for t in range(steps):
         params, opt_state = step(params, opt_state, jax.random.fold_in(k_data, t), xd, yd)
     return module, params
+
+
+def _check_targets(y: Any, n_classes: int, n: int) -> tuple[np.ndarray, bool]:
+    """``(labels (n,) int32, False)`` or ``(soft targets (n, c) float32, True)``; ValueError otherwise."""
+    arr = np.asarray(y)
+    if arr.ndim != 2:
+        return np.asarray(check_labels(y, n_classes, "y", n_rows=n)), False
+    if arr.shape != (n, n_classes):
+        raise ValueError(f"soft targets y must have shape ({n}, {n_classes}), got {arr.shape}")
+    arr = np.asarray(check_array(arr, "y", ndim=2), np.float32)
+    if np.any(arr < 0) or not np.allclose(arr.sum(axis=1), 1.0, atol=1e-4):
+        raise ValueError("soft targets y must be rows of probabilities (>= 0, summing to 1)")
+    return arr, True
 
 
 def convnet_accuracy(module: Any, params: Any, x: Any, y: Any, *, chunk_size: int = 1000) -> float:
