@@ -45,6 +45,7 @@ N(0, 1), never from real images.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -567,7 +568,9 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                             "convnet_steps": steps,
                             "convnet_augment": ctx.options.get("convnet_augment", "none"),
                             "convnet_wd": wd,
-                            "convnet_teacher": ctx.options.get("convnet_teacher", "none"),
+                            "convnet_teacher": "none"
+                            if teacher is None
+                            else f"{teacher[0]:g}/{teacher[1]}",
                             "steps": res.steps_done,
                             "eps_spent": res.report.epsilon,
                             **{f"hp_{k}": v for k, v in hp.items()},
@@ -593,14 +596,15 @@ def _convnet_augment(ctx: RunContext) -> Any:
 
 
 def _convnet_teacher(ctx: RunContext) -> tuple[float, int] | None:
-    """``convnet_teacher``: ``none`` or ``temperature/pool`` -> ``(temperature, pool)`` or None."""
+    """``convnet_teacher``: ``none`` or ``temperature/pool`` -> ``(temperature, pool)`` or None
+    (refused before any fit when malformed: a finite temperature > 0, an integer pool >= 0)."""
     spec = ctx.options.get("convnet_teacher", "none")
     if spec == "none":
         return None
     parts = spec.split("/")
     try:
         temperature, pool = float(parts[0]), int(parts[1])
-        ok = len(parts) == 2 and temperature > 0 and pool >= 0
+        ok = len(parts) == 2 and math.isfinite(temperature) and temperature > 0 and pool >= 0
     except (ValueError, IndexError):
         ok = False
     if not ok:

@@ -181,6 +181,15 @@ def protocols(
     if real:
         idx = np.concatenate([np.flatnonzero(y == c)[:10] for c in range(10)])
         sets["real 10/class (not private)"] = {"x": x[idx], "y": y[idx]}
+    if any(
+        "teacher" in kw
+        for n, kw in PROTOCOLS.items()
+        if not only or any(o in n for o in only.split(","))
+    ):
+        for f, s in sets.items():  # the rebuilt teacher is the run's KRR
+            if "krr_val" in s:
+                acc = float(np.mean(np.argmax(_krr(s)(xv), -1) == yv))
+                assert abs(acc - float(s["krr_val"])) < 1e-4, (f, acc, float(s["krr_val"]))
     print("| protocol | " + " | ".join(sets) + " | mean (private sets) | seconds |")
     print("|---|" + "---|" * (len(sets) + 2))
     for name, kw in PROTOCOLS.items():
@@ -200,15 +209,29 @@ def protocols(
 
 def _train(key: Any, s: dict, teacher: tuple | None = None, **kw: Any) -> Any:
     """`evaluation.train_convnet` on a saved support; with ``teacher=(T, pool)``,
-    `evaluation.train_convnet_from_teacher` taught by the support's KRR (the
-    recipe's kernel and ridge, as `dp_kip.predict` of the run that saved it)."""
+    `evaluation.train_convnet_from_teacher` taught by the support's KRR (`_krr`)."""
     if teacher is None:
         return evaluation.train_convnet(key, s["x"], s["y"], 10, **kw)
+    return evaluation.train_convnet_from_teacher(
+        key, s["x"], _krr(s), 10, temperature=teacher[0], pool_size=teacher[1], **kw
+    )
+
+
+_PREDICT: dict[tuple, Any] = {}
+
+
+def _krr(s: dict) -> Any:
+    """The KRR of a support saved by `distil` (the recipe's kernel and ridge, centred
+    one-hot targets): what `dp_kip.predict` of that run computes. `protocols` checks
+    it against the saved validation accuracy."""
     from privkernels.dp_kip.kernels import make_kernel
     from privkernels.dp_kip.krr import encode_labels, make_predictor
 
-    spec = make_kernel("scatternet", s["x"].shape[1:], 10, options={"group_norm": 27})
-    run = make_predictor(spec, 1e-3)
+    shape = s["x"].shape[1:]
+    if shape not in _PREDICT:
+        spec = make_kernel("scatternet", shape, 10, options={"group_norm": 27})
+        _PREDICT[shape] = make_predictor(spec, 1e-3)
+    run = _PREDICT[shape]
     xs, ys = jax.numpy.asarray(s["x"]), encode_labels(jax.numpy.asarray(s["y"]), 10)
 
     def krr(b: Any) -> np.ndarray:
@@ -216,9 +239,7 @@ def _train(key: Any, s: dict, teacher: tuple | None = None, **kw: Any) -> Any:
             [np.asarray(run(xs, ys, b[i : i + 1000])) for i in range(0, len(b), 1000)]
         )
 
-    return evaluation.train_convnet_from_teacher(
-        key, s["x"], krr, 10, temperature=teacher[0], pool_size=teacher[1], **kw
-    )
+    return krr
 
 
 def _arg(name: str, default: str = "") -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from benchmarks.registry import load_all
@@ -135,6 +136,53 @@ def test_table3_convnet_teacher_option(tmp_path):
     assert _convnet_teacher(ctx({})) is None
     assert _convnet_teacher(ctx({"convnet_teacher": "none"})) is None
     assert _convnet_teacher(ctx({"convnet_teacher": "0.1/20000"})) == (0.1, 20000)
-    for bad in ("0.1", "0/100", "-1/100", "0.1/-5", "a/b", "0.1/100/3", "0.1/2.5"):
+    for bad in (
+        "0.1",
+        "0/100",
+        "-1/100",
+        "0.1/-5",
+        "a/b",
+        "0.1/100/3",
+        "0.1/2.5",
+        "inf/100",
+        "nan/1",
+    ):
         with pytest.raises(ValueError, match="convnet_teacher"):
             _convnet_teacher(ctx({"convnet_teacher": bad}))
+
+
+def test_table3_teacher_sees_only_the_release(tmp_path, monkeypatch):
+    """Table 3 with ``convnet_teacher``: the ConvNet is taught on the release's support
+    set by the release's KRR; the training and test data never reach it."""
+    import jax
+
+    from benchmarks import dp_kip_tables as t
+    from benchmarks.registry import RunContext
+    from privkernels import dp_kip, evaluation
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, 8, 8)).astype(np.float32), np.arange(60) % 3
+    xte, yte = rng.normal(size=(9, 8, 8)).astype(np.float32), np.arange(9) % 3
+    res = dp_kip.fit(jax.random.key(0), x, y, kernel="fc_ntk", support_per_class=2,
+                     n_classes=3, epsilon=None, epochs=1, batch_size=20, progress=False)  # fmt: skip
+    monkeypatch.setattr(t, "_images", lambda *a, **k: (x, y, xte, yte, 3))
+    monkeypatch.setattr(t, "_fit", lambda *a, **k: res)
+    seen = {}
+
+    def fake_teach(key, xs, teacher, c, **kw):
+        seen.update(xs=np.asarray(xs), scores=teacher(xs), kw=kw)
+        return evaluation.train_convnet(key, xs, res.support_y, c, steps=1, width=4)
+
+    monkeypatch.setattr(evaluation, "train_convnet_from_teacher", fake_teach)
+    opts = {
+        "kernels": "fc_ntk",
+        "epsilons": "10",
+        "convnet_teacher": "0.5/40",
+        "convnet_steps": "1",
+    }
+    ctx = RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=opts)
+    (row,) = t.table3(ctx)
+    np.testing.assert_array_equal(seen["xs"], res.support_x)
+    np.testing.assert_array_equal(seen["scores"], dp_kip.predict(res, res.support_x))
+    assert seen["kw"]["temperature"] == 0.5 and seen["kw"]["pool_size"] == 40
+    assert row["convnet_teacher"] == "0.5/40"

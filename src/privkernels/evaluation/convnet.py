@@ -143,9 +143,10 @@ def train_convnet(
 
     ``y`` is ``(n,)`` integer class labels, or ``(n, n_classes)`` float soft
     targets whose rows are probability vectors (as from a teacher,
-    `privkernels.evaluation.train_convnet_from_teacher`). Minibatches of ``batch_size`` drawn without replacement from ``key`` (full
-    batch when ``n <= batch_size``), each through ``augment`` (random affine
-    maps, `Augment`) when given; ``weight_decay > 0`` uses AdamW. The defaults
+    `privkernels.evaluation.train_convnet_from_teacher`). Minibatches of
+    ``batch_size`` drawn without replacement from ``key`` (full batch when
+    ``n <= batch_size``), each through ``augment`` (random affine maps,
+    `Augment`) when given; ``weight_decay > 0`` uses AdamW. The defaults
     are the protocol of the Table 3 results measured before issue 16's
     protocol choice. Returns ``(module, params)``.
     """
@@ -198,7 +199,10 @@ def train_convnet(
 
 
 def _check_targets(y: Any, n_classes: int, n: int) -> tuple[np.ndarray, bool]:
-    """``(labels (n,) int32, False)`` or ``(soft targets (n, c) float32, True)``; ValueError otherwise."""
+    """``(labels (n,) int32, False)`` or ``(soft targets (n, c) float32, True)``.
+
+    ValueError for anything else (messages name shapes, never values).
+    """
     arr = np.asarray(y)
     if arr.ndim != 2:
         return np.asarray(check_labels(y, n_classes, "y", n_rows=n)), False
@@ -206,7 +210,7 @@ def _check_targets(y: Any, n_classes: int, n: int) -> tuple[np.ndarray, bool]:
         raise ValueError(f"soft targets y must have shape ({n}, {n_classes}), got {arr.shape}")
     arr = np.asarray(check_array(arr, "y", ndim=2), np.float32)
     if np.any(arr < 0) or not np.allclose(arr.sum(axis=1), 1.0, atol=1e-4):
-        raise ValueError("soft targets y must be rows of probabilities (>= 0, summing to 1)")
+        raise ValueError("soft targets y must be rows of probabilities (>= 0, sum 1)")
     return arr, True
 
 

@@ -2,9 +2,8 @@
 
 Trained on the 100 distilled images alone (Table 3's protocol), the ConvNet
 sees 100 points. The KRR that DP-KIP optimised (paper eq. 3) sees the same 100
-points through its kernel and generalises further: on Fashion-MNIST at
-eps = 10 it scores about 11 points above that ConvNet. Here the ConvNet learns
-the KRR's function instead of the 100 labels:
+points through its kernel and generalises further (the Benchmarks page has the
+numbers). Here the ConvNet learns the KRR's function instead of the 100 labels:
 
 * inputs: the support images plus ``pool_size`` random convex combinations
   ``lam * x_i + (1 - lam) * x_j`` of two of them (``i, j`` uniform,
@@ -12,9 +11,11 @@ the KRR's function instead of the 100 labels:
 * targets: ``softmax(f(x) / temperature)`` where ``f`` is the teacher, e.g. the
   release's KRR predictor `krr_teacher` (knowledge distillation).
 
-Every input and every target is a function of the release and of public
-randomness (``key``), never of the training data, so the ConvNet costs no
-privacy and the release's `PrivacyReport` stays what it was.
+When ``x`` is the released support set and the teacher is computed from the
+release alone (as `krr_teacher` is), every input and every target is a
+function of the release and of public randomness (``key``), so the ConvNet
+costs no privacy and the release's `PrivacyReport` stays what it was. A
+teacher that reads other data makes the ConvNet depend on that data too.
 """
 
 from __future__ import annotations
@@ -50,15 +51,24 @@ def mixup_pool(key: Any, x: Any, size: int) -> jax.Array:
 
 
 def soft_targets(scores: Any, temperature: float) -> np.ndarray:
-    """``softmax(scores / temperature)`` row-wise: ``(n, c)`` scores -> ``(n, c)`` float32."""
-    scores = check_array(scores, "scores", ndim=2)
+    """``softmax(scores / temperature)`` row-wise: ``(n, c)`` scores -> ``(n, c)`` float32.
+
+    Computed in float64 with the row maximum subtracted; a temperature so small
+    that the result is not finite is refused (ValueError).
+    """
+    scores = np.asarray(check_array(scores, "scores", ndim=2), np.float64)
     temperature = check_positive(temperature, "temperature")
-    z = jnp.asarray(scores, jnp.float32) / temperature
-    return np.asarray(jax.nn.softmax(z, axis=-1), np.float32)
+    z = (scores - scores.max(axis=1, keepdims=True)) / temperature
+    e = np.exp(z)
+    out = e / e.sum(axis=1, keepdims=True)
+    if not np.all(np.isfinite(out)):
+        raise ValueError("temperature is too small for these scores (targets not finite)")
+    return out.astype(np.float32)
 
 
 def krr_teacher(result: Any) -> Callable[[Any], np.ndarray]:
-    """The KRR predictor of a `privkernels.dp_kip.DPKIPResult`: ``(n, ...) -> (n, c)``."""
+    """The KRR predictor of a `privkernels.dp_kip.DPKIPResult` (`dp_kip.predict`, chunked):
+    ``(n, *config.input_shape)`` -> ``(n, c)`` float32 scores."""
     from privkernels import dp_kip
 
     return lambda x: dp_kip.predict(result, x)
@@ -77,14 +87,19 @@ def train_convnet_from_teacher(
     """Train the ConvNet on ``x`` ``(m, h, w[, ch])`` and mixups of it, labelled by ``teacher``.
 
     ``teacher`` maps ``(b, h, w[, ch])`` images to ``(b, n_classes)`` scores
-    (`krr_teacher` for a DP-KIP release); its scores, softened at
-    ``temperature``, are the targets. ``train_kw`` go to `train_convnet`
-    (``steps``, ``batch_size``, ``augment``, ...). ``key`` is split into the
-    pool's key and the ConvNet's. Returns ``(module, params)``.
+    (`krr_teacher` for a DP-KIP release); it is called once on all
+    ``m + pool_size`` rows, so it batches itself. Its scores, softened at
+    ``temperature`` (`soft_targets`), are the targets. ``train_kw`` go to
+    `train_convnet` (``steps``, ``batch_size``, ``augment``, ...). ``key`` is
+    split into the pool's key and the ConvNet's (so the ConvNet's
+    initialisation differs from `train_convnet` at the same key). Returns
+    ``(module, params)``.
     """
     k_pool, k_train = jax.random.split(check_key(key))
     x = np.asarray(check_array(x, "x", ndim=(3, 4)), np.float32)
     n_classes = check_int(n_classes, "n_classes", minimum=2)
+    temperature = check_positive(temperature, "temperature")
+    pool_size = check_int(pool_size, "pool_size", minimum=0)
     inputs = np.concatenate([x, np.asarray(mixup_pool(k_pool, x, pool_size))])
     scores = np.asarray(teacher(inputs))
     if scores.shape != (inputs.shape[0], n_classes):
