@@ -53,17 +53,16 @@ def mixup_pool(key: Any, x: Any, size: int) -> jax.Array:
 def soft_targets(scores: Any, temperature: float) -> np.ndarray:
     """``softmax(scores / temperature)`` row-wise: ``(n, c)`` scores -> ``(n, c)`` float32.
 
-    Computed in float64 with the row maximum subtracted; a temperature so small
-    that the result is not finite is refused (ValueError).
+    ValueError when the temperature is so small that the scores overflow
+    (targets not finite).
     """
-    scores = np.asarray(check_array(scores, "scores", ndim=2), np.float64)
+    scores = check_array(scores, "scores", ndim=2)
     temperature = check_positive(temperature, "temperature")
-    z = (scores - scores.max(axis=1, keepdims=True)) / temperature
-    e = np.exp(z)
-    out = e / e.sum(axis=1, keepdims=True)
+    z = jnp.asarray(scores, jnp.float32) / temperature
+    out = np.asarray(jax.nn.softmax(z, axis=-1), np.float32)
     if not np.all(np.isfinite(out)):
         raise ValueError("temperature is too small for these scores (targets not finite)")
-    return out.astype(np.float32)
+    return out
 
 
 def krr_teacher(result: Any) -> Callable[[Any], np.ndarray]:
