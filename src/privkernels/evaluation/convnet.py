@@ -198,14 +198,15 @@ def train_convnet(
     return module, params
 
 
-def _check_targets(y: Any, n_classes: int, n: int) -> tuple[np.ndarray, bool]:
-    """``(labels (n,) int32, False)`` or ``(soft targets (n, c) float32, True)``.
+def _check_targets(y: Any, n_classes: int, n: int) -> tuple[Any, bool]:
+    """``(labels (n,) int32, False)`` (`check_labels`, as before soft targets existed) or
+    ``(soft targets (n, c) float32, True)``.
 
     ValueError for anything else (messages name shapes, never values).
     """
+    if np.ndim(y) != 2:
+        return check_labels(y, n_classes, "y", n_rows=n), False
     arr = np.asarray(y)
-    if arr.ndim != 2:
-        return np.asarray(check_labels(y, n_classes, "y", n_rows=n)), False
     if arr.shape != (n, n_classes):
         raise ValueError(f"soft targets y must have shape ({n}, {n_classes}), got {arr.shape}")
     arr = np.asarray(check_array(arr, "y", ndim=2), np.float32)
