@@ -33,7 +33,9 @@ random affine maps and left-right mirroring of the ConvNet's training images,
 ``convnet_teacher`` (``none``, the default, or ``temperature/pool``, e.g.
 ``0.1/20000``: the ConvNet learns the release's KRR on the support set and that
 many mixups of it, `privkernels.evaluation.train_convnet_from_teacher`;
-post-processing).
+post-processing) and ``release_dir`` (Table 3: a folder where each cell's
+DP-KIP release is saved, ``dp_kip.load``-ed instead of refitted when a later
+run asks for the same cell; see `_release`).
 
 Images go through a fixed per-example map (no dataset statistics): ``std``,
 each image standardised by its own mean and standard deviation, for the FC-NTK
@@ -62,6 +64,7 @@ OPTIONS = (
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
     "max_test", "convnet_steps", "relation", "init", "init_fraction", "init_iterations", "smooth",
     "convnet_augment", "convnet_wd", "init_code", "init_centered", "convnet_teacher",
+    "release_dir",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
@@ -520,19 +523,10 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                     loaded[hp["preprocess"]] = _images(ctx, ds, preprocess=hp["preprocess"])
                 x, y, xte, yte, c = loaded[hp["preprocess"]]
                 for seed in ctx.seeds:
+                    tag = f"t3-{ds}-{kern}-eps{eps}-spc{spc}-seed{seed}"
                     with Timer() as t:
-                        res = _fit(
-                            release_key(seed, eps, "table3", ds, kern, spc),
-                            x,
-                            y,
-                            xte,
-                            yte,
-                            c,
-                            kern,
-                            eps,
-                            spc,
-                            hp,
-                        )
+                        key = release_key(seed, eps, "table3", ds, kern, spc)
+                        res, how = _release(ctx, tag, key, (x, y, xte, yte, c, kern, eps, spc, hp))
                         krr = dp_kip.accuracy(res, xte, yte)
                         train_kw = {"steps": steps, "augment": augment, "weight_decay": wd}
                         k_net = jax.random.key(1000 + seed)
@@ -551,7 +545,6 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                                 **train_kw,
                             )
                         acc = evaluation.convnet_accuracy(mod, params, xte, yte)
-                    tag = f"t3-{ds}-{kern}-eps{eps}-spc{spc}-seed{seed}"
                     save_image_grid(ctx.out / f"{tag}.png", res.support_x, res.support_y, title=tag)
                     rows.append(
                         {
@@ -574,10 +567,53 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
                             "steps": res.steps_done,
                             "eps_spent": res.report.epsilon,
                             **{f"hp_{k}": v for k, v in hp.items()},
+                            **({"release": how} if "release_dir" in ctx.options else {}),
                         }
                     )
                     print(rows[-1], flush=True)
     return rows
+
+
+def _release(ctx: RunContext, tag: str, key: Any, fit_args: tuple) -> tuple[Any, str]:
+    """``_fit(key, *fit_args)``; with ``release_dir``, the cell's saved release when there is one.
+
+    The file is ``{release_dir}/{tag}-{digest}.npz``, the digest hashing everything
+    the release depends on: the key, the hyper-parameters, the number of classes
+    and the bytes of the training images and labels, and the privkernels version
+    (the library's code is not hashed: empty the folder after changing it). The
+    same cell therefore loads the same release (bit for bit, `DPKIPResult.save`),
+    whatever ConvNet protocol follows; the release's report is re-checked on load.
+    Returns ``(result, "loaded" | "fitted")``; without ``release_dir`` always fits.
+    """
+    import hashlib
+    import json
+    from pathlib import Path
+
+    import jax
+
+    import privkernels
+    from privkernels import dp_kip
+
+    folder = ctx.options.get("release_dir")
+    if not folder:
+        return _fit(key, *fit_args), "fitted"
+    x, y, _, _, c, kern, eps, spc, hp = fit_args
+    spec = {
+        "key": np.asarray(jax.random.key_data(key)).tolist(),
+        "cell": [kern, eps, spc, c, DELTA],
+        "hp": hp,
+        "x": hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
+        "y": hashlib.sha256(np.ascontiguousarray(y).tobytes()).hexdigest(),
+        "shapes": [list(np.shape(x)), str(np.asarray(x).dtype), list(np.shape(y))],
+        "version": privkernels.__version__,
+    }
+    blob = json.dumps(spec, sort_keys=True, default=str).encode()
+    path = Path(folder) / f"{tag}-{hashlib.sha256(blob).hexdigest()[:16]}.npz"
+    if path.exists():
+        return dp_kip.load(path), "loaded"
+    res = _fit(key, *fit_args)
+    res.save(path)
+    return res, "fitted"
 
 
 def _convnet_augment(ctx: RunContext) -> Any:

@@ -186,3 +186,52 @@ def test_table3_teacher_sees_only_the_release(tmp_path, monkeypatch):
     np.testing.assert_array_equal(seen["scores"], dp_kip.predict(res, res.support_x))
     assert seen["kw"]["temperature"] == 0.5 and seen["kw"]["pool_size"] == 40
     assert row["convnet_teacher"] == "0.5/40"
+
+
+def test_table3_release_dir_saves_then_loads_the_same_release(tmp_path, monkeypatch):
+    """``--set release_dir=DIR``: the first run fits and saves each cell's release; a
+    later run of the same cell loads it (no fit) and scores it identically; a cell
+    whose hyper-parameters or training data differ is fitted again."""
+    import jax
+
+    from benchmarks import dp_kip_tables as t
+    from benchmarks.registry import RunContext
+    from privkernels import dp_kip
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, 8, 8)).astype(np.float32), np.arange(60) % 3
+    xte, yte = rng.normal(size=(9, 8, 8)).astype(np.float32), np.arange(9) % 3
+    data = {"x": x}
+    monkeypatch.setattr(t, "_images", lambda *a, **k: (data["x"], y, xte, yte, 3))
+    fits = []
+
+    def fake_fit(key, *args):
+        fits.append(np.asarray(jax.random.key_data(key)))
+        return dp_kip.fit(key, data["x"], y, kernel="fc_ntk", support_per_class=2, n_classes=3,
+                          epsilon=1.0, delta=1e-5, epochs=1, batch_size=20, progress=False)  # fmt: skip
+
+    monkeypatch.setattr(t, "_fit", fake_fit)
+    opts = {"kernels": "fc_ntk", "epsilons": "10", "convnet_steps": "2"}
+
+    def run(**extra):
+        o = {**opts, **extra}
+        ctx = RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=o)
+        (row,) = t.table3(ctx)
+        return row
+
+    cache = str(tmp_path / "releases")
+    plain = run()
+    assert "release" not in plain and len(fits) == 1 and not (tmp_path / "releases").exists()
+    first = run(release_dir=cache)
+    assert first["release"] == "fitted" and len(fits) == 2
+    (saved,) = (tmp_path / "releases").iterdir()
+    assert saved.name.startswith("t3-mnist-fc_ntk-eps10.0-spc10-seed0-")
+    again = run(release_dir=cache)
+    assert again["release"] == "loaded" and len(fits) == 2
+    for k in ("value", "krr_test_acc", "eps_spent", "steps"):
+        assert again[k] == first[k] == plain[k], k
+    np.testing.assert_array_equal(fits[0], fits[1])
+    assert run(release_dir=cache, lr="0.05")["release"] == "fitted" and len(fits) == 3
+    data["x"] = x + 1e-3  # other training data, same settings: not the saved release
+    assert run(release_dir=cache)["release"] == "fitted" and len(fits) == 4
+    assert len(list((tmp_path / "releases").iterdir())) == 3
