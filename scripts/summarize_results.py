@@ -34,6 +34,8 @@ SETTINGS_KEYS = (
     "hp_init_code",
     "hp_smooth",
     "hp_relation",
+    "convnet_steps",
+    "convnet_augment",
     "convnet_teacher",
 )
 
