@@ -577,21 +577,22 @@ def table3(ctx: RunContext) -> list[dict[str, Any]]:
 def _release(ctx: RunContext, tag: str, key: Any, fit_args: tuple) -> tuple[Any, str]:
     """``_fit(key, *fit_args)``; with ``release_dir``, the cell's saved release when there is one.
 
-    The file is ``{release_dir}/{tag}-{digest}.npz``, the digest hashing everything
-    the release depends on: the key, the hyper-parameters, the number of classes
-    and the bytes of the training images and labels, and the privkernels version
-    (the library's code is not hashed: empty the folder after changing it). The
-    same cell therefore loads the same release (bit for bit, `DPKIPResult.save`),
-    whatever ConvNet protocol follows; the release's report is re-checked on load.
-    Returns ``(result, "loaded" | "fitted")``; without ``release_dir`` always fits.
+    The file is ``{release_dir}/{tag}-{digest}.npz``. The digest covers everything
+    the release depends on: the key, the hyper-parameters, the number of classes,
+    delta, the training images and labels, the fitting code (`_code_digest`) and
+    the JAX version and backend. It is an HMAC under a random secret kept in the
+    folder (``.secret``), so a file name alone says nothing about the training
+    data. A hit is `dp_kip.load`-ed (which re-checks its report) and its config
+    compared with the request. Returns ``(result, "loaded" | "fitted")``.
     """
     import hashlib
+    import hmac
     import json
+    import os
     from pathlib import Path
 
     import jax
 
-    import privkernels
     from privkernels import dp_kip
 
     folder = ctx.options.get("release_dir")
@@ -605,15 +606,48 @@ def _release(ctx: RunContext, tag: str, key: Any, fit_args: tuple) -> tuple[Any,
         "x": hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
         "y": hashlib.sha256(np.ascontiguousarray(y).tobytes()).hexdigest(),
         "shapes": [list(np.shape(x)), str(np.asarray(x).dtype), list(np.shape(y))],
-        "version": privkernels.__version__,
+        "code": _code_digest(),
+        "jax": [jax.__version__, jax.default_backend()],
     }
+    secret_file = Path(folder) / ".secret"
+    if not secret_file.exists():
+        secret_file.parent.mkdir(parents=True, exist_ok=True)
+        secret_file.write_bytes(os.urandom(32))
     blob = json.dumps(spec, sort_keys=True, default=str).encode()
-    path = Path(folder) / f"{tag}-{hashlib.sha256(blob).hexdigest()[:16]}.npz"
+    digest = hmac.new(secret_file.read_bytes(), blob, hashlib.sha256).hexdigest()[:16]
+    path = Path(folder) / f"{tag}-{digest}.npz"
     if path.exists():
-        return dp_kip.load(path), "loaded"
+        res = dp_kip.load(path)
+        cfg = res.config
+        asked = (kern, eps, DELTA, spc, c, int(hp["epochs"]), float(hp["lr"]), hp["clip"])
+        saved = (cfg.kernel, cfg.epsilon, cfg.delta, cfg.support_per_class, cfg.n_classes,
+                 cfg.epochs, cfg.learning_rate, cfg.clip_norm)  # fmt: skip
+        if asked != saved:
+            raise ValueError(f"{path} holds a release for {saved}, not the cell's {asked}")
+        return res, "loaded"
     res = _fit(key, *fit_args)
     res.save(path)
     return res, "fitted"
+
+
+def _code_digest() -> str:
+    """SHA-256 of the code a Table 3 release depends on: every privkernels source
+    file outside ``evaluation/`` (which only reads releases) and this module's
+    `_fit`, `_hp`, `_init`, `_optimizer` and `_relation`."""
+    import hashlib
+    import inspect
+    from pathlib import Path
+
+    import privkernels
+
+    h = hashlib.sha256()
+    root = Path(privkernels.__file__).parent
+    for f in sorted(root.rglob("*.py")):
+        if "evaluation" not in f.relative_to(root).parts:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    for fn in (_fit, _hp, _init, _optimizer, _relation):
+        h.update(inspect.getsource(fn).encode())
+    return h.hexdigest()
 
 
 def _convnet_augment(ctx: RunContext) -> Any:

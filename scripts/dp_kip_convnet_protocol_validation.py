@@ -209,8 +209,13 @@ def protocols(
 
 def _selected(name: str, only: str) -> bool:
     """Stage 2's ``--only``: ``|``-separated substrings of protocol names (names
-    contain commas, so commas do not separate); empty selects every protocol."""
-    return not only or any(o in name for o in only.split("|"))
+    contain commas, so commas do not separate); empty selects every protocol.
+    SystemExit when a substring matches no protocol (e.g. an old comma list)."""
+    parts = [o for o in only.split("|") if o]
+    for o in parts:
+        if not any(o in n for n in PROTOCOLS):
+            raise SystemExit(f"--only: {o!r} matches no protocol (separate names with '|')")
+    return not parts or any(o in name for o in parts)
 
 
 def _train(key: Any, s: dict, teacher: tuple | None = None, **kw: Any) -> Any:
@@ -250,6 +255,7 @@ def _krr(s: dict) -> Any:
             scores[digest] = np.concatenate(
                 [np.asarray(run(xs, ys, b[i : i + 1000])) for i in range(0, len(b), 1000)]
             )
+            scores[digest].setflags(write=False)  # shared between protocols
         return scores[digest]
 
     return krr

@@ -37,6 +37,7 @@ SETTINGS_KEYS = (
     "convnet_steps",
     "convnet_augment",
     "convnet_teacher",
+    "release",
 )
 
 

@@ -190,8 +190,9 @@ def test_table3_teacher_sees_only_the_release(tmp_path, monkeypatch):
 
 def test_table3_release_dir_saves_then_loads_the_same_release(tmp_path, monkeypatch):
     """``--set release_dir=DIR``: the first run fits and saves each cell's release; a
-    later run of the same cell loads it (no fit) and scores it identically; a cell
-    whose hyper-parameters or training data differ is fitted again."""
+    later run of the same cell loads it (no fit), bit for bit, and scores it
+    identically; other hyper-parameters, images or labels, or another secret, are
+    fitted again; a file holding another cell's release is refused."""
     import jax
 
     from benchmarks import dp_kip_tables as t
@@ -201,37 +202,54 @@ def test_table3_release_dir_saves_then_loads_the_same_release(tmp_path, monkeypa
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(60, 8, 8)).astype(np.float32), np.arange(60) % 3
     xte, yte = rng.normal(size=(9, 8, 8)).astype(np.float32), np.arange(9) % 3
-    data = {"x": x}
-    monkeypatch.setattr(t, "_images", lambda *a, **k: (data["x"], y, xte, yte, 3))
-    fits = []
+    data = {"x": x, "y": y}
+    monkeypatch.setattr(t, "_images", lambda *a, **k: (data["x"], data["y"], xte, yte, 3))
+    fits, fitted = [], []
 
-    def fake_fit(key, *args):
+    def small_fit(key, x, y, xte, yte, c, kern, eps, spc, hp):  # `_fit`'s cell, made small
         fits.append(np.asarray(jax.random.key_data(key)))
-        return dp_kip.fit(key, data["x"], y, kernel="fc_ntk", support_per_class=2, n_classes=3,
-                          epsilon=1.0, delta=1e-5, epochs=1, batch_size=20, progress=False)  # fmt: skip
+        fitted.append(dp_kip.fit(
+            key, x, y, kernel=kern, support_per_class=spc, n_classes=c, epsilon=eps,
+            delta=t.DELTA, epochs=int(hp["epochs"]), learning_rate=hp["lr"],
+            clip_norm=hp["clip"], batch_size=20, progress=False,
+        ))  # fmt: skip
+        return fitted[-1]
 
-    monkeypatch.setattr(t, "_fit", fake_fit)
-    opts = {"kernels": "fc_ntk", "epsilons": "10", "convnet_steps": "2"}
+    monkeypatch.setattr(t, "_fit", small_fit)
+    opts = {"kernels": "fc_ntk", "epsilons": "10", "convnet_steps": "1", "spc": "2", "epochs": "1"}
 
     def run(**extra):
-        o = {**opts, **extra}
-        ctx = RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=o)
+        ctx = RunContext(
+            profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options={**opts, **extra}
+        )
         (row,) = t.table3(ctx)
         return row
 
-    cache = str(tmp_path / "releases")
+    folder = tmp_path / "releases"
     plain = run()
-    assert "release" not in plain and len(fits) == 1 and not (tmp_path / "releases").exists()
-    first = run(release_dir=cache)
+    assert "release" not in plain and len(fits) == 1 and not folder.exists()
+    first = run(release_dir=str(folder))
     assert first["release"] == "fitted" and len(fits) == 2
-    (saved,) = (tmp_path / "releases").iterdir()
-    assert saved.name.startswith("t3-mnist-fc_ntk-eps10.0-spc10-seed0-")
-    again = run(release_dir=cache)
+    (saved,) = folder.glob("*.npz")
+    assert saved.name.startswith("t3-mnist-fc_ntk-eps10.0-spc2-seed0-")
+    assert len((folder / ".secret").read_bytes()) == 32
+    again = run(release_dir=str(folder))
     assert again["release"] == "loaded" and len(fits) == 2
     for k in ("value", "krr_test_acc", "eps_spent", "steps"):
         assert again[k] == first[k] == plain[k], k
     np.testing.assert_array_equal(fits[0], fits[1])
-    assert run(release_dir=cache, lr="0.05")["release"] == "fitted" and len(fits) == 3
-    data["x"] = x + 1e-3  # other training data, same settings: not the saved release
-    assert run(release_dir=cache)["release"] == "fitted" and len(fits) == 4
-    assert len(list((tmp_path / "releases").iterdir())) == 3
+    back = dp_kip.load(saved)
+    np.testing.assert_array_equal(back.support_x, np.asarray(fitted[1].support_x))
+    np.testing.assert_array_equal(back.support_targets, np.asarray(fitted[1].support_targets))
+    assert run(release_dir=str(folder), lr="0.05")["release"] == "fitted" and len(fits) == 3
+    (lr_cell,) = set(folder.glob("*.npz")) - {saved}
+    data["x"] = x + 1e-3  # other images, same settings: not the saved release
+    assert run(release_dir=str(folder))["release"] == "fitted" and len(fits) == 4
+    data["x"], data["y"] = x, y[::-1].copy()  # other labels only
+    assert run(release_dir=str(folder))["release"] == "fitted" and len(fits) == 5
+    data["y"] = y
+    lr_cell.write_bytes(saved.read_bytes())  # the lr 0.05 name now holds the default release
+    with pytest.raises(ValueError, match="not the cell's"):
+        run(release_dir=str(folder), lr="0.05")
+    (folder / ".secret").write_bytes(b"\1" * 32)  # another secret, other names: refit
+    assert run(release_dir=str(folder))["release"] == "fitted" and len(fits) == 6
