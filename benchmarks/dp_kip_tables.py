@@ -610,9 +610,11 @@ def _release(ctx: RunContext, tag: str, key: Any, fit_args: tuple) -> tuple[Any,
         "jax": [jax.__version__, jax.default_backend()],
     }
     secret_file = Path(folder) / ".secret"
-    if not secret_file.exists():
+    if not secret_file.exists():  # created owner-only (0600), never world-readable
         secret_file.parent.mkdir(parents=True, exist_ok=True)
-        secret_file.write_bytes(os.urandom(32))
+        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
     blob = json.dumps(spec, sort_keys=True, default=str).encode()
     digest = hmac.new(secret_file.read_bytes(), blob, hashlib.sha256).hexdigest()[:16]
     path = Path(folder) / f"{tag}-{digest}.npz"

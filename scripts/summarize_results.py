@@ -25,6 +25,7 @@ SETTINGS_KEYS = (
     "corrupt_fraction",
     "hp_epochs",
     "hp_batch_size",
+    "hp_lr",
     "hp_clip_space",
     "hp_group_norm",
     "hp_preprocess",

@@ -233,6 +233,7 @@ def test_table3_release_dir_saves_then_loads_the_same_release(tmp_path, monkeypa
     (saved,) = folder.glob("*.npz")
     assert saved.name.startswith("t3-mnist-fc_ntk-eps10.0-spc2-seed0-")
     assert len((folder / ".secret").read_bytes()) == 32
+    assert (folder / ".secret").stat().st_mode & 0o777 == 0o600
     again = run(release_dir=str(folder))
     assert again["release"] == "loaded" and len(fits) == 2
     for k in ("value", "krr_test_acc", "eps_spent", "steps"):

@@ -1,0 +1,110 @@
+"""Issue 16: DP-KIP-ScatterNet KRR settings chosen on a VALIDATION split (Table 2 cells).
+
+The training set is split by a public seed (2026) into 50,000 rows (the private
+data the release is fitted on) and 10,000 validation rows; the test set is not
+read. Each setting is one change (or one stated pair of changes) from the quick
+profile of ``dp-kip-table2`` (ScatterNet, group_norm 27, ``2x-1``, 10 images
+per class, batch 2000, lr 0.1, clip 1e-3 in feature space, ridge 1e-3, 2
+epochs). Every run goes through the benchmark's own ``_fit``, so a chosen
+setting is exactly the ``--set`` options of the test run. The selection itself
+is not privacy-accounted, as in the papers.
+
+    python scripts/dp_kip_scatternet_validation.py DATASET EPS [--only=NAME|NAME] [--seed=S]
+
+Prints one JSON line per setting (validation KRR accuracy, steps, epsilon
+spent, seconds).
+
+The rule, fixed before the first run: stage 1 runs every setting with seed 0;
+stage 2 reruns the two best of stage 1 and ``quick`` with seed 1. A setting
+replaces ``quick`` for the test run only if its two-seed mean leads by at least
+0.3 points; the test set is then read once, with seeds 0, 1 and 2.
+
+Round 1 was stopped for time after its first two settings per epsilon, when
+``epochs 10, lr 0.03`` led both; round 2 (three settings around it) was written
+then, and stage 2 reruns only the best setting of both rounds, and ``quick``. The
+rows of every run are in ``benchmarks/results/dp-kip-scatternet-validation.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import release_key  # noqa: E402
+from benchmarks.dp_kip_tables import _QUICK_HP, _fit, _preprocess  # noqa: E402
+from privkernels import data, dp_kip  # noqa: E402
+
+BASE: dict[str, object] = dict(
+    _QUICK_HP["scatternet"],
+    clip_space="feature",
+    group_norm="27",
+    preprocess="2x-1",
+    relation="add-remove",
+)
+DP_NTK = dict(  # the Table 3 start (budget share, iterations) and update smoothing
+    init="dp_ntk", init_fraction=0.2, init_iterations=1000, smooth=1.0, relation="replace-one"
+)
+#: name -> changes from BASE; written down before any of them ran.
+SETTINGS: dict[str, dict[str, object]] = {
+    "quick": {},
+    "epochs 10": dict(epochs=10),
+    "epochs 10, lr 0.03": dict(epochs=10, lr=0.03),
+    "epochs 10, batch 5000": dict(epochs=10, batch_size=5000),
+    "reg 1e-2": dict(reg=1e-2),
+    "reg 1e-4": dict(reg=1e-4),
+    "lr 0.3": dict(lr=0.3),
+    "group_norm none": dict(group_norm="none"),
+    "dp_ntk start": DP_NTK,
+    "dp_ntk start, epochs 10": dict(DP_NTK, epochs=10),
+    "epochs 30": dict(epochs=30),
+    "batch 1000": dict(batch_size=1000),
+    # round 2, written after round 1's first two rows per epsilon (lr 0.03 led):
+    "epochs 10, lr 0.01": dict(epochs=10, lr=0.01),
+    "epochs 20, lr 0.03": dict(epochs=20, lr=0.03),
+    "dp_ntk start, epochs 10, lr 0.03": dict(DP_NTK, epochs=10, lr=0.03),
+}
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+    dataset, eps = args[0], float(args[1])
+    names = opts["only"].split("|") if "only" in opts else list(SETTINGS)
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"unknown settings {unknown}; one of {list(SETTINGS)}")
+    seed = int(opts.get("seed", "0"))
+    tr = data.load(dataset, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
+    perm = np.random.default_rng(2026).permutation(len(tr.y))
+    fit_idx, val_idx = np.sort(perm[10_000:]), np.sort(perm[:10_000])
+    for name in names:
+        hp = dict(BASE, **SETTINGS[name])
+        x = _preprocess(tr.x[fit_idx], str(hp["preprocess"]))
+        xv = _preprocess(tr.x[val_idx], str(hp["preprocess"]))
+        key = release_key(seed, eps, "scatternet-validation", dataset)
+        t0 = time.perf_counter()
+        res = _fit(key, x, tr.y[fit_idx], None, None, tr.n_classes, "scatternet", eps, 10, hp)
+        acc = dp_kip.accuracy(res, xv, tr.y[val_idx])
+        row = dict(
+            dataset=dataset,
+            epsilon=eps,
+            seed=seed,
+            setting=name,
+            val_acc=round(100 * float(acc), 2),
+            steps=res.steps_done,
+            eps_spent=round(res.report.epsilon, 4),
+            relation=hp["relation"],
+            seconds=round(time.perf_counter() - t0, 1),
+        )
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
