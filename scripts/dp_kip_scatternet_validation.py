@@ -5,8 +5,8 @@ data the release is fitted on) and 10,000 validation rows; the test set is not
 read. Each setting is one change (or one stated pair of changes) from the quick
 profile of ``dp-kip-table2`` (ScatterNet, group_norm 27, ``2x-1``, 10 images
 per class, batch 2000, lr 0.1, clip 1e-3 in feature space, ridge 1e-3, 2
-epochs). Every run goes through the benchmark's own ``_fit``, so a chosen
-setting is exactly the ``--set`` options of the test run. The selection itself
+epochs). Every run goes through the benchmark's own ``_hp`` and ``_fit``, so a
+chosen setting is exactly the ``--set`` options of the test run. The selection itself
 is not privacy-accounted, as in the papers.
 
     python scripts/dp_kip_scatternet_validation.py DATASET EPS [--only=NAME|NAME] [--seed=S]
@@ -38,38 +38,39 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import release_key  # noqa: E402
-from benchmarks.dp_kip_tables import _QUICK_HP, _fit, _preprocess  # noqa: E402
+from benchmarks.dp_kip_tables import _fit, _hp, _preprocess  # noqa: E402
+from benchmarks.registry import RunContext  # noqa: E402
 from privkernels import data, dp_kip  # noqa: E402
 
-BASE: dict[str, object] = dict(
-    _QUICK_HP["scatternet"],
-    clip_space="feature",
-    group_norm="27",
-    preprocess="2x-1",
-    relation="add-remove",
-)
-DP_NTK = dict(  # the Table 3 start (budget share, iterations) and update smoothing
-    init="dp_ntk", init_fraction=0.2, init_iterations=1000, smooth=1.0, relation="replace-one"
-)
-#: name -> changes from BASE; written down before any of them ran.
-SETTINGS: dict[str, dict[str, object]] = {
+#: the Table 3 start (budget share, iterations) and update smoothing; replace-one
+DP_NTK = dict(init="dp_ntk", init_fraction="0.2", init_iterations="1000", smooth="1.0")
+#: name -> the ``--set`` options of ``dp-kip-table2`` that differ from its quick
+#: profile (read by the benchmark's own `_hp`); written down before any of them ran.
+SETTINGS: dict[str, dict[str, str]] = {
     "quick": {},
-    "epochs 10": dict(epochs=10),
-    "epochs 10, lr 0.03": dict(epochs=10, lr=0.03),
-    "epochs 10, batch 5000": dict(epochs=10, batch_size=5000),
-    "reg 1e-2": dict(reg=1e-2),
-    "reg 1e-4": dict(reg=1e-4),
-    "lr 0.3": dict(lr=0.3),
+    "epochs 10": dict(epochs="10"),
+    "epochs 10, lr 0.03": dict(epochs="10", lr="0.03"),
+    "epochs 10, batch 5000": dict(epochs="10", batch_size="5000"),
+    "reg 1e-2": dict(reg="1e-2"),
+    "reg 1e-4": dict(reg="1e-4"),
+    "lr 0.3": dict(lr="0.3"),
     "group_norm none": dict(group_norm="none"),
     "dp_ntk start": DP_NTK,
-    "dp_ntk start, epochs 10": dict(DP_NTK, epochs=10),
-    "epochs 30": dict(epochs=30),
-    "batch 1000": dict(batch_size=1000),
+    "dp_ntk start, epochs 10": dict(DP_NTK, epochs="10"),
+    "epochs 30": dict(epochs="30"),
+    "batch 1000": dict(batch_size="1000"),
     # round 2, written after round 1's first two rows per epsilon (lr 0.03 led):
-    "epochs 10, lr 0.01": dict(epochs=10, lr=0.01),
-    "epochs 20, lr 0.03": dict(epochs=20, lr=0.03),
-    "dp_ntk start, epochs 10, lr 0.03": dict(DP_NTK, epochs=10, lr=0.03),
+    "epochs 10, lr 0.01": dict(epochs="10", lr="0.01"),
+    "epochs 20, lr 0.03": dict(epochs="20", lr="0.03"),
+    "dp_ntk start, epochs 10, lr 0.03": dict(DP_NTK, epochs="10", lr="0.03"),
 }
+
+
+def setting_hp(name: str, dataset: str, eps: float) -> dict[str, object]:
+    """The benchmark's quick-profile hyper-parameters with the setting's options."""
+    ctx = RunContext(profile="quick", seeds=(0,), data_dir=None, out=Path("."),
+                     options=SETTINGS[name])  # fmt: skip
+    return _hp(ctx, dataset, "scatternet", eps, 10)
 
 
 def main() -> None:
@@ -84,11 +85,11 @@ def main() -> None:
     tr = data.load(dataset, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
     perm = np.random.default_rng(2026).permutation(len(tr.y))
     fit_idx, val_idx = np.sort(perm[10_000:]), np.sort(perm[:10_000])
+    key = release_key(seed, eps, "scatternet-validation", dataset)
     for name in names:
-        hp = dict(BASE, **SETTINGS[name])
+        hp = setting_hp(name, dataset, eps)
         x = _preprocess(tr.x[fit_idx], str(hp["preprocess"]))
         xv = _preprocess(tr.x[val_idx], str(hp["preprocess"]))
-        key = release_key(seed, eps, "scatternet-validation", dataset)
         t0 = time.perf_counter()
         res = _fit(key, x, tr.y[fit_idx], None, None, tr.n_classes, "scatternet", eps, 10, hp)
         acc = dp_kip.accuracy(res, xv, tr.y[val_idx])
