@@ -22,11 +22,11 @@ replaces ``quick`` for the test run only if its two-seed mean leads by at least
 Round 1 was stopped for time after its first two settings per epsilon, when
 ``epochs 10, lr 0.03`` led both; round 2 (three settings around it) was written
 then, and stage 2 reruns only the best setting of both rounds, and ``quick``.
-Round 3 (written after the test of the round-2 choices) tries batch 5000 around
-both choices and, at eps 1 only (time), ``epochs 20, lr 0.03``, with seed 0; a round-3 setting replaces a chosen one only
-if it leads that choice's two-seed mean by at least 0.3 on seeds 0 and 1, and the
-test is then read once more, with seeds 0, 1 and 2. The
-rows of every run are in ``benchmarks/results/dp-kip-scatternet-validation.md``.
+Round 3 (written after the test of the round-2 choices) tries batch 5000
+around both choices and, at eps 1 only (time), ``epochs 20, lr 0.03``, with
+seed 0. A round-3 setting replaces a choice only if it leads that choice's
+two-seed mean by at least 0.3 on seeds 0 and 1; the test is then read once
+more, with seeds 0, 1 and 2. The rows of every run are in ``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
 
 from __future__ import annotations
