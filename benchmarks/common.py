@@ -20,6 +20,7 @@ __all__ = [
     "save_image_grid",
     "Timer",
     "resolve_data_dir",
+    "validation_split",
 ]
 
 
@@ -37,6 +38,21 @@ def release_key(seed: int, epsilon: float | None, *tags: Any) -> Any:
 
     digest = params_digest("benchmark-cell", epsilon=epsilon, tags=tuple(str(t) for t in tags))
     return fold_digest(jax.random.key(int(seed)), digest)
+
+
+def validation_split(n: int, n_val: int = 10_000, seed: int = 2026) -> tuple[Any, Any]:
+    """The public split of ``n`` training rows used to choose settings without the test set.
+
+    A permutation drawn from the public ``seed`` (data-independent) puts its
+    first ``n_val`` rows in validation and the rest in the fit set. Returns
+    ``(fit_idx, val_idx)``: sorted int64 arrays of ``n - n_val`` and ``n_val``
+    row indices, disjoint, together ``range(n)``. The issue-16 validation
+    scripts all use this one split.
+    """
+    if not 0 < n_val < n:
+        raise ValueError(f"need 0 < n_val < n, got n_val={n_val}, n={n}")
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
 def machine_info() -> dict[str, Any]:

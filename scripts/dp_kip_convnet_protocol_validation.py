@@ -38,22 +38,25 @@ import os
 import pickle
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import optax
 
-from privkernels import data, dp_kip, evaluation
-from privkernels.dp_kip.smoothing import smooth_updates
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import validation_split  # noqa: E402
+from privkernels import data, dp_kip, evaluation  # noqa: E402
+from privkernels.dp_kip.smoothing import smooth_updates  # noqa: E402
 
 DELTA, SEED, EPSILONS = 1e-5, 0, (10.0, 1.0)
 
 
 def split(dataset: str = "mnist") -> tuple[np.ndarray, ...]:
     tr = data.load(dataset, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
-    perm = np.random.default_rng(2026).permutation(len(tr.y))
-    fit_idx, val_idx = np.sort(perm[10_000:]), np.sort(perm[:10_000])
+    fit_idx, val_idx = validation_split(len(tr.y))
     return 2 * tr.x[fit_idx] - 1, tr.y[fit_idx], 2 * tr.x[val_idx] - 1, tr.y[val_idx]
 
 

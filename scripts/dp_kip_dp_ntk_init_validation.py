@@ -15,17 +15,22 @@ The selection itself is not accounted, as in the papers.
 from __future__ import annotations
 
 import os
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from privkernels import data, dp_kip, evaluation
-from privkernels.dp_kip.dp_ntk_init import DPNTKInit, dp_ntk_start, split_budget
-from privkernels.dp_kip.smoothing import smooth_images, smooth_updates
-from privkernels.privacy import Budget
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import validation_split  # noqa: E402
+from privkernels import data, dp_kip, evaluation  # noqa: E402
+from privkernels.dp_kip.dp_ntk_init import DPNTKInit, dp_ntk_start, split_budget  # noqa: E402
+from privkernels.dp_kip.smoothing import smooth_images, smooth_updates  # noqa: E402
+from privkernels.privacy import Budget  # noqa: E402
 
 EPS, DELTA, SEED = 10.0, 1e-5, 0
 
@@ -33,8 +38,7 @@ EPS, DELTA, SEED = 10.0, 1e-5, 0
 def main() -> None:
     root = os.environ.get("PRIVKERNELS_DATA")
     tr = data.load("mnist", data_dir=root, split="train")
-    perm = np.random.default_rng(2026).permutation(len(tr.y))
-    fit_idx, val_idx = np.sort(perm[10_000:]), np.sort(perm[:10_000])
+    fit_idx, val_idx = validation_split(len(tr.y))
     x, y = 2 * tr.x[fit_idx] - 1, tr.y[fit_idx]
     xv, yv = 2 * tr.x[val_idx] - 1, tr.y[val_idx]
     spec = DPNTKInit()

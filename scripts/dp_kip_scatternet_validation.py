@@ -37,11 +37,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import release_key  # noqa: E402
+from benchmarks.common import release_key, validation_split  # noqa: E402
 from benchmarks.dp_kip_tables import _fit, _hp, _preprocess  # noqa: E402
 from benchmarks.registry import RunContext  # noqa: E402
 from privkernels import data, dp_kip  # noqa: E402
@@ -92,8 +90,7 @@ def main() -> None:
         raise SystemExit(f"unknown settings {unknown}; one of {list(SETTINGS)}")
     seed = int(opts.get("seed", "0"))
     tr = data.load(dataset, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
-    perm = np.random.default_rng(2026).permutation(len(tr.y))
-    fit_idx, val_idx = np.sort(perm[10_000:]), np.sort(perm[:10_000])
+    fit_idx, val_idx = validation_split(len(tr.y))
     key = release_key(seed, eps, "scatternet-validation", dataset)
     for name in names:
         hp = setting_hp(name, dataset, eps)

@@ -254,3 +254,17 @@ def test_table3_release_dir_saves_then_loads_the_same_release(tmp_path, monkeypa
         run(release_dir=str(folder), lr="0.05")
     (folder / ".secret").write_bytes(b"\1" * 32)  # another secret, other names: refit
     assert run(release_dir=str(folder))["release"] == "fitted" and len(fits) == 6
+
+
+def test_validation_split_is_public_disjoint_and_complete():
+    from benchmarks.common import validation_split
+
+    fit, val = validation_split(1000, n_val=200)
+    assert fit.shape == (800,) and val.shape == (200,)
+    assert np.array_equal(np.sort(np.concatenate([fit, val])), np.arange(1000))
+    assert np.all(np.diff(fit) > 0) and np.all(np.diff(val) > 0)
+    again = validation_split(1000, n_val=200)
+    assert np.array_equal(again[1], val)  # a public seed: the same split every call
+    assert not np.array_equal(validation_split(1000, n_val=200, seed=1)[1], val)
+    with pytest.raises(ValueError, match="n_val"):
+        validation_split(100, n_val=100)
