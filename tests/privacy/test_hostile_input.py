@@ -25,6 +25,7 @@ from _privacy_helpers import NoiseDrawn, forbid_noise
 
 from privkernels import dp_kip, dp_ntk, features, privacy
 from privkernels import dp_ntk_regression as reg
+from privkernels.generators import ConvCondGenerator
 
 KEY = jax.random.key(0)
 RNG = np.random.default_rng(0)
@@ -223,6 +224,12 @@ def test_method_rejects_hostile_input_before_noise(fname, over, monkeypatch):
             {"label_mode": "released", "split": (0.0, 1.0)},
             id="dp_ntk.fit-label-fraction-one",
         ),
+        # the generator's initialisation is public randomness (samplers allowed below)
+        pytest.param(
+            "dp_ntk.fit",
+            {"generator": ConvCondGenerator(n_classes=2, output_shape=(8, 8), hidden=(8,))},
+            id="dp_ntk.fit-generator-shape-public-init",
+        ),
         pytest.param("dp_ntk_regression.fit", {"beta": 0.0}, id="regression-beta-zero"),
         pytest.param("dp_ntk_regression.fit", {"k": 0}, id="regression-k-zero"),
         # k's maximum depends on the data-independent random weights, drawn first (public
@@ -237,7 +244,8 @@ def test_method_rejects_hostile_input_before_noise(fname, over, monkeypatch):
 def test_method_specific_hostile_input(fname, over, monkeypatch, request):
     """Method-specific invalid settings are refused before any noise (before any mechanism, and
     before any sampler except where data-independent randomness legitimately comes first)."""
-    forbid_noise(monkeypatch, samplers="k-too-large" not in request.node.name)
+    forbid_noise(monkeypatch, samplers="public-init" not in request.node.name
+                 and "k-too-large" not in request.node.name)  # fmt: skip
     with pytest.raises((ValueError, TypeError)):
         try:
             METHODS[fname](**over)

@@ -344,6 +344,19 @@ def test_f5_add_remove_needs_a_public_rate_and_never_releases_n(monkeypatch):
     assert "40" not in res.report.to_json()
 
 
+def test_f5_add_remove_config_is_the_same_for_every_n():
+    """The stored config (chunk length included) reads no private n under add-remove: before,
+    the chunk was tailored to the padded Poisson batch of the true n and stepped every ~150
+    records (11036 vs 11037 at q = 0.01), which told those neighbours apart."""
+    kw = dict(
+        input_shape=(8, 8), n_classes=10, epsilon=1.0, delta=1e-5, kernel="fc_ntk",
+        neighbouring="add-remove", sampling_rate=0.01, batch_size=110, accountant="rdp", epochs=1,
+    )  # fmt: skip
+    configs = [dp_kip.configure(n=n, **kw)[0].to_dict() for n in (11_036, 11_037, 500, 10**6)]
+    assert all(c == configs[0] for c in configs[1:])
+    assert configs[0]["n"] is None
+
+
 # --------------------------------------------------------------------------- F6
 
 

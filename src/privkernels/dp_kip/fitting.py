@@ -43,6 +43,7 @@ from privkernels.dp_kip.train import (
     initial_state,
     make_trainer,
     padded_batch_length,
+    planning_size,
 )
 from privkernels.privacy.accounting import check_relation, check_sampling_rate
 from privkernels.privacy.budget import as_budget
@@ -155,7 +156,9 @@ def fit(
     )
     trainer = make_trainer(
         cfg, spec, run["plan"], run["optimizer"], n=run["n"],
-        min_pad=padded_batch_length(run["n"], cfg.sampling_rate, chunk_size)[1],
+        min_pad=padded_batch_length(
+            planning_size(cfg.n, cfg.batch_size, cfg.sampling_rate), cfg.sampling_rate, chunk_size
+        )[1],
         cacheable=cfg.kernel != "entk" and not cfg.custom_optimizer, mesh=mesh,
     )  # fmt: skip
     history = _new_history(test is not None, diagnostics)
@@ -433,7 +436,11 @@ def configure(
         steps_per_epoch=steps_per_epoch,
         epochs=epochs,
         planned_steps=epochs * steps_per_epoch,
-        chunk_size=padded_batch_length(int(n), q, check_int(chunk_size, "chunk_size"))[0],
+        chunk_size=padded_batch_length(
+            planning_size(int(n) if neighbouring == "replace-one" else None, batch_size, q),
+            q,
+            check_int(chunk_size, "chunk_size"),
+        )[0],
         corrupt_fraction=args["corrupt_fraction"],
         learn_labels=bool(learn_labels),
         init=init_name,

@@ -418,6 +418,22 @@ def _mesh_runner(
     return run_steps
 
 
+def planning_size(n: int | None, batch_size: int, q: float) -> int:
+    """The dataset size that shapes the padded batch (`padded_batch_length`).
+
+    ``n`` when it is public (replace-one: pass the true size), else ``None`` and
+    the size the public ``batch_size`` and rate ``q`` describe,
+    ``round(batch_size / q)``. Under add-remove the chunk length is stored in
+    the released config, so it must not be read from the private ``n`` (a
+    padded length steps every ~150 records, which would tell neighbours apart).
+    Poisson batches larger than the planned pad still fit: the schedule pads
+    to the largest sampled batch (`privkernels.privacy.sampling.poisson_schedule`).
+    """
+    if n is not None:
+        return int(n)
+    return max(1, round(batch_size / q))
+
+
 def padded_batch_length(n: int, q: float, chunk_size: int) -> tuple[int, int]:
     """``(chunk, pad)``: a chunk length ``<= chunk_size`` that splits the usual padded batch
     with little waste, and that padded length (``P[Binomial(n, q) > pad] <= 1e-9``)."""

@@ -156,16 +156,29 @@ def fit(
     k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
     if ntk_params is None:  # same split as private_embedding uses internally
         ntk_params = _init_ntk(jax.random.split(k_emb)[0], network, cfg.data_shape)
+    gparams = _init_generator(k_gen, generator, cfg, n_classes)  # may refuse: before the noise
     noisy_emb, proportions, report = _release(
         k_emb, k_lab, x, y_np, budget, cfg, network, ntk_params, inferred, mesh
     )
     del x, y, y_np  # everything below is post-processing
-    z0, oh0 = make_code(k_gen, jnp.zeros((2,), jnp.int32), d_code=cfg.d_code, n_classes=n_classes)
-    gparams = generator.init(k_gen, z0, oh0)
     state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), k_train, jnp.int32(0))
     result = DPNTKResult(generator, gparams, network, ntk_params, noisy_emb, proportions, report,
                          np.zeros((0,), np.float32), cfg, tuple(groups), 0)  # fmt: skip
     return _train(result, state, ck, checkpoint_every, progress, callback)
+
+
+def _init_generator(key: Any, generator: nn.Module, cfg: DPNTKConfig, n_classes: int) -> Any:
+    """The generator's initial parameters, refusing a generator whose samples do not have
+    the data's shape ``cfg.data_shape`` (eq. (6) embeds them with the same network)."""
+    z0, oh0 = make_code(key, jnp.zeros((2,), jnp.int32), d_code=cfg.d_code, n_classes=n_classes)
+    gparams = generator.init(key, z0, oh0)
+    out = jax.eval_shape(generator.apply, gparams, z0, oh0)
+    if tuple(out.shape) != (2, *cfg.data_shape):
+        raise ValueError(
+            f"the generator's samples have shape {tuple(out.shape)[1:]}, the data "
+            f"{tuple(cfg.data_shape)}: pass a generator whose output matches the data"
+        )
+    return gparams
 
 
 def _check_generator_range(x: Any, generator: nn.Module) -> None:
