@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from privkernels._validation import (
 from privkernels.dp_ntk.release import (
     N_PUBLIC_NOTE,
     NTK_PARAMS_NOTE,
+    mean_embedding,
     private_class_proportions,
     private_embedding,
     validate_xy,
@@ -156,7 +158,7 @@ def fit(
     k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
     if ntk_params is None:  # same split as private_embedding uses internally
         ntk_params = _init_ntk(jax.random.split(k_emb)[0], network, cfg.data_shape)
-    gparams = _init_generator(k_gen, generator, cfg, n_classes)  # may refuse: before the noise
+    gparams = _init_generator(k_gen, generator, cfg, network, ntk_params)  # refuses before noise
     noisy_emb, proportions, report = _release(
         k_emb, k_lab, x, y_np, budget, cfg, network, ntk_params, inferred, mesh
     )
@@ -167,17 +169,28 @@ def fit(
     return _train(result, state, ck, checkpoint_every, progress, callback)
 
 
-def _init_generator(key: Any, generator: nn.Module, cfg: DPNTKConfig, n_classes: int) -> Any:
-    """The generator's initial parameters, refusing a generator whose samples do not have
-    the data's shape ``cfg.data_shape`` (eq. (6) embeds them with the same network)."""
-    z0, oh0 = make_code(key, jnp.zeros((2,), jnp.int32), d_code=cfg.d_code, n_classes=n_classes)
+def _init_generator(
+    key: Any, generator: nn.Module, cfg: DPNTKConfig, network: nn.Module, ntk_params: Any
+) -> Any:
+    """The generator's initial parameters, refusing a generator whose samples the e-NTK
+    network cannot embed as it embeds the data (eq. (6)); shapes only (`jax.eval_shape`)."""
+    n_classes = cfg.n_classes
+    labels = jnp.zeros((2,), jnp.int32)
+    z0, oh0 = make_code(key, labels, d_code=cfg.d_code, n_classes=n_classes)
     gparams = generator.init(key, z0, oh0)
     out = jax.eval_shape(generator.apply, gparams, z0, oh0)
-    if tuple(out.shape) != (2, *cfg.data_shape):
+    embed = functools.partial(
+        mean_embedding, network, ntk_params, y=labels, n_classes=n_classes,
+        chunk_size=cfg.chunk_size, method=cfg.method, precision=None,
+    )  # fmt: skip
+    try:
+        jax.eval_shape(embed, out)
+    except Exception as err:  # any failure to trace eq. (6) on these samples
         raise ValueError(
-            f"the generator's samples have shape {tuple(out.shape)[1:]}, the data "
-            f"{tuple(cfg.data_shape)}: pass a generator whose output matches the data"
-        )
+            f"the generator's samples have shape {tuple(out.shape)[1:]} and the network, built "
+            f"for data {tuple(cfg.data_shape)}, cannot embed them: pass a generator whose "
+            f"output matches the data ({type(err).__name__})"
+        ) from err
     return gparams
 
 
