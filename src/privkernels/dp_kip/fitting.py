@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -719,9 +720,12 @@ def _load_checkpoint(
 def _check_fingerprint(meta: Mapping[str, Any], cfg: DPKIPConfig) -> None:
     """A checkpoint resumes only the run it was written by (same budget, plan, kernel, ...)."""
     if meta.get("fingerprint") != cfg.fingerprint():
+        saved = meta.get("config") or {}
+        now = json.loads(json.dumps(cfg.to_dict(), default=str))  # as the checkpoint stores it
+        differ = sorted(k for k in now if k in saved and saved[k] != now[k]) or ["unknown"]
         raise ValueError(
-            "checkpoint configuration differs from this call (epsilon, delta, sampling rate, "
-            "planned steps, kernel, ...); resuming with another accountant state is not allowed"
+            f"checkpoint configuration differs from this call ({', '.join(differ)}); resuming "
+            "with another plan or accountant state is not allowed"
         )
 
 
