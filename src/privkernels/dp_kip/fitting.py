@@ -421,6 +421,7 @@ def configure(
         import optax
 
         opt = optax.adam(args["learning_rate"])
+    public_n = int(n) if neighbouring == "replace-one" else None  # add-remove: n is private
     cfg = DPKIPConfig(
         kernel=kernel,
         kernel_options=probe.options,
@@ -438,7 +439,7 @@ def configure(
         epochs=epochs,
         planned_steps=epochs * steps_per_epoch,
         chunk_size=padded_batch_length(
-            planning_size(int(n) if neighbouring == "replace-one" else None, batch_size, q),
+            planning_size(public_n, batch_size, q),
             q,
             check_int(chunk_size, "chunk_size"),
         )[0],
@@ -446,7 +447,7 @@ def configure(
         learn_labels=bool(learn_labels),
         init=init_name,
         custom_optimizer=optimizer is not None,
-        n=int(n) if neighbouring == "replace-one" else None,
+        n=public_n,
         epsilon=None if plan is None else plan.epsilon,
         delta=None if plan is None else plan.delta,
         clip_norm=None if plan is None else plan.clip_norm,
