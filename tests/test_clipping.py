@@ -15,6 +15,8 @@ from privkernels.privacy.clipping import (
     clip_per_example,
     noisy_clipped_sum,
     per_example_norms,
+    rounding_bound,
+    rounding_error,
 )
 
 KEY = jax.random.key(42)
@@ -155,3 +157,56 @@ def test_structure_validation():
         clip_per_example({}, 1.0)
     with pytest.raises(TypeError, match="key"):
         noisy_clipped_sum(1, g, jnp.ones(3, bool), clip_norm=1.0, noise_multiplier=1.0)
+
+
+def test_rounding_error_charges_the_longer_chains_and_keeps_the_default_otherwise():
+    """`rounding_error`: ``max(3 gamma_n bound^2, 2 (gamma_n bound^2 + gamma_k A_k))``; a small or
+    short-chained piece leaves the default ``3 gamma_n bound^2`` unchanged to the bit."""
+    bound = jnp.asarray([1.0, 2.0, 0.5, 1.0], jnp.float32)
+    piece = jnp.asarray([0.5, 1.0, 0.0, 1e-9], jnp.float32)
+    g = lambda n: rounding_bound(n)  # noqa: E731
+    default = 3.0 * g(100) * np.asarray(bound, np.float64) ** 2
+    none = np.asarray(rounding_error(bound, 100, (), jnp.float32))
+    np.testing.assert_allclose(none, default, rtol=1e-6)
+    short = np.asarray(rounding_error(bound, 100, ((piece, 50),), jnp.float32))
+    np.testing.assert_array_equal(short, none)
+    longer = np.asarray(rounding_error(bound, 100, ((piece, 10_000),), jnp.float32))
+    charged = 2.0 * (g(100) * np.asarray(bound, np.float64) ** 2 + g(10_000) * np.asarray(piece))
+    np.testing.assert_allclose(longer, np.maximum(default, charged), rtol=1e-6)
+    assert longer[0] > none[0] and longer[1] > none[1]  # large pieces are charged
+    assert longer[2] == none[2] and longer[3] == none[3]  # tiny ones are not: same bits
+    # gamma_n = n u / (1 - n u), u = 2^-24 (Higham, Sec. 3.1)
+    assert g(1000) == pytest.approx(1000 * 2.0**-24 / (1 - 1000 * 2.0**-24), rel=1e-12)
+
+
+@pytest.mark.parametrize("m, d", [(12, 40), (40, 12)])
+def test_gram_norm_error_bound_covers_the_float64_norm(m, d):
+    """The Gram form's ``sq`` (a signed sum that cancels near the arc-cosine kink) lies within its
+    ``err`` of the same expression in float64, for both reduction layouts (m <= d, m > d); the
+    ``||S_i X||^2`` term is charged its own chain, ``gram_rounding_terms(m, d)``."""
+    from privkernels import dp_kip
+    from privkernels.dp_kip.clipped_sums import gram_norm_terms, gram_rounding_terms
+
+    rng = np.random.default_rng(m)
+    spec = dp_kip.make_kernel("fc_ntk", (d,), 2)
+    xs = rng.normal(size=(m, d))
+    xs[1] = xs[0] * 1.004 + 1e-4 * rng.normal(size=d)
+    xs = jnp.asarray(xs, jnp.float32)
+    ys = dp_kip.encode_labels(jnp.asarray(np.arange(m) % 2), 2)
+    t = jnp.asarray(rng.normal(size=(32, d)), jnp.float32)
+    yt = dp_kip.encode_labels(jnp.asarray(rng.integers(0, 2, 32)), 2)
+    terms = jax.jit(lambda a, b: gram_norm_terms(spec.gram_fn, a, ys, b, yt, 1e-6))(xs, t)
+    # the same ||g_i||^2 = ||S_i X + b_i x_i^T||_F^2 from the float32 S_i, b_i, formed in float64
+    eye = np.eye(m)
+    u, v = np.asarray(terms.u, np.float64), np.asarray(terms.v, np.float64)
+    e_sym, dvec = np.asarray(terms.e_sym, np.float64), np.asarray(terms.dvec, np.float64)
+    x64, t64 = np.asarray(xs, np.float64), np.asarray(t, np.float64)
+    b_vec = np.asarray(terms.b_vec, np.float64)
+    quad_piece = np.zeros(32)
+    for i in range(32):
+        s_i = -e_sym * (np.outer(u[i], v[i]) + np.outer(v[i], u[i])) + dvec[i] * eye
+        g_i = s_i @ x64 + np.outer(b_vec[i], t64[i])
+        assert abs(float(terms.sq[i]) - float(np.sum(g_i * g_i))) <= float(terms.err[i])
+        quad_piece[i] = np.sum(s_i * s_i) * np.sum(x64 * x64)  # ||S_i||_F^2 ||X||_F^2
+    gamma = rounding_bound(gram_rounding_terms(m, d))
+    assert np.all(np.asarray(terms.err) >= 2.0 * gamma * quad_piece * (1 - 1e-4))

@@ -39,6 +39,7 @@ from privkernels.privacy.clipping import (
     clip_per_example,
     masked_clip_factors,
     rounding_bound,
+    rounding_error,
     safe_norms,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "feature_clipped_sum",
     "gram_clipped_sum",
     "gram_norm_terms",
+    "gram_rounding_terms",
 ]
 
 STRATEGIES = ("gram", "feature", "adjoint", "vmap", "exact")
@@ -112,7 +114,10 @@ def feature_clipped_sum(
         + 2.0 * jnp.sqrt(jnp.sum(u * u, -1) * jnp.sum(w * w, -1))
         + jnp.abs(gamma) * jnp.sqrt(s_sq)
     )
-    norms = safe_norms(sq, bound, rounding_bound(2 * m + s.shape[1], s.dtype))
+    # gamma^2 ||S||_F^2 sums m f squares; every other term has a chain of about 2m + f.
+    c_sq = gamma**2 * s_sq
+    err = rounding_error(bound, 2 * m + s.shape[1], ((c_sq, m * s.shape[1] + m + 4),), s.dtype)
+    norms = safe_norms(sq, bound, rounding_bound(2 * m + s.shape[1], s.dtype), err)
     factor, keep = masked_clip_factors(norms, mask, clip_norm)
     vc = jnp.where(keep[:, None], v * factor[:, None], 0.0)
     uc = jnp.where(keep[:, None], u * factor[:, None], 0.0)
@@ -140,6 +145,7 @@ class GramTerms(NamedTuple):
     r: jax.Array  # (b, c) residuals
     sq: jax.Array  # (b,) ||g_i||^2 from the closed form (may cancel, see _gram_clipped_sum)
     bound: jax.Array  # (b,) ||S_i||_F ||X_s||_F + ||b_i|| ||x_i||  >= ||g_i||
+    err: jax.Array  # (b,) bound on the rounding error of sq (`rounding_error`)
 
 
 @full_precision
@@ -206,12 +212,16 @@ def gram_norm_terms(
         uc, vc, dc, hc, bc = args
         sym = -e_sym * (uc[:, :, None] * vc[:, None, :] + vc[:, :, None] * uc[:, None, :])
         sym = sym + dc[:, :, None] * eye
+        # Row sums, then their sum, with a barrier between: the float32 error of a
+        # reduction grows with its length, and XLA may merge two reductions into one
+        # over all m^2 entries (see gram_rounding_terms).
         if m <= d:  # ||S X||^2 = sum((S G) * S): one (chunk m, m) GEMM
             sg = (sym.reshape(per * m, m) @ gram).reshape(per, m, m)
-            quad = jnp.sum(sg * sym, axis=(1, 2))
+            rows = jnp.sum(sg * sym, axis=2)
         else:
             sx = (sym.reshape(per * m, m) @ x_s).reshape(per, m, d)
-            quad = jnp.sum(sx * sx, axis=(1, 2))
+            rows = jnp.sum(sx * sx, axis=2)
+        quad = jnp.sum(jax.lax.optimization_barrier(rows), axis=1)
         cross = jnp.sum(bc * jnp.einsum("bjk,bk->bj", sym, hc), axis=-1)
         return quad, cross, jnp.sum(sym * sym, axis=(1, 2))
 
@@ -219,8 +229,27 @@ def gram_norm_terms(
     quad, cross, s_sq = (a.reshape(-1)[:nb] for a in (quad, cross, s_sq))
     bb = jnp.sum(b_vec * b_vec, -1)
     sq = quad + 2.0 * cross + bb * sq_t
-    bound = jnp.sqrt(s_sq) * jnp.sqrt(jnp.sum(diag)) + jnp.sqrt(bb * sq_t)
-    return GramTerms(u, v, dvec, b_vec, e_sym, r, sq, bound)
+    x_sq = jnp.sum(diag)
+    bound = jnp.sqrt(s_sq) * jnp.sqrt(x_sq) + jnp.sqrt(bb * sq_t)
+    err = rounding_error(bound, 2 * m + d, ((s_sq * x_sq, gram_rounding_terms(m, d)),), x_s.dtype)
+    return GramTerms(u, v, dvec, b_vec, e_sym, r, sq, bound, err)
+
+
+def gram_rounding_terms(m: int, d: int) -> int:
+    """Operations behind the ``||S_i X||^2`` term of `gram_norm_terms`' ``sq``.
+
+    ``m <= d``: ``G = X X^T`` (``d`` terms), ``S_i G`` (``m``), the product
+    with ``S_i``, the ``m`` row sums (``m``) and their sum (``m``): ``d + 3m
+    + 1``. ``m > d``: ``S_i X`` (``m``), the squares, row sums (``d``) and
+    their sum (``m``): ``2m + d + 1``. The nested sum's error is at most
+    ``gamma`` of its length times the same sum in absolute values, ``<=
+    ||S_i||_F^2 ||X||_F^2`` (Higham, Sec. 3.1). The row sums are kept apart
+    from their sum (an optimisation barrier): one reduction over the ``m^2``
+    entries would need ``m^2`` here. The other terms of ``sq`` (``b . (S
+    h)``, ``||b||^2 ||x||^2``) have chains of ``2m + d`` plus a few, inside
+    the slack of `safe_norms`' default.
+    """
+    return 3 * int(m) + int(d) + 2
 
 
 @full_precision
@@ -274,7 +303,7 @@ def gram_clipped_sum(
     """
     m, d = x_s.shape
     terms = gram_norm_terms(gram_fn, x_s, y_s, t, y_t, ridge)
-    norms = safe_norms(terms.sq, terms.bound, rounding_bound(2 * m + d, x_s.dtype))
+    norms = safe_norms(terms.sq, terms.bound, rounding_bound(2 * m + d, x_s.dtype), terms.err)
     factor, keep = masked_clip_factors(norms, mask, clip_norm)
     uc = jnp.where(keep[:, None], terms.u * factor[:, None], 0.0)
     vc = jnp.where(keep[:, None], terms.v * factor[:, None], 0.0)

@@ -25,6 +25,7 @@ _EXPORTS = {
     "NORM_MARGIN": "clipping",
     "clip_factors": "clipping",
     "masked_clip_factors": "clipping",
+    "rounding_error": "clipping",
     "safe_norms": "clipping",
     "rounding_bound": "clipping",
     # noise keys

@@ -30,6 +30,7 @@ __all__ = [
     "noisy_clipped_sum",
     "per_example_norms",
     "rounding_bound",
+    "rounding_error",
     "safe_norms",
 ]
 
@@ -146,22 +147,58 @@ def rounding_bound(n_terms: int, dtype: Any = jnp.float32) -> float:
     return nu / (1.0 - nu) if nu < 0.5 else math.inf
 
 
-def safe_norms(sq: jax.Array, bound: jax.Array, rho: float) -> jax.Array:
+def safe_norms(
+    sq: jax.Array, bound: jax.Array, rho: float, err: jax.Array | None = None
+) -> jax.Array:
     """Upper bounds on per-example norms from a closed form that may cancel.
 
     ``sq`` is ``||g_i||^2`` computed as a signed sum of terms whose magnitudes
     are at most ``bound_i^2`` (``bound_i >= ||g_i||`` computed from sums of
-    squares only, hence accurate), so its rounding error is at most
-    ``3 rho bound_i^2`` with ``rho = rounding_bound(n)``. The result
-    ``sqrt(max(sq, 0) + 3 rho bound^2) + rho bound`` is at least the exact
-    norm, and at least the norm of the contribution as actually computed
-    (whose own rounding error is at most ``rho bound``). Where the closed form
-    is well conditioned this adds a relative ``~ rho (bound/norm)^2``; where it
-    cancels catastrophically the example is clipped against ``sqrt(3 rho) bound``
-    instead of a spuriously tiny norm.
+    squares only, hence accurate). ``err`` bounds its rounding error; by
+    default ``3 rho bound_i^2`` with ``rho = rounding_bound(n)``, right when
+    every term comes from an ``n``-operation chain (the factor 3 covers the
+    few additions joining the terms and ``bound``'s own rounding). Callers
+    whose terms have chains of different lengths pass ``err`` built with
+    `rounding_error`. The result ``sqrt(max(sq, 0) + err) + rho bound`` is at
+    least the exact norm, and at least the norm of the contribution as
+    actually computed (whose own rounding error is at most ``rho bound``).
+    Where the closed form is well conditioned this adds a relative
+    ``~ rho (bound/norm)^2``; where it cancels catastrophically the example is
+    clipped against ``sqrt(err)`` instead of a spuriously tiny norm.
     """
     bound = jnp.abs(bound)
-    return jnp.sqrt(jnp.maximum(sq, 0.0) + 3.0 * rho * bound * bound) + rho * bound
+    if err is None:
+        err = 3.0 * rho * bound * bound
+    return jnp.sqrt(jnp.maximum(sq, 0.0) + err) + rho * bound
+
+
+def rounding_error(
+    bound: jax.Array, n_terms: int, pieces: tuple[tuple[jax.Array, int], ...], dtype: Any
+) -> jax.Array:
+    """`safe_norms`' ``err`` when some terms come from longer chains than ``n_terms``.
+
+    ``bound^2`` is a sum of non-negative pieces, one per term of the closed
+    form (its squares and cross terms), each at least that term's absolute
+    value expression; most come from chains of about ``n_terms`` float32
+    operations, piece ``A_k`` (``(b,)``, ``0 <= A_k <= bound^2``) from a longer
+    chain of ``n_k`` (Higham, Sec. 3.1: a nested dot product errs by at most
+    ``gamma`` of its total length times its absolute-value expression). The
+    error is then at most ``gamma_n bound^2 + sum_k gamma_{n_k} A_k``, up to
+    the rounding of ``bound`` and ``A_k`` themselves; returned is::
+
+        max(3 gamma_n bound^2,  2 (gamma_n bound^2 + sum_k gamma_{n_k} A_k))
+
+    The first form is the default of `safe_norms`, kept (to the bit) where it
+    already covers the long pieces; the factor 2 of the second covers the
+    rounding of ``bound`` and ``A_k`` and the few additions joining the terms.
+    """
+    rho = rounding_bound(n_terms, dtype)
+    bound = jnp.abs(bound)
+    charged = rho * bound * bound
+    for piece, n_k in pieces:
+        charged = charged + rounding_bound(n_k, dtype) * piece
+    # the default exactly as `safe_norms` writes it, so its bits are unchanged
+    return jnp.maximum(3.0 * rho * bound * bound, 2.0 * charged)
 
 
 def clip_per_example(grads: Any, clip_norm: float) -> tuple[Any, jax.Array]:
