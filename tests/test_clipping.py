@@ -210,3 +210,27 @@ def test_gram_norm_error_bound_covers_the_float64_norm(m, d):
         quad_piece[i] = np.sum(s_i * s_i) * np.sum(x64 * x64)  # ||S_i||_F^2 ||X||_F^2
     gamma = rounding_bound(gram_rounding_terms(m, d))
     assert np.all(np.asarray(terms.err) >= 2.0 * gamma * quad_piece * (1 - 1e-4))
+
+
+def test_gram_quadratic_term_is_summed_by_rows_after_compilation():
+    """`gram_rounding_terms` charges ``||S_i X||^2`` a chain of ``3m + d``: that holds only if the
+    compiled program sums each row of the ``(m, m)`` products apart from the sum of rows. Without the
+    optimisation barrier XLA merges the two into one reduction over all ``m^2`` entries (a chain of
+    ``m^2``); this reads the compiled HLO."""
+    import re
+
+    from privkernels import dp_kip
+    from privkernels.dp_kip.clipped_sums import gram_norm_terms
+
+    m, d = 12, 40
+    spec = dp_kip.make_kernel("fc_ntk", (d,), 2)
+    xs, t = jnp.ones((m, d)), jnp.ones((8, d))
+    ys, yt = jnp.ones((m, 2)), jnp.ones((8, 2))
+    fn = jax.jit(lambda a, b: gram_norm_terms(spec.gram_fn, a, ys, b, yt, 1e-6).sq)
+    hlo = fn.lower(xs, t).compile().as_text()
+    reduces = [line for line in hlo.splitlines() if " reduce(" in line]
+    assert any(re.search(rf"f32\[\d+,{m}\]\S* reduce\(.*dimensions=\{{2\}}", r) for r in reduces)
+    assert not any("dimensions={1,2}" in r for r in reduces)
+    # the same pair of sums without the barrier is merged (why the barrier is there)
+    merged = jax.jit(lambda a: jnp.sum(jnp.sum(a * a, axis=2), axis=1))
+    assert "dimensions={1,2}" in merged.lower(jnp.ones((8, m, m))).compile().as_text()
