@@ -26,7 +26,10 @@ Round 3 (written after the test of the round-2 choices) tries batch 5000
 around both choices and, at eps 1 only (time), ``epochs 20, lr 0.03``, with
 seed 0. A round-3 setting replaces a choice only if it leads that choice's
 two-seed mean by at least 0.3 on seeds 0 and 1; the test is then read once
-more, with seeds 0, 1 and 2. The rows of every run are in ``benchmarks/results/dp-kip-scatternet-validation.md``.
+more, with seeds 0, 1 and 2. Round 4 (FMNIST eps 1, after that test) tries a
+larger learning rate for the fewer steps of batch 5000 and batch 10000, seeds 0
+and 1 side by side, under the same rule. The rows of every run are in
+``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,9 @@ SETTINGS: dict[str, dict[str, str]] = {
     "dp_ntk start, epochs 10, lr 0.03, batch 5000": dict(
         DP_NTK, epochs="10", lr="0.03", batch_size="5000"
     ),
+    # round 4 (FMNIST eps 1), written after the batch 5000 test: fewer, larger steps
+    "epochs 10, lr 0.06, batch 5000": dict(epochs="10", lr="0.06", batch_size="5000"),
+    "epochs 10, lr 0.06, batch 10000": dict(epochs="10", lr="0.06", batch_size="10000"),
 }
 
 
