@@ -234,3 +234,24 @@ def test_gram_quadratic_term_is_summed_by_rows_after_compilation():
     # the same pair of sums without the barrier is merged (why the barrier is there)
     merged = jax.jit(lambda a: jnp.sum(jnp.sum(a * a, axis=2), axis=1))
     assert "dimensions={1,2}" in merged.lower(jnp.ones((8, m, m))).compile().as_text()
+
+
+def test_large_per_example_norms_are_summed_in_blocks_after_compilation():
+    """`per_example_norms` for 78,400 entries per example (a (100, 784) support gradient) must not
+    compile to one reduction (a float32 chain of 78,400, whose worst case exceeds `NORM_MARGIN`):
+    block sums, then their sum. Small leaves keep one reduction. Reads the compiled HLO."""
+    import re
+
+    def reduces(shape):
+        hlo = jax.jit(per_example_norms).lower({"w": jnp.ones(shape)}).compile().as_text()
+        return [line for line in hlo.splitlines() if " reduce(" in line]
+
+    big = reduces((8, 100, 784))
+    assert not any("dimensions={1,2}" in r for r in big)
+    assert any(re.search(r"f32\[8,\d+\]\S* reduce\(.*dimensions=\{2\}", r) for r in big)
+    assert len(reduces((8, 40, 50))) == 1  # 2,000 entries: one reduction
+    g = np.random.default_rng(3).normal(size=(4, 100, 784)).astype(np.float32)
+    exact = np.sqrt(np.sum(g.astype(np.float64) ** 2, axis=(1, 2)))
+    np.testing.assert_allclose(
+        np.asarray(per_example_norms({"w": jnp.asarray(g)})), exact, rtol=1e-6
+    )
