@@ -255,3 +255,28 @@ def test_large_per_example_norms_are_summed_in_blocks_after_compilation():
     np.testing.assert_allclose(
         np.asarray(per_example_norms({"w": jnp.asarray(g)})), exact, rtol=1e-6
     )
+
+
+def test_long_chains_raise_or_are_split_never_silently_drop_every_example():
+    """A chain too long for ``gamma_n`` (``n u >= 1/2``) must not become ``inf * 0 = NaN`` norms that
+    drop every example without a word: `rounding_error` raises, per-example norms beyond what two
+    levels cover raise at trace time, and the feature form splits its ``m f``-term ``||S||_F^2`` so
+    a large e-NTK support (m 200, f 42,000: 8.4M squares) still clips and sums every example."""
+    from privkernels.dp_kip.clipped_sums import feature_clipped_sum
+
+    with pytest.raises(ValueError, match="too long"):
+        rounding_error(jnp.ones(2), 100, ((jnp.ones(2), 1 << 23),), jnp.float32)
+    huge = {"w": jax.ShapeDtypeStruct((1, 1 << 26), jnp.float32)}
+    with pytest.raises(ValueError, match="too long"):
+        jax.eval_shape(per_example_norms, huge)
+    rng = np.random.default_rng(5)
+    m, f, b = 200, 42_000, 4
+    s = jnp.asarray(rng.normal(size=(m, f)), jnp.float32)
+    phi = jnp.asarray(rng.normal(size=(b, f)), jnp.float32)
+    ys = jnp.asarray(np.eye(2)[np.arange(m) % 2], jnp.float32)
+    yt = jnp.asarray(np.eye(2)[np.arange(b) % 2], jnp.float32)
+    total, loss_sum, n_clipped = jax.jit(feature_clipped_sum)(
+        s, ys, phi, yt, jnp.ones(b), 1e-3, 1e-3
+    )
+    assert float(jnp.linalg.norm(total)) > 0 and float(loss_sum) > 0 and int(n_clipped) == b
+    assert float(jnp.linalg.norm(total)) <= b * 1e-3 * (1 + 1e-4)

@@ -98,7 +98,7 @@ def feature_clipped_sum(
     e = phi - stu
     w = v @ s  # (b, f)
     gamma = 4.0 * rho * jnp.sum(u * v, -1) / m  # (b,)
-    s_sq = jnp.sum(s * s)
+    s_sq, s_chain = _sum_of_squares(s)
     uv = jnp.sum(u * v, -1)
     sq = (
         4.0 * jnp.sum(v * v, -1) * jnp.sum(e * e, -1)
@@ -114,9 +114,9 @@ def feature_clipped_sum(
         + 2.0 * jnp.sqrt(jnp.sum(u * u, -1) * jnp.sum(w * w, -1))
         + jnp.abs(gamma) * jnp.sqrt(s_sq)
     )
-    # gamma^2 ||S||_F^2 sums m f squares; every other term has a chain of about 2m + f.
+    # gamma^2 ||S||_F^2 has the chain of s_sq (plus gamma's m); every other term about 2m + f.
     c_sq = gamma**2 * s_sq
-    err = rounding_error(bound, 2 * m + s.shape[1], ((c_sq, m * s.shape[1] + m + 4),), s.dtype)
+    err = rounding_error(bound, 2 * m + s.shape[1], ((c_sq, s_chain + m + 4),), s.dtype)
     norms = safe_norms(sq, bound, rounding_bound(2 * m + s.shape[1], s.dtype), err)
     factor, keep = masked_clip_factors(norms, mask, clip_norm)
     vc = jnp.where(keep[:, None], v * factor[:, None], 0.0)
@@ -128,6 +128,21 @@ def feature_clipped_sum(
     loss_sum = jnp.sum(jnp.where(keep, jnp.sum(r * r, -1), 0.0))
     n_clipped = jnp.sum(keep * (norms > clip_norm))
     return total, loss_sum, n_clipped
+
+
+#: Longest sum of squares inside a ``bound`` left to one reduction: below ``2^22``
+#: terms it errs by at most ``gamma_n <= 1/3`` relative, which the factor 2 of
+#: `privkernels.privacy.clipping.rounding_error` covers; longer ones are summed by rows
+#: behind an optimisation barrier (a chain of ``rows + columns``).
+_BOUND_ONE_REDUCTION = 1 << 22
+
+
+def _sum_of_squares(s: jax.Array) -> tuple[jax.Array, int]:
+    """``(||S||_F^2, its float32 chain)`` for ``S`` ``(m, f)``: one reduction while short."""
+    m, f = s.shape
+    if m * f <= _BOUND_ONE_REDUCTION:
+        return jnp.sum(s * s), m * f
+    return jnp.sum(jax.lax.optimization_barrier(jnp.sum(s * s, axis=1))), m + f
 
 
 # elements of the (chunk, m, m) per-example matrices in _gram_clipped_sum
@@ -223,7 +238,10 @@ def gram_norm_terms(
             rows = jnp.sum(sx * sx, axis=2)
         quad = jnp.sum(jax.lax.optimization_barrier(rows), axis=1)
         cross = jnp.sum(bc * jnp.einsum("bjk,bk->bj", sym, hc), axis=-1)
-        return quad, cross, jnp.sum(sym * sym, axis=(1, 2))
+        if m * m <= _BOUND_ONE_REDUCTION:
+            return quad, cross, jnp.sum(sym * sym, axis=(1, 2))
+        s_rows = jax.lax.optimization_barrier(jnp.sum(sym * sym, axis=2))
+        return quad, cross, jnp.sum(s_rows, axis=1)  # chain 2m (see _BOUND_ONE_REDUCTION)
 
     quad, cross, s_sq = jax.lax.map(quad_chunk, tuple(chunked(a) for a in (u, v, dvec, h, b_vec)))
     quad, cross, s_sq = (a.reshape(-1)[:nb] for a in (quad, cross, s_sq))
@@ -240,8 +258,8 @@ def gram_rounding_terms(m: int, d: int) -> int:
 
     ``m <= d``: ``G = X X^T`` (``d`` terms), ``S_i G`` (``m``), the product
     with ``S_i``, the ``m`` row sums (``m``) and their sum (``m``): ``d + 3m
-    + 1``. ``m > d``: ``S_i X`` (``m``), the squares, row sums (``d``) and
-    their sum (``m``): ``2m + d + 1``. The nested sum's error is at most
+    + 1``. ``m > d``: ``S_i X`` (``m``), squaring it (which doubles its
+    error), row sums (``d``) and their sum (``m``): ``3m + d - 1``. The nested sum's error is at most
     ``gamma`` of its length times the same sum in absolute values, ``<=
     ||S_i||_F^2 ||X||_F^2`` (Higham, Sec. 3.1). The row sums are kept apart
     from their sum (an optimisation barrier): one reduction over the ``m^2``

@@ -65,6 +65,8 @@ def _leading_size(leaves: list[Any], name: str) -> int:
 #: Longest float32 sum `_blocked_sumsq` leaves to one reduction: its worst-case
 #: relative error, ``gamma_4096 ~ 2.4e-4``, moves a norm by half that, inside `NORM_MARGIN`.
 _ONE_REDUCTION = 4096
+#: Longest chain the two levels may leave: ``gamma_8000 / 2 = 2.38e-4 < NORM_MARGIN``.
+_TWO_LEVELS = 8000
 
 
 def _blocked_sumsq(flat: jax.Array) -> jax.Array:
@@ -75,24 +77,31 @@ def _blocked_sumsq(flat: jax.Array) -> jax.Array:
     nested sums into one reduction over both axes unless a barrier separates
     them. Up to `_ONE_REDUCTION` entries one reduction is kept (its error,
     at most ``gamma_4096 / 2`` on the norm, is inside `NORM_MARGIN`); beyond,
-    blocks of ``~sqrt(d)`` squares are summed behind an optimisation barrier
-    and then the block sums, so every chain is about ``2 sqrt(d)`` long.
+    `blocked_sum` (chains of about ``2 sqrt(d)``, at most `_TWO_LEVELS`).
     """
-    return _blocked_sum(jnp.square(flat))
+    return blocked_sum(jnp.square(flat), _ONE_REDUCTION, _TWO_LEVELS)
 
 
-def _blocked_sum(sq: jax.Array) -> jax.Array:
-    b, d = sq.shape
+def blocked_sum(terms: jax.Array, one: int, limit: int) -> jax.Array:
+    """Row sums ``(b, d) -> (b,)``: one reduction up to ``one`` terms, else two levels.
+
+    Two levels: blocks of ``isqrt(d)`` terms, an optimisation barrier, then
+    the block sums, so the longest float32 chain is ``isqrt(d) + ceil(d /
+    isqrt(d)) ~ 2 sqrt(d)``. Raises ValueError (at trace time) if that exceeds
+    ``limit``, the longest chain the caller's rounding bound covers.
+    """
+    b, d = terms.shape
     blk = max(1, math.isqrt(d))
     n_blk = -(-d // blk)
     pad = n_blk * blk - d
     if pad:
-        sq = jnp.concatenate([sq, jnp.zeros((b, pad), sq.dtype)], axis=1)
-    blocks = sq.reshape(b, n_blk, blk)
-    if d <= _ONE_REDUCTION:  # compiled as one reduction of d terms (see above)
+        terms = jnp.concatenate([terms, jnp.zeros((b, pad), terms.dtype)], axis=1)
+    blocks = terms.reshape(b, n_blk, blk)
+    if d <= one:  # compiled as one reduction of d terms (see above)
         return jnp.sum(jnp.sum(blocks, axis=2), axis=1)
-    sums = jax.lax.optimization_barrier(jnp.sum(blocks, axis=2))
-    return _blocked_sum(sums) if n_blk > _ONE_REDUCTION else jnp.sum(sums, axis=1)
+    if blk + n_blk > limit:
+        raise ValueError(f"a sum of {d} float32 terms per row is too long to bound ({limit})")
+    return jnp.sum(jax.lax.optimization_barrier(jnp.sum(blocks, axis=2)), axis=1)
 
 
 def per_example_norms(grads: Any) -> jax.Array:
@@ -207,6 +216,11 @@ def rounding_error(
     already covers the long pieces; the factor 2 of the second covers the
     rounding of ``bound`` and ``A_k`` and the few additions joining the terms.
     """
+    chains = (n_terms, *(n_k for _, n_k in pieces))
+    if any(math.isinf(rounding_bound(n, dtype)) for n in chains):
+        # gamma_n is vacuous (n u >= 1/2): inf * 0 would turn every norm into NaN and
+        # silently drop every example. Callers split such sums (`blocked_sum`) instead.
+        raise ValueError(f"float chains {chains} are too long for a rounding bound in {dtype}")
     rho = rounding_bound(n_terms, dtype)
     bound = jnp.abs(bound)
     charged = rho * bound * bound
