@@ -420,3 +420,21 @@ def test_input_validation(nets):
         E.entk_kernel(f, params, x, x[:, :3])
     with pytest.raises(ValueError, match="x2 contains NaN"):
         E.entk_kernel(f, params, x, x.at[0, 0].set(jnp.nan))
+
+
+def test_generic_leaf_norms_of_large_leaves_are_summed_in_blocks():
+    """The normalisation of generic-path e-NTK features divides by a float32 norm with a margin of
+    `NORM_MARGIN`, which covers sums of up to ~8,000 squares: a leaf of 48,000 entries must not be
+    one reduction after compilation (XLA merges unseparated levels), a small leaf stays one."""
+    import re
+
+    def reduces(d):
+        hlo = jax.jit(E._row_sqnorm).lower(jnp.ones((4, d))).compile().as_text()
+        return [line for line in hlo.splitlines() if " reduce(" in line]
+
+    big = reduces(48_000)
+    assert len(big) == 2 and any(re.search(r"f32\[4,\d+\]\S* reduce\(", r) for r in big)
+    assert len(reduces(3_000)) == 1
+    g = np.random.default_rng(0).normal(size=(3, 48_000)).astype(np.float32)
+    exact = np.sum(g.astype(np.float64) ** 2, axis=1)
+    np.testing.assert_allclose(np.asarray(E._row_sqnorm(jnp.asarray(g))), exact, rtol=1e-6)

@@ -225,8 +225,22 @@ def _generic_leaf_grads(apply_fn: ApplyFn, params: Any, xb: jax.Array) -> list[j
     return [leaf.reshape(b, -1) for leaf in jax.tree_util.tree_leaves(grads)]
 
 
+def _row_sqnorm(g: jax.Array) -> jax.Array:
+    """``(b, d) -> (b,)`` sums of squares; leaves over 4,096 entries in two levels.
+
+    One reduction's worst-case float32 error grows with ``d``, and the
+    normalisation's margin (`_inv_norm`) covers chains up to about 8,000
+    (`privkernels.privacy.clipping.blocked_sum`; a LeNet dense leaf has 48,000).
+    """
+    from privkernels.privacy.clipping import _ONE_REDUCTION, _TWO_LEVELS, blocked_sum
+
+    if g.shape[1] <= _ONE_REDUCTION:
+        return jnp.sum(g * g, axis=1)
+    return blocked_sum(g * g, _ONE_REDUCTION, _TWO_LEVELS)
+
+
 def _leaf_sqnorm(leaves: list[jax.Array]) -> jax.Array:
-    return sum((jnp.sum(g * g, axis=1) for g in leaves[1:]), jnp.sum(leaves[0] * leaves[0], axis=1))
+    return sum((_row_sqnorm(g) for g in leaves[1:]), _row_sqnorm(leaves[0]))
 
 
 def _generic_features(apply_fn: ApplyFn, normalize: bool, params: Any, xb: jax.Array) -> jax.Array:
