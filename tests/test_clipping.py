@@ -260,15 +260,25 @@ def test_large_per_example_norms_are_summed_in_blocks_after_compilation():
 def test_long_chains_raise_or_are_split_never_silently_drop_every_example():
     """A chain too long for ``gamma_n`` (``n u >= 1/2``) must not become ``inf * 0 = NaN`` norms that
     drop every example without a word: `rounding_error` raises, per-example norms beyond what two
-    levels cover raise at trace time, and the feature form splits its ``m f``-term ``||S||_F^2`` so
+    levels cover are summed in more levels, and the feature form splits its ``m f``-term ``||S||_F^2`` so
     a large e-NTK support (m 200, f 42,000: 8.4M squares) still clips and sums every example."""
     from privkernels.dp_kip.clipped_sums import feature_clipped_sum
 
     with pytest.raises(ValueError, match="too long"):
         rounding_error(jnp.ones(2), 100, ((jnp.ones(2), 1 << 23),), jnp.float32)
+    # 2^26 entries per example (a paper-profile cnn_2l leaf has ~27M): too long for two levels,
+    # summed 64 at a time in five levels instead (compiled, never allocated)
     huge = {"w": jax.ShapeDtypeStruct((1, 1 << 26), jnp.float32)}
-    with pytest.raises(ValueError, match="too long"):
-        jax.eval_shape(per_example_norms, huge)
+    hlo = jax.jit(per_example_norms).lower(huge).compile().as_text()
+    assert sum(" reduce(" in line for line in hlo.splitlines()) >= 4
+    g = np.random.default_rng(1).normal(size=(2, 300_000)).astype(np.float32)
+    from privkernels.privacy.clipping import _sum_by_64
+
+    np.testing.assert_allclose(
+        np.asarray(_sum_by_64(jnp.asarray(g * g))),
+        np.sum(g.astype(np.float64) ** 2, axis=1),
+        rtol=1e-6,
+    )
     rng = np.random.default_rng(5)
     m, f, b = 200, 42_000, 4
     s = jnp.asarray(rng.normal(size=(m, f)), jnp.float32)

@@ -77,31 +77,44 @@ def _blocked_sumsq(flat: jax.Array) -> jax.Array:
     nested sums into one reduction over both axes unless a barrier separates
     them. Up to `_ONE_REDUCTION` entries one reduction is kept (its error,
     at most ``gamma_4096 / 2`` on the norm, is inside `NORM_MARGIN`); beyond,
-    `blocked_sum` (chains of about ``2 sqrt(d)``, at most `_TWO_LEVELS`).
+    `blocked_sum` (chains of about ``2 sqrt(d)``, at most `_TWO_LEVELS`, or
+    ``64 ceil(log_64 d)`` for rows too long for two levels).
     """
     return blocked_sum(jnp.square(flat), _ONE_REDUCTION, _TWO_LEVELS)
 
 
 def blocked_sum(terms: jax.Array, one: int, limit: int) -> jax.Array:
-    """Row sums ``(b, d) -> (b,)``: one reduction up to ``one`` terms, else two levels.
+    """Row sums ``(b, d) -> (b,)``: one reduction up to ``one`` terms, else in levels.
 
     Two levels: blocks of ``isqrt(d)`` terms, an optimisation barrier, then
     the block sums, so the longest float32 chain is ``isqrt(d) + ceil(d /
-    isqrt(d)) ~ 2 sqrt(d)``. Raises ValueError (at trace time) if that exceeds
-    ``limit``, the longest chain the caller's rounding bound covers.
+    isqrt(d)) ~ 2 sqrt(d)``, if that is at most ``limit`` (the longest chain
+    the caller's rounding bound covers; ``d`` up to about ``limit^2 / 4``).
+    Longer rows are summed 64 terms at a time, level by level, each level
+    behind a barrier: a chain of ``64 ceil(log_64 d)``.
     """
     b, d = terms.shape
     blk = max(1, math.isqrt(d))
     n_blk = -(-d // blk)
+    if blk + n_blk > limit:
+        return _sum_by_64(terms)
     pad = n_blk * blk - d
     if pad:
         terms = jnp.concatenate([terms, jnp.zeros((b, pad), terms.dtype)], axis=1)
     blocks = terms.reshape(b, n_blk, blk)
     if d <= one:  # compiled as one reduction of d terms (see above)
         return jnp.sum(jnp.sum(blocks, axis=2), axis=1)
-    if blk + n_blk > limit:
-        raise ValueError(f"a sum of {d} float32 terms per row is too long to bound ({limit})")
     return jnp.sum(jax.lax.optimization_barrier(jnp.sum(blocks, axis=2)), axis=1)
+
+
+def _sum_by_64(terms: jax.Array) -> jax.Array:
+    while terms.shape[1] > 64:
+        b, d = terms.shape
+        pad = -d % 64
+        if pad:
+            terms = jnp.concatenate([terms, jnp.zeros((b, pad), terms.dtype)], axis=1)
+        terms = jax.lax.optimization_barrier(jnp.sum(terms.reshape(b, -1, 64), axis=2))
+    return jnp.sum(terms, axis=1)
 
 
 def per_example_norms(grads: Any) -> jax.Array:
