@@ -137,12 +137,19 @@ def feature_clipped_sum(
 _BOUND_ONE_REDUCTION = 1 << 22
 
 
+def _sum_last_two(x: jax.Array, one: int = _BOUND_ONE_REDUCTION) -> jax.Array:
+    """Sum over the last two axes ``(r, c)``: one reduction up to ``one`` terms, else row
+    sums, an optimisation barrier and their sum (a chain of ``r + c``; XLA merges the two
+    levels into one reduction of ``r c`` terms without the barrier)."""
+    if x.shape[-2] * x.shape[-1] <= one:
+        return jnp.sum(x, axis=(-2, -1))
+    return jnp.sum(jax.lax.optimization_barrier(jnp.sum(x, axis=-1)), axis=-1)
+
+
 def _sum_of_squares(s: jax.Array) -> tuple[jax.Array, int]:
-    """``(||S||_F^2, its float32 chain)`` for ``S`` ``(m, f)``: one reduction while short."""
+    """``(||S||_F^2, its float32 chain)`` for ``S`` ``(m, f)``."""
     m, f = s.shape
-    if m * f <= _BOUND_ONE_REDUCTION:
-        return jnp.sum(s * s), m * f
-    return jnp.sum(jax.lax.optimization_barrier(jnp.sum(s * s, axis=1))), m + f
+    return _sum_last_two(s * s), (m * f if m * f <= _BOUND_ONE_REDUCTION else m + f)
 
 
 # elements of the (chunk, m, m) per-example matrices in _gram_clipped_sum
@@ -227,21 +234,15 @@ def gram_norm_terms(
         uc, vc, dc, hc, bc = args
         sym = -e_sym * (uc[:, :, None] * vc[:, None, :] + vc[:, :, None] * uc[:, None, :])
         sym = sym + dc[:, :, None] * eye
-        # Row sums, then their sum, with a barrier between: the float32 error of a
-        # reduction grows with its length, and XLA may merge two reductions into one
-        # over all m^2 entries (see gram_rounding_terms).
+        # always row sums, then their sum (see gram_rounding_terms)
         if m <= d:  # ||S X||^2 = sum((S G) * S): one (chunk m, m) GEMM
             sg = (sym.reshape(per * m, m) @ gram).reshape(per, m, m)
-            rows = jnp.sum(sg * sym, axis=2)
+            quad = _sum_last_two(sg * sym, one=0)
         else:
             sx = (sym.reshape(per * m, m) @ x_s).reshape(per, m, d)
-            rows = jnp.sum(sx * sx, axis=2)
-        quad = jnp.sum(jax.lax.optimization_barrier(rows), axis=1)
+            quad = _sum_last_two(sx * sx, one=0)
         cross = jnp.sum(bc * jnp.einsum("bjk,bk->bj", sym, hc), axis=-1)
-        if m * m <= _BOUND_ONE_REDUCTION:
-            return quad, cross, jnp.sum(sym * sym, axis=(1, 2))
-        s_rows = jax.lax.optimization_barrier(jnp.sum(sym * sym, axis=2))
-        return quad, cross, jnp.sum(s_rows, axis=1)  # chain 2m (see _BOUND_ONE_REDUCTION)
+        return quad, cross, _sum_last_two(sym * sym)
 
     quad, cross, s_sq = jax.lax.map(quad_chunk, tuple(chunked(a) for a in (u, v, dvec, h, b_vec)))
     quad, cross, s_sq = (a.reshape(-1)[:nb] for a in (quad, cross, s_sq))
