@@ -28,7 +28,10 @@ seed 0. A round-3 setting replaces a choice only if it leads that choice's
 two-seed mean by at least 0.3 on seeds 0 and 1; the test is then read once
 more, with seeds 0, 1 and 2. Round 4 (FMNIST eps 1, after that test) tries a
 larger learning rate for the fewer steps of batch 5000 and batch 10000, seeds 0
-and 1 side by side, under the same rule. The rows of every run are in
+and 1 side by side, under the same rule. Round 5 (both epsilons, after
+``dp_kip.fit`` learnt to release the DP-NTK start under add-remove) runs each
+choice with the DP-NTK start under add-remove, seeds 0 and 1 side by side,
+under the same rule. The rows of every run are in
 ``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
 
@@ -76,6 +79,14 @@ SETTINGS: dict[str, dict[str, str]] = {
     # round 4 (FMNIST eps 1), written after the batch 5000 test: fewer, larger steps
     "epochs 10, lr 0.06, batch 5000": dict(epochs="10", lr="0.06", batch_size="5000"),
     "epochs 10, lr 0.06, batch 10000": dict(epochs="10", lr="0.06", batch_size="10000"),
+    # round 5 (2026-11-26, written before its runs): the DP-NTK start under add-remove,
+    # the paper's relation (DP-NTK then releases class sums and a noisy n), at each choice
+    "dp_ntk start (add-remove), epochs 10, lr 0.03": dict(
+        DP_NTK, epochs="10", lr="0.03", relation="add-remove"
+    ),
+    "dp_ntk start (add-remove), epochs 10, lr 0.03, batch 5000": dict(
+        DP_NTK, epochs="10", lr="0.03", batch_size="5000", relation="add-remove"
+    ),
 }
 
 

@@ -27,7 +27,7 @@ Privacy: the Poisson-subsampled Gaussian mechanism composed over
 ``neighbouring="replace-one"`` (default; n public) or ``"add-remove"`` (a
 public sampling rate; n never used in the release). With ``init="dp_ntk"``
 a DP-NTK release with a stated share of the budget supplies the starting
-support (replace-one only); the report composes the two releases.
+support, under the same relation; the report composes the two releases.
 """
 
 from __future__ import annotations

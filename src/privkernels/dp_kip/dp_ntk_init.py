@@ -26,8 +26,9 @@ looks like the data with a stated share of the budget:
 With ``corrupt_fraction > 0`` the frozen pixels keep their DP-NTK start
 values (Table 4's frozen noise becomes frozen start pixels).
 
-The two releases are on the same data under the same replace-one relation;
-the report composes them (basic composition, `privkernels.privacy.compose`),
+The two releases are on the same data under the same relation (DP-KIP's
+``neighbouring``: replace-one, or add-remove, where DP-NTK releases class
+sums and noisy counts instead of the mean); the report composes them (basic composition, `privkernels.privacy.compose`),
 so the totals are the caller's (epsilon, delta) exactly (`Budget.split`).
 """
 
@@ -206,17 +207,22 @@ def dp_ntk_start(
     mesh: Any = None,
     progress: bool = False,
     fit_options: Mapping[str, Any] | None = None,
+    neighbouring: str | None = "replace-one",
 ) -> tuple[np.ndarray, PrivacyReport]:
     """Starting support ``(m, *input_shape)`` float32 from DP-NTK, and the DP-NTK report.
 
     ``x``: ``(n, *input_shape)`` validated private inputs; ``y``: ``(n,)`` labels;
     ``labels``: the ``(m,)`` public support labels, one sample drawn per entry;
-    ``budget``: the DP-NTK share (None: non-private baseline).
+    ``budget``: the DP-NTK share (None: non-private baseline);
+    ``neighbouring``: DP-KIP's relation, which the DP-NTK release takes too
+    (under add-remove n is private: the generator's batch is ``spec.batch_size``,
+    not capped at n).
     """
     import jax
 
     from privkernels import dp_ntk
 
+    add_remove = neighbouring == "add-remove" and budget is not None
     k_fit, k_sample = jax.random.split(key)
     # on the device: a global array sharded over a mesh stays sharded
     x01 = to_unit_range(x, spec.data_range)
@@ -226,12 +232,13 @@ def dp_ntk_start(
         y,
         epsilon=None if budget is None else budget.epsilon,
         delta=1e-5 if budget is None else budget.delta,
+        neighbouring="add-remove" if add_remove else "replace-one",
         n_classes=n_classes,
         mesh=mesh,
         progress=progress,
         network=dp_ntk.default_network(n_classes, centered=True) if spec.centered else spec.network,
         iterations=spec.iterations,
-        batch_size=min(spec.batch_size, int(x01.shape[0])),
+        batch_size=spec.batch_size if add_remove else min(spec.batch_size, int(x01.shape[0])),
         learning_rate=spec.learning_rate,
         d_code=spec.d_code,
         label_mode="uniform",

@@ -226,7 +226,7 @@ def _private_start(
     return dp_ntk_start(
         key, run["x"], run["y"], n_classes=cfg.n_classes,
         labels=support_labels(cfg.n_classes, cfg.support_per_class), budget=ntk_budget,
-        spec=dp_init, mesh=mesh, progress=progress,
+        spec=dp_init, mesh=mesh, progress=progress, neighbouring=cfg.neighbouring,
     )  # fmt: skip
 
 
@@ -356,7 +356,9 @@ def configure(
         that reads no private data, or ``"dp_ntk"`` / `DPNTKInit`: the support
         starts as DP-NTK samples released with ``budget_fraction`` of (epsilon,
         delta) (`privkernels.privacy.Budget.split`; DP-SGD is calibrated to the
-        rest, replace-one only; the report composes both).
+        rest; DP-NTK is released under ``neighbouring`` too, and under
+        add-remove it releases class sums and noisy counts, never n; the
+        report composes both).
       neighbouring: ``"replace-one"`` (n public, q = batch_size / n) or
         ``"add-remove"`` (pass the public ``sampling_rate``; n is never released).
       sampling_rate: the public Poisson rate (add-remove only).
@@ -375,12 +377,7 @@ def configure(
     args = dict(locals())
     budget = as_budget(epsilon, delta)
     dp_init = as_dp_ntk_init(init)
-    if dp_init is not None:
-        if budget is not None and neighbouring != "replace-one":
-            raise ValueError(
-                "init='dp_ntk' needs neighbouring='replace-one' (DP-NTK's relation; the two "
-                "releases compose under one relation)"
-            )
+    if dp_init is not None:  # DP-NTK is released under the same relation (one report)
         budget, _ = split_budget(budget, dp_init)
     q, space = _check_settings(args, int(n), budget is not None)
     batch_size = args["batch_size"]

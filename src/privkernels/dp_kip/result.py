@@ -110,11 +110,11 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
         raise ValueError("saved report and config disagree on whether the run was private")
     if not report.private:
         return
-    n_mechs = 2 if config.init.startswith("dp_ntk") else 1  # (DP-NTK start,) DP-SGD
-    if len(report.mechanisms) != n_mechs:
-        raise ValueError(f"saved report must hold {n_mechs} release(s) for init={config.init!r}")
-    if n_mechs == 2:
-        _check_dp_ntk_record(report.mechanisms[0], report.mechanisms[1], config)
+    n_ntk = _n_dp_ntk_records(config)
+    if len(report.mechanisms) != n_ntk + 1:  # (the DP-NTK start's releases,) DP-SGD
+        raise ValueError(f"saved report must hold {n_ntk + 1} release(s) for init={config.init!r}")
+    if n_ntk:
+        _check_dp_ntk_records(report.mechanisms[:n_ntk], config)
     sgd = report.mechanisms[-1]
     mech = sgd.param_dict
     if (
@@ -141,22 +141,36 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
         )
 
 
-def _check_dp_ntk_record(ntk: Any, sgd: Any, config: DPKIPConfig) -> None:
-    """The DP-NTK start's record: a Gaussian release of sensitivity 2/n whose (epsilon,
-    delta) is ``budget_fraction`` of the run's total."""
+def _n_dp_ntk_records(config: DPKIPConfig) -> int:
+    """Releases of a DP-NTK start: the mean embedding (replace-one), or the class sums
+    and the class counts (add-remove); none without one."""
+    if not config.init.startswith("dp_ntk"):
+        return 0
+    return 2 if config.neighbouring == "add-remove" else 1
+
+
+def _check_dp_ntk_records(records: Any, config: DPKIPConfig) -> None:
+    """The DP-NTK start's records: Gaussian releases of sensitivity ``2/n`` (replace-one)
+    or 1 and 1 (add-remove: sums, counts) whose (epsilon, delta) together are
+    ``budget_fraction`` of the run's total."""
     import re
 
     match = re.match(r"dp_ntk\(fraction=([0-9.eE+-]+)", config.init)
-    ok = match is not None and ntk.name == "gaussian" and config.n is not None
+    add_remove = config.neighbouring == "add-remove"
+    ok = match is not None and all(r.name == "gaussian" for r in records)
+    ok = ok and (add_remove or config.n is not None)
     if ok and match is not None:
         f = float(match.group(1))
-        eps_total = float(config.epsilon or 0) + ntk.epsilon
-        delta_total = float(config.delta or 0) + ntk.delta
+        eps_ntk = sum(r.epsilon for r in records)
+        delta_ntk = sum(r.delta for r in records)
+        eps_total = float(config.epsilon or 0) + eps_ntk
+        delta_total = float(config.delta or 0) + delta_ntk
         close = lambda a, b: abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)  # noqa: E731
+        sens = [1.0, 1.0] if add_remove else [2.0 / float(config.n or 1)]
         ok = (
-            close(ntk.epsilon, eps_total * f)
-            and close(ntk.delta, delta_total * f)
-            and close(float(ntk.sensitivity or 0), 2.0 / float(config.n or 1))
+            close(eps_ntk, eps_total * f)
+            and close(delta_ntk, delta_total * f)
+            and all(close(float(r.sensitivity or 0), s) for r, s in zip(records, sens, strict=True))
         )
     if not ok:
         raise ValueError("saved report's DP-NTK start does not match the saved run")

@@ -26,9 +26,13 @@ from privkernels._validation import (
     infer_n_classes,
 )
 from privkernels.dp_ntk.release import (
+    N_PRIVATE_NOTE,
     N_PUBLIC_NOTE,
     NTK_PARAMS_NOTE,
+    check_neighbouring,
     mean_embedding,
+    normalise_sums,
+    private_class_counts,
     private_class_proportions,
     private_embedding,
     validate_xy,
@@ -79,6 +83,7 @@ def fit(
     *,
     epsilon: float | None,
     delta: float = 1e-5,
+    neighbouring: str = "replace-one",
     n_classes: int | None = None,
     mesh: Any = None,
     checkpoint_path: str | os.PathLike[str] | None = None,
@@ -107,6 +112,11 @@ def fit(
       x: ``(n, *data_shape)`` private examples; y: ``(n,)`` int labels. Not read
         when resuming (may be None then).
       epsilon, delta: total budget; ``epsilon=None`` -> non-private baseline.
+      neighbouring: ``"replace-one"`` (default; n public, the paper's relation:
+        the mean embedding, sensitivity ``2/n``) or ``"add-remove"`` (n private:
+        the class sums, sensitivity 1, divided by a noisy n: the total count
+        or, in ``"released"`` mode, the class counts; ``split`` shares the
+        budget between the two releases).
       n_classes: None reads ``max(y) + 1`` (``PrivacyLeakWarning``, report note).
       mesh: a device mesh over the example axis: the embedding is computed over
         it (`private_embedding`); ``x``/``y`` may be global sharded arrays.
@@ -126,7 +136,8 @@ def fit(
       label_mode: ``"uniform"`` (balanced data; paper) or ``"released"`` (noisy
         class proportions weight the embedding and drive label sampling).
       split: ``(embedding, labels)`` budget fractions in ``"released"`` mode
-        (`privkernels.privacy.Budget.split`).
+        and under add-remove (the labels' release is then the class counts;
+        `privkernels.privacy.Budget.split`).
       min_proportion: floor of the noisy proportion when dividing the embedding.
       ntk_params: optional data-independent e-NTK parameters.
       groups: tabular column groups (for `sample` discretisation); default
@@ -141,16 +152,17 @@ def fit(
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if checkpoint_every is not None:
         check_int(checkpoint_every, "checkpoint_every", minimum=1)
+    neighbouring = check_neighbouring(neighbouring)
     if resume:
         return _resume(ck, x, y, epsilon, delta, network, generator, iterations, checkpoint_every,
-                       progress, callback)  # fmt: skip
+                       progress, callback, neighbouring)  # fmt: skip
     _check_fresh(ck)
     key = check_key(key)
     n_classes, inferred = infer_n_classes(y, n_classes)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)
     cfg = _config(x, n_classes, budget, iterations, batch_size, learning_rate, d_code, label_mode,
-                  split, min_proportion, chunk_size, method)  # fmt: skip
+                  split, min_proportion, chunk_size, method, neighbouring)  # fmt: skip
     network = default_network(n_classes) if network is None else network
     generator = default_generator(cfg.data_shape, n_classes) if generator is None else generator
     _check_generator_range(x, generator)
@@ -160,7 +172,7 @@ def fit(
         ntk_params = _init_ntk(jax.random.split(k_emb)[0], network, cfg.data_shape)
     gparams = _init_generator(k_gen, generator, cfg, network, ntk_params)  # refuses before noise
     noisy_emb, proportions, report = _release(
-        k_emb, k_lab, x, y_np, budget, cfg, network, ntk_params, inferred, mesh
+        k_emb, k_lab, x, y_np, budget, cfg, network, ntk_params, inferred, mesh, neighbouring
     )
     del x, y, y_np  # everything below is post-processing
     state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), k_train, jnp.int32(0))
@@ -229,6 +241,7 @@ def _config(
     min_proportion: Any,
     chunk_size: Any,
     method: Any,
+    neighbouring: str = "replace-one",
 ) -> DPNTKConfig:
     """Validate the training settings (before any randomness) into a config."""
     if label_mode not in LABEL_MODES:
@@ -238,7 +251,7 @@ def _config(
     split_t = tuple(float(f) for f in split)
     if len(split_t) != 2:
         raise ValueError(f"split must be (embedding, labels) fractions, got {split!r}")
-    if label_mode == "released" and budget is not None:
+    if (label_mode == "released" or neighbouring == "add-remove") and budget is not None:
         budget.split(*split_t)  # validates the fractions
     if chunk_size is not None:
         check_int(chunk_size, "chunk_size", minimum=1)
@@ -270,12 +283,31 @@ def _release(
     ntk_params: Any,
     inferred: bool,
     mesh: Any,
+    neighbouring: str = "replace-one",
 ) -> tuple[jax.Array, np.ndarray | None, PrivacyReport]:
-    """The only reads of private data: the embedding, and the proportions in released mode."""
+    """The only reads of private data: the embedding, and the proportions in released mode.
+
+    Under add-remove (private): the class sums and the class counts, the sums
+    divided by the counts' total (`privkernels.dp_ntk.release.normalise_sums`).
+    """
     kw = dict(
         network=network, params=ntk_params, chunk_size=cfg.chunk_size, method=cfg.method, mesh=mesh
     )
-    if cfg.label_mode == "released":
+    if neighbouring == "add-remove" and budget is not None:
+        part_e, part_c = budget.split(*cfg.split)
+        sums, rep_e = private_embedding(
+            k_emb, x, y, n_classes=cfg.n_classes, epsilon=part_e.epsilon, delta=part_e.delta,
+            neighbouring="add-remove", **kw,
+        )  # fmt: skip
+        released = cfg.label_mode == "released"  # uniform labels need only the total n
+        counts, rep_c = private_class_counts(k_lab, y, n_classes=cfg.n_classes,
+                                             epsilon=part_c.epsilon, delta=part_c.delta,
+                                             per_class=released)  # fmt: skip
+        emb, props_ar = normalise_sums(sums, counts)
+        props = props_ar if released else None
+        report, public = compose(rep_e, rep_c), (NTK_PARAMS_NOTE, GEN_NOTE)
+        n_note: tuple[str, ...] = (N_PRIVATE_NOTE,)
+    elif cfg.label_mode == "released":
         parts: tuple[Any, ...] = (None, None) if budget is None else budget.split(*cfg.split)
         eps = [None if p is None else p.epsilon for p in parts]
         dlt = [None if p is None else p.delta for p in parts]
@@ -286,6 +318,7 @@ def _release(
             k_lab, y, n_classes=cfg.n_classes, epsilon=eps[1], delta=dlt[1]
         )
         report = compose(rep_e, rep_l)
+        public, n_note = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
     else:
         epsilon = None if budget is None else budget.epsilon
         delta = None if budget is None else budget.delta
@@ -293,13 +326,12 @@ def _release(
             k_emb, x, y, n_classes=cfg.n_classes, epsilon=epsilon, delta=delta, **kw
         )
         props = None
+        public, n_note = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
     if report.private:
-        notes = (N_CLASSES_INFERRED_NOTE,) if inferred else ()
+        notes = n_note + ((N_CLASSES_INFERRED_NOTE,) if inferred else ())
         report = dataclasses.replace(
             report,
-            data_independent=tuple(
-                dict.fromkeys((*report.data_independent, NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE))
-            ),
+            data_independent=tuple(dict.fromkeys((*report.data_independent, *public))),
             notes=report.notes + notes,
         )
     return emb, props, report
@@ -391,6 +423,7 @@ def _resume(
     checkpoint_every: int | None,
     progress: bool,
     callback: Callable[[int, float], None] | None,
+    neighbouring: str = "replace-one",
 ) -> DPNTKResult:
     """Continue a checkpointed run from the saved release alone (the data is never read)."""
     if path is None or not path.exists():
@@ -402,6 +435,11 @@ def _resume(
     arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
     saved = PrivacyReport.from_dict(meta["report"])
     _check_resume_budget(saved, epsilon, delta)
+    if saved.private and saved.neighbouring != neighbouring:
+        raise ValueError(
+            f"the checkpoint's release is under {saved.neighbouring}; got "
+            f"neighbouring={neighbouring!r}. Pass the relation it was released under."
+        )
     result = result_from(arrays, meta, generator=generator, network=network, generator_params={})
     if iterations is not None:
         cfg = dataclasses.replace(result.config, iterations=check_int(iterations, "iterations"))

@@ -7,9 +7,14 @@
 * `private_class_proportions` -- ``counts / n``; replace-one changes two
   counts by one, L2 sensitivity ``sqrt(2)/n``; released the same way, then
   clipped at 0 and renormalised (post-processing).
+* `private_class_counts` -- the class counts under add-remove (sensitivity 1).
 
-``n`` is public under replace-one (neighbours have the same size). The e-NTK
-network's parameters come from the key, never from the data.
+``n`` is public under replace-one (neighbours have the same size). Under
+add-remove it is private: `private_embedding` then releases the class *sums*
+``sum_i phi(x_i) onehot(y_i)^T`` (adding or removing a record moves them by one
+unit-norm column, sensitivity 1), and the caller divides them by the total of
+the noisy counts (`normalise_sums`, post-processing). The e-NTK network's
+parameters come from the key, never from the data.
 """
 
 from __future__ import annotations
@@ -26,12 +31,20 @@ import numpy as np
 from privkernels._validation import check_array, check_int, check_key, check_labels
 from privkernels.privacy.budget import as_budget
 from privkernels.privacy.release import gaussian_release
-from privkernels.privacy.report import REPLACE_ONE, PrivacyReport, non_private_report
+from privkernels.privacy.report import (
+    ADD_REMOVE,
+    REPLACE_ONE,
+    PrivacyReport,
+    non_private_report,
+)
 from privkernels.sharding import to_host
 
 __all__ = [
     "private_embedding",
     "private_class_proportions",
+    "private_class_counts",
+    "normalise_sums",
+    "check_neighbouring",
     "mean_embedding",
     "NTK_PARAMS_NOTE",
     "N_PUBLIC_NOTE",
@@ -45,6 +58,18 @@ N_PUBLIC_NOTE = (
     "dataset size n: treated as public (replace-one neighbours keep n fixed); used unnoised "
     "in the 2/n sensitivity"
 )
+N_PRIVATE_NOTE = (
+    "dataset size n: private (add-remove), never used unnoised; the released class sums are "
+    "divided by a noisy n (the noisy total, or the total of the noisy class counts)"
+)
+RELATIONS = (REPLACE_ONE, ADD_REMOVE)
+
+
+def check_neighbouring(neighbouring: Any) -> str:
+    """``"replace-one"`` or ``"add-remove"``; anything else is a ValueError."""
+    if not isinstance(neighbouring, str) or neighbouring not in RELATIONS:
+        raise ValueError(f"neighbouring must be one of {RELATIONS}, got {neighbouring!r}")
+    return neighbouring
 
 
 def _features_module() -> Any:
@@ -107,6 +132,7 @@ def private_embedding(
     chunk_size: int | None = None,
     method: str = "auto",
     mesh: Any = None,
+    neighbouring: str = REPLACE_ONE,
 ) -> tuple[jax.Array, PrivacyReport]:
     """Release the e-NTK mean embedding of ``(x, y)`` (Algorithm 1, eq. 4 + Gaussian mechanism).
 
@@ -132,10 +158,15 @@ def private_embedding(
         embedding is summed over the devices' rows by the feature core, and the
         noise is drawn once, from ``key``, on the replicated sum (the same release
         as on one device, up to summation order). ``x``/``y`` may be global arrays.
+      neighbouring: ``"replace-one"`` (n public): the mean embedding, sensitivity
+        ``2/n`` (Prop. 3.1). ``"add-remove"`` (n private): the class sums
+        ``n * mu``, sensitivity 1 (one unit-norm column added or removed);
+        divide them by noisy counts (`private_class_counts`, `normalise_sums`).
 
     Returns:
-      ``(embedding (p, C) float32, PrivacyReport)``. Sensitivity ``2/n``
-      (Prop. 3.1), noise std ``sigma * 2/n`` per entry (``sigma`` the analytic-Gaussian multiplier).
+      ``(embedding (p, C) float32, PrivacyReport)``: noise std ``sigma * 2/n``
+      (replace-one) or ``sigma`` (add-remove, on the sums) per entry, ``sigma``
+      the analytic-Gaussian multiplier.
 
     Raises:
       ValueError: on bad input (and TypeError on wrong kinds), before any noise is drawn.
@@ -143,6 +174,7 @@ def private_embedding(
     key = check_key(key)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)
+    neighbouring = check_neighbouring(neighbouring)
     if chunk_size is not None:
         check_int(chunk_size, "chunk_size", minimum=1)
     n = int(x.shape[0])
@@ -166,17 +198,21 @@ def private_embedding(
             "epsilon=None: the e-NTK mean embedding was released WITHOUT noise (non-private baseline)"
         )
         return emb, report
+    if neighbouring == ADD_REMOVE:  # n is private: release the sums, record no n
+        value, sens, extra, what = emb * n, 1.0, {}, "class sums"
+        public: tuple[str, ...] = (NTK_PARAMS_NOTE,)
+    else:
+        value, sens, extra, what = emb, 2.0 / n, {"n": n}, "mean embedding"
+        public = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE)
     noisy, record = gaussian_release(
         k_noise,
-        emb,
+        value,
         budget=budget,
-        sensitivity=2.0 / n,
-        released=f"e-NTK mean embedding ({emb.shape[0]}, {n_classes})",
-        n=n,
+        sensitivity=sens,
+        released=f"e-NTK {what} ({emb.shape[0]}, {n_classes})",
+        **extra,
     )
-    report = PrivacyReport.from_mechanisms(
-        [record], REPLACE_ONE, data_independent=(NTK_PARAMS_NOTE, N_PUBLIC_NOTE)
-    )
+    report = PrivacyReport.from_mechanisms([record], neighbouring, data_independent=public)
     return jnp.asarray(noisy, jnp.float32), report
 
 
@@ -202,11 +238,7 @@ def private_class_proportions(
     y_np = check_labels(y, n_classes, "y")
     budget = as_budget(epsilon, delta)
     n = int(y_np.shape[0])
-    if isinstance(y_np, jax.Array):  # possibly sharded over hosts: count where the labels live
-        counts = to_host(jax.jit(lambda a: jnp.sum(jax.nn.one_hot(a, n_classes), axis=0))(y_np))
-    else:
-        counts = np.bincount(y_np, minlength=n_classes)
-    props = np.asarray(counts, np.float64) / n
+    props = np.asarray(_counts(y_np, n_classes), np.float64) / n
     if budget is None:
         return props, non_private_report("epsilon=None: class proportions released WITHOUT noise")
     noisy, record = gaussian_release(
@@ -224,3 +256,63 @@ def private_class_proportions(
     return out, PrivacyReport.from_mechanisms(
         [record], REPLACE_ONE, data_independent=(N_PUBLIC_NOTE,)
     )
+
+
+def private_class_counts(
+    key: jax.Array,
+    y: Any,
+    *,
+    n_classes: int,
+    epsilon: float,
+    delta: float = 1e-5,
+    per_class: bool = True,
+) -> tuple[np.ndarray, PrivacyReport]:
+    """Release the class counts (or, ``per_class=False``, their total n) under add-remove.
+
+    Adding or removing one record changes one count by one: Gaussian
+    mechanism, sensitivity 1. The total alone carries ``n_classes`` times less
+    noise variance than the sum of noisy class counts (for label-free uses:
+    normalising the class sums). The noisy values are returned as drawn
+    (float64, possibly negative); `normalise_sums` post-processes them.
+
+    Returns:
+      ``(noisy counts (n_classes,) or (1,) float64, PrivacyReport)`` under add-remove.
+    """
+    key = check_key(key)
+    n_classes = check_int(n_classes, "n_classes", minimum=1)
+    y_np = check_labels(y, n_classes, "y")
+    budget = as_budget(epsilon, delta)
+    if budget is None:
+        raise ValueError("private_class_counts needs a budget (epsilon is None)")
+    counts = _counts(y_np, n_classes)
+    value = counts if per_class else np.asarray([counts.sum()])
+    noisy, record = gaussian_release(
+        key,
+        jnp.asarray(value, jnp.float32),
+        budget=budget,
+        sensitivity=1.0,
+        released=f"class counts ({n_classes},)" if per_class else "dataset size n (1,)",
+        post_processing="clipped at 0; the total divides the class sums",
+    )
+    return np.asarray(noisy, np.float64), PrivacyReport.from_mechanisms([record], ADD_REMOVE)
+
+
+def normalise_sums(sums: jax.Array, noisy_counts: np.ndarray) -> tuple[jax.Array, np.ndarray]:
+    """``(sums / n_hat, proportions)`` from noisy counts (post-processing; add-remove).
+
+    ``n_hat = max(sum(max(counts, 0)), 1)``; proportions are the clipped counts
+    renormalised (uniform if every count was clipped; meaningful for per-class
+    counts). ``sums`` is ``(p, C)``; ``noisy_counts`` ``(C,)`` or ``(1,)``.
+    """
+    clipped = np.clip(np.asarray(noisy_counts, np.float64), 0.0, None)
+    total = float(clipped.sum())
+    props = clipped / total if total > 0 else np.full(clipped.shape, 1.0 / clipped.size)
+    return jnp.asarray(sums, jnp.float32) / jnp.float32(max(total, 1.0)), props
+
+
+def _counts(y_np: Any, n_classes: int) -> np.ndarray:
+    if isinstance(y_np, jax.Array):  # possibly sharded over hosts: count where the labels live
+        return np.asarray(
+            to_host(jax.jit(lambda a: jnp.sum(jax.nn.one_hot(a, n_classes), axis=0))(y_np))
+        )
+    return np.bincount(y_np, minlength=n_classes)
