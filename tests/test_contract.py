@@ -70,6 +70,18 @@ def test_fit_signature_is_shared(name):
 
 
 @pytest.mark.parametrize("name", list(MODULES))
+def test_every_fit_names_its_relation_and_its_report_keeps_it(name):
+    """``neighbouring=`` is a keyword of every fit; the default is the paper's relation,
+    and the report states the relation that was asked for."""
+    params = inspect.signature(MODULES[name].fit).parameters
+    assert params["neighbouring"].kind is inspect.Parameter.KEYWORD_ONLY
+    default = params["neighbouring"].default
+    assert _fit(name).report.neighbouring == default
+    if name == "dp_ntk":  # the relation a method adds beside its paper's
+        assert _fit(name, neighbouring="add-remove").report.neighbouring == "add-remove"
+
+
+@pytest.mark.parametrize("name", list(MODULES))
 def test_n_classes_none_warns_and_notes(name):
     with pytest.warns(PrivacyLeakWarning, match="n_classes"):
         res = _fit(name, n_classes=None)

@@ -1,4 +1,5 @@
-"""DP-NTK: sensitivity, noise scale, accounting, validation, training, checkpoints, sampling."""
+"""DP-NTK: sensitivity, noise scale, accounting, validation, training, checkpoints, sampling,
+and the add-remove releases."""
 
 from __future__ import annotations
 
@@ -466,3 +467,159 @@ def test_fit_refuses_data_outside_the_generators_range_before_any_noise(monkeypa
         batch_size=20,
     )  # the default network (fc_1l(800)) and the public rescaling work
     assert res.network.widths == (800,) and res.report.private and drawn
+
+
+# ---------------------------------------------------------------- add-remove
+# the class sums (sensitivity 1) and a noisy n, never n itself
+
+
+def _sums(key, x, y, net) -> np.ndarray:
+    """The exact class sums ``n * mu`` (the quantity released under add-remove), float64."""
+    emb, _ = dp_ntk.private_embedding(key, x, y, n_classes=C, epsilon=None, network=net)
+    return np.asarray(emb, np.float64) * len(x)
+
+
+def test_class_sums_move_by_at_most_one_when_a_record_is_added_or_removed(digits, net) -> None:
+    x, y = digits
+    x, y = x[:40], y[:40]
+    key = jax.random.key(3)
+    base = _sums(key, x, y, net)
+    rng = np.random.default_rng(0)
+    extra = [
+        (x[-1], (y[0] + 1) % C),
+        (np.zeros_like(x[0]), y[0]),
+        (rng.uniform(0, 50, x[0].shape).astype(np.float32), (y[0] + 2) % C),
+        (-x[0] * 20, (y[0] + 1) % C),
+    ]
+    diffs = [np.linalg.norm(base - _sums(key, x[1:], y[1:], net))]  # removed
+    for xi, yi in extra:  # added
+        x2, y2 = np.concatenate([x, xi[None]]), np.append(y, yi).astype(np.int32)
+        diffs.append(np.linalg.norm(base - _sums(key, x2, y2, net)))
+    assert max(diffs) <= 1.0 + 1e-4, diffs
+    assert min(diffs) > 0.99  # one unit-norm feature (less the normalisation margin)
+
+
+def test_noise_on_the_sums_has_std_sigma_and_the_record_holds_no_n(digits, net) -> None:
+    x, y = digits
+    key = jax.random.key(11)
+    eps, delta = 1.0, 1e-5
+    exact = _sums(key, x, y, net)
+    noisy, rep = dp_ntk.private_embedding(
+        key, x, y, n_classes=C, epsilon=eps, delta=delta, network=net, neighbouring="add-remove"
+    )
+    noise = (np.asarray(noisy, np.float64) - exact).ravel()
+    expected = privacy.gaussian_sigma(eps, delta)
+    assert noise.size > 1000
+    assert np.std(noise) == pytest.approx(expected, rel=0.05)
+    assert stats.kstest(noise / expected, "norm").pvalue > 1e-3
+    (m,) = rep.mechanisms
+    assert m.sensitivity == 1.0 and "class sums" in m.released
+    assert "n" not in m.param_dict  # n is private under add-remove
+    assert rep.neighbouring == "add-remove" and rep.epsilon == eps
+    assert not any("public" in d and "dataset size" in d for d in rep.data_independent)
+
+
+@pytest.mark.parametrize("per_class", [True, False])
+def test_count_release_noise_and_sensitivity(digits, per_class) -> None:
+    _, y = digits
+    eps, delta = 0.5, 1e-5
+    true = np.bincount(y, minlength=C).astype(np.float64)
+    true = true if per_class else np.asarray([true.sum()])
+    draws = np.stack(
+        [
+            dp_ntk.private_class_counts(
+                jax.random.key(i), y, n_classes=C, epsilon=eps, delta=delta, per_class=per_class
+            )[0]
+            for i in range(300)
+        ]
+    )
+    std = privacy.gaussian_sigma(eps, delta)  # sensitivity 1
+    assert draws.shape == (300, C if per_class else 1)
+    spread = np.std(draws - true, axis=0)
+    assert np.all(spread < 1.2 * std) and np.all(spread > 0.8 * std)
+    assert np.allclose(draws.mean(0), true, atol=4 * std / math.sqrt(300))
+    _, rep = dp_ntk.private_class_counts(
+        jax.random.key(0), y, n_classes=C, epsilon=eps, delta=delta, per_class=per_class
+    )
+    assert rep.neighbouring == "add-remove" and rep.mechanisms[0].sensitivity == 1.0
+
+
+def test_normalise_sums_is_post_processing_of_the_noisy_counts() -> None:
+    sums = np.ones((4, 3), np.float32) * 6.0
+    emb, props = dp_ntk.normalise_sums(sums, np.array([2.0, -5.0, 4.0]))
+    np.testing.assert_allclose(np.asarray(emb), 1.0)  # n_hat = 2 + 0 + 4
+    np.testing.assert_allclose(props, [1 / 3, 0.0, 2 / 3])
+    emb, props = dp_ntk.normalise_sums(sums, np.array([-3.0, -1.0, -2.0]))
+    np.testing.assert_allclose(np.asarray(emb), 6.0)  # n_hat floored at 1
+    np.testing.assert_allclose(props, 1 / 3)
+
+
+@pytest.mark.parametrize("label_mode", ["uniform", "released"])
+def test_fit_composes_the_sums_and_a_noisy_n_to_the_budget(digits, net, label_mode) -> None:
+    x, y = digits
+    kw = dict(network=net, iterations=2, batch_size=12, n_classes=C, progress=False)
+    res = dp_ntk.fit(
+        jax.random.key(1), x, y, epsilon=2.0, delta=1e-5, neighbouring="add-remove",
+        label_mode=label_mode, split=(0.75, 0.25), **kw,
+    )  # fmt: skip
+    rep = res.report
+    assert rep.neighbouring == "add-remove" and len(rep.mechanisms) == 2
+    sums_m, n_m = rep.mechanisms
+    assert sums_m.epsilon == pytest.approx(1.5) and n_m.epsilon == pytest.approx(0.5)
+    assert rep.epsilon == pytest.approx(2.0) and rep.delta == pytest.approx(1e-5)
+    assert sums_m.sensitivity == 1.0 and n_m.sensitivity == 1.0
+    per_class = label_mode == "released"
+    assert ("class counts" in n_m.released) == per_class
+    assert ("dataset size n" in n_m.released) == (not per_class)
+    assert any("dataset size n: private" in note for note in rep.notes)
+    assert (res.noisy_proportions is not None) == per_class
+    # with a large budget the normalised sums are the mean embedding, up to the noise
+    big = dp_ntk.fit(
+        jax.random.key(1), x, y, epsilon=1e4, delta=1e-5, neighbouring="add-remove",
+        label_mode=label_mode, **kw,
+    )  # fmt: skip
+    exact, _ = dp_ntk.private_embedding(
+        jax.random.split(jax.random.key(1), 4)[0], x, y, n_classes=C, epsilon=None, network=net
+    )
+    err = np.linalg.norm(np.asarray(big.noisy_embedding) - np.asarray(exact))
+    assert err < 0.05 * np.linalg.norm(np.asarray(exact))
+
+
+def test_replace_one_is_unchanged_by_the_new_argument(digits, net) -> None:
+    x, y = digits
+    kw = dict(epsilon=1.0, network=net, iterations=2, batch_size=12, n_classes=C, progress=False)
+    a = dp_ntk.fit(jax.random.key(2), x, y, **kw)
+    b = dp_ntk.fit(jax.random.key(2), x, y, neighbouring="replace-one", **kw)
+    assert a.report == b.report and a.report.neighbouring == "replace-one"
+    np.testing.assert_array_equal(np.asarray(a.noisy_embedding), np.asarray(b.noisy_embedding))
+
+
+@pytest.mark.parametrize("bad", ["add_remove", "substitute", None, 1])
+def test_bad_relation_is_refused_before_any_noise(digits, net, monkeypatch, bad) -> None:
+    x, y = digits
+
+    def boom(*a, **k):
+        raise AssertionError("noise drawn / data read before validation")
+
+    monkeypatch.setattr(privacy, "gaussian_mechanism", boom)
+    monkeypatch.setattr(features, "entk_mean_embedding", boom)
+    with pytest.raises(ValueError, match="neighbouring"):
+        dp_ntk.fit(jax.random.key(0), x, y, epsilon=1.0, neighbouring=bad, network=net,
+                   n_classes=C, progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="neighbouring"):
+        dp_ntk.private_embedding(jax.random.key(0), x, y, n_classes=C, epsilon=1.0,
+                                 network=net, neighbouring=bad)  # fmt: skip
+
+
+def test_resume_keeps_the_relation_it_was_released_under(digits, net, tmp_path) -> None:
+    x, y = digits
+    path = tmp_path / "ck.npz"
+    kw = dict(network=net, batch_size=12, n_classes=C, progress=False)
+    dp_ntk.fit(jax.random.key(4), x, y, epsilon=1.0, neighbouring="add-remove", iterations=2,
+               checkpoint_path=path, **kw)  # fmt: skip
+    with pytest.raises(ValueError, match="add-remove"):
+        dp_ntk.fit(None, None, None, epsilon=1.0, iterations=3, checkpoint_path=path,
+                   resume=True, **kw)  # fmt: skip
+    more = dp_ntk.fit(None, None, None, epsilon=1.0, neighbouring="add-remove", iterations=3,
+                      checkpoint_path=path, resume=True, **kw)  # fmt: skip
+    assert more.iteration == 3 and more.report.neighbouring == "add-remove"

@@ -165,6 +165,62 @@ def test_an_edited_dp_ntk_record_is_refused(fitted):
         _check_report(PrivacyReport.from_dict(data), fitted.config, fitted.steps_done)
 
 
+@pytest.fixture(scope="module")
+def add_remove(digits):
+    """One fit (eps 2) under add-remove, DP-NTK's arguments recorded."""
+    x, y = digits
+    seen = {}
+    real = dp_ntk.fit
+
+    def spy(key, xs, ys, **kw):
+        seen.update(neighbouring=kw["neighbouring"], batch=kw["batch_size"], eps=kw["epsilon"])
+        return real(key, xs, ys, **kw)
+
+    kw = dict(SMALL, neighbouring="add-remove", sampling_rate=60 / 300)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dp_ntk, "fit", spy)
+        res = dp_kip.fit(jax.random.key(3), x, y, epsilon=2.0, init=INIT, **kw)
+    return res, seen
+
+
+def test_add_remove_start_composes_three_releases_under_one_relation(add_remove, tmp_path):
+    res, seen = add_remove
+    rep = res.report
+    assert rep.private and rep.neighbouring == "add-remove"
+    sums, n_hat, sgd = rep.mechanisms
+    assert "class sums" in sums.released and sums.sensitivity == 1.0
+    assert "dataset size n" in n_hat.released and n_hat.sensitivity == 1.0
+    assert "n" not in sums.param_dict and "n" not in n_hat.param_dict
+    assert sums.epsilon + n_hat.epsilon == pytest.approx(0.2, rel=1e-12)
+    assert sgd.param_dict["neighbouring"] == "add-remove"
+    assert sgd.param_dict["target_epsilon"] == pytest.approx(1.8, rel=1e-12)
+    assert rep.epsilon <= 2.0 and rep.delta <= 1e-5
+    assert rep.epsilon == pytest.approx(2.0, rel=1e-3)
+    # DP-NTK got the relation, and a generator batch that is not capped at the private n
+    assert seen == dict(neighbouring="add-remove", batch=INIT.batch_size, eps=pytest.approx(0.2))
+    res.save(tmp_path / "ar.npz")
+    assert dp_kip.load(tmp_path / "ar.npz").report == rep
+
+
+@pytest.mark.parametrize("edit", ["drop_count", "cheaper_sums", "sensitivity"])
+def test_an_edited_add_remove_start_is_refused(add_remove, edit):
+    from privkernels.dp_kip.result import _check_report
+
+    res, _ = add_remove
+    data = json.loads(res.report.to_json())
+    mechs = data["mechanisms"]
+    if edit == "drop_count":
+        del mechs[1]
+    elif edit == "cheaper_sums":
+        mechs[0]["epsilon"] = 1e-6
+    else:
+        mechs[0]["sensitivity"] = 0.5
+    data["epsilon"] = sum(m["epsilon"] for m in mechs)
+    data["delta"] = sum(m["delta"] for m in mechs)
+    with pytest.raises(ValueError, match="release|DP-NTK start"):
+        _check_report(PrivacyReport.from_dict(data), res.config, res.steps_done)
+
+
 @pytest.mark.parametrize("fraction", [0.2, 0.37, 0.5])
 def test_split_never_overspends(fraction):
     from privkernels.dp_kip.dp_ntk_init import split_budget

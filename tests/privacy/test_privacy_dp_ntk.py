@@ -211,21 +211,26 @@ def test_class_proportions_call_gaussian_mechanism_with_stated_scale(monkeypatch
 # --------------------------------------------------------------------------- #
 
 
+def _scale_sensitivity(monkeypatch, scale):
+    """Broken variant: every Gaussian release noised for ``scale`` times its sensitivity."""
+    real_mech = privacy.gaussian_mechanism
+    patch_privacy(
+        monkeypatch,
+        "gaussian_mechanism",
+        lambda k, v, *, sensitivity, sigma: real_mech(
+            k, v, sensitivity=sensitivity * scale, sigma=sigma
+        ),
+    )
+
+
 def _embedding_audit(net, key, pair, sigma_scale=1.0, sens_scale=1.0, monkeypatch=None):
     network, params = net
     (x, y), (x2, y2) = pair
     u = _exact(net, x2, y2) - _exact(net, x, y)
     if monkeypatch is not None and (sigma_scale != 1.0 or sens_scale != 1.0):
         real_sigma = privacy.gaussian_sigma
-        real_mech = privacy.gaussian_mechanism
         patch_privacy(monkeypatch, "gaussian_sigma", lambda e, d: real_sigma(e, d) * sigma_scale)
-        patch_privacy(
-            monkeypatch,
-            "gaussian_mechanism",
-            lambda k, v, *, sensitivity, sigma: real_mech(
-                k, v, sensitivity=sensitivity * sens_scale, sigma=sigma
-            ),
-        )
+        _scale_sensitivity(monkeypatch, sens_scale)
 
     def mech(k, ds):
         xx, yy = ds
@@ -266,6 +271,38 @@ def test_embedding_audit_catches_wrong_sensitivity(net, pair, monkeypatch):
     )
     assert not res.passed, res.summary()
     assert res.epsilon_lower_bound > 2 * EPS
+
+
+def _sums_audit(net, key, sens_scale=1.0, monkeypatch=None):
+    """Audit the add-remove release (class sums, sensitivity 1) on D and D minus record 0."""
+    network, params = net
+    x, y = _data(0)
+    x2, y2 = x[1:], y[1:]  # an add-remove neighbour: one record fewer
+    u = _exact(net, x, y) * len(x) - _exact(net, x2, y2) * len(x2)
+    assert 0.99 < np.linalg.norm(u) <= 1.0 + 1e-5  # one unit-norm column, less the margin
+    if monkeypatch is not None and sens_scale != 1.0:
+        _scale_sensitivity(monkeypatch, sens_scale)
+
+    def mech(k, ds):
+        xx, yy = ds
+        sums, _ = dp_ntk.private_embedding(
+            k, xx, yy, n_classes=C, epsilon=EPS, delta=DELTA, network=network, params=params,
+            neighbouring="add-remove",
+        )  # fmt: skip
+        return jnp.vdot(sums.ravel(), jnp.asarray(u.ravel(), sums.dtype))
+
+    return audit.audit_gaussian_release(
+        key, mech, (x2, y2), (x, y), epsilon=EPS, delta=DELTA, trials=TRIALS, direction=np.ones(1)
+    )
+
+
+def test_add_remove_sums_audit_passes_and_the_mean_sensitivity_is_caught(net, monkeypatch):
+    """The class sums under add-remove: passes at sensitivity 1; noise calibrated to the
+    replace-one mean's 2/n instead (the mistake of reusing it for sums) is refuted."""
+    ok = _sums_audit(net, jax.random.key(40))
+    assert ok.passed, ok.summary()
+    bad = _sums_audit(net, jax.random.key(40), sens_scale=2.0 / N, monkeypatch=monkeypatch)
+    assert not bad.passed, bad.summary()
 
 
 def _proportions_audit(key, sens_scale=1.0, monkeypatch=None):

@@ -23,9 +23,16 @@ The method touches the private data exactly once:
 
 Privacy conventions (also recorded in each `PrivacyReport`):
 
-* Neighbouring datasets differ by *replacing* one example, so the dataset
+* By default (``neighbouring="replace-one"``, the paper's relation)
+  neighbouring datasets differ by *replacing* one example, so the dataset
   size ``n`` is the same for both and is treated as public. It is used
   unnoised in the ``2/n`` and ``sqrt(2)/n`` sensitivities.
+* ``neighbouring="add-remove"`` (the relation of opacus and of DP-KIP's
+  paper accounting): ``n`` is private. `private_embedding` then releases the
+  class *sums* ``n mu_P`` (sensitivity 1: one unit-norm column more or less)
+  and `private_class_counts` a noisy ``n`` (the total, or the class counts in
+  ``"released"`` mode, sensitivity 1) with the share ``split[1]``;
+  `normalise_sums` divides the one by the other (post-processing).
 * The e-NTK network parameters, the generator initialisation and every latent
   code come from keys split off the user's key and never depend on the data.
 * ``epsilon=None`` is a non-private baseline and the report says so.
@@ -62,7 +69,12 @@ Modules: `release` (the only reads of private data),
 from __future__ import annotations
 
 from privkernels.dp_ntk.fitting import default_generator, default_network, fit
-from privkernels.dp_ntk.release import private_class_proportions, private_embedding
+from privkernels.dp_ntk.release import (
+    normalise_sums,
+    private_class_counts,
+    private_class_proportions,
+    private_embedding,
+)
 from privkernels.dp_ntk.result import DPNTKResult, load, sample
 from privkernels.dp_ntk.train import DPNTKConfig, TrainState, run_steps, train_step
 
@@ -74,6 +86,8 @@ __all__ = [
     "default_network",
     "fit",
     "load",
+    "normalise_sums",
+    "private_class_counts",
     "private_class_proportions",
     "private_embedding",
     "run_steps",

@@ -305,7 +305,8 @@ def _release(
                                              per_class=released)  # fmt: skip
         emb, props_ar = normalise_sums(sums, counts)
         props = props_ar if released else None
-        report, public = compose(rep_e, rep_c), (NTK_PARAMS_NOTE, GEN_NOTE)
+        report = compose(rep_e, rep_c)
+        public: tuple[str, ...] = (NTK_PARAMS_NOTE, GEN_NOTE)
         n_note: tuple[str, ...] = (N_PRIVATE_NOTE,)
     elif cfg.label_mode == "released":
         parts: tuple[Any, ...] = (None, None) if budget is None else budget.split(*cfg.split)
