@@ -1,7 +1,7 @@
 """Issue 16, item 2: DP-KIP with the FC-NTK from a DP-NTK start, chosen on a VALIDATION split.
 
 Usage: python scripts/dp_kip_fcntk_dp_ntk_init_validation.py DATASET [--eps=E] [--only=I,J]
-    [--cache=DIR] [--smooth=S]
+    [--cache=DIR] [--smooth=S] [--relation=add-remove] [--seed=S]
 
 The training set of DATASET is split by a public seed (123, as in
 ``scripts/dp_kip_fcntk_sweep.py``) into 50,000 rows of private training data
@@ -16,8 +16,11 @@ DP-NTK start (`privkernels.dp_kip.DPNTKInit`) and the rest on DP-SGD
 rows that differ only in DP-KIP's settings. The selection is not
 privacy-accounted (as in the papers). ``--smooth=S`` blurs every DP-KIP
 update of the chosen rows by S pixels after the noise (``adam(lr)`` then
-`privkernels.dp_kip.smooth_updates`; post-processing). Prints one JSON line
-per row.
+`privkernels.dp_kip.smooth_updates`; post-processing). ``--relation=add-remove``
+accounts both releases under add-remove instead (the DP-NTK start as class
+sums and a noisy n; DP-SGD with the public rate batch / 50,000, the split's
+size). ``--seed=S`` (default 0) draws the start's and DP-KIP's keys from S.
+Prints one JSON line per row.
 """
 
 from __future__ import annotations
@@ -82,14 +85,24 @@ def _row(i: int) -> tuple[str, Any, float, float, int, int, float, int]:
     return prep, frac, lr, clip, epochs, batch, reg, iters
 
 
-def _start(x, y, budget, spec, cache_file: str | None) -> tuple[np.ndarray, float]:
+def _keys(seed: int) -> tuple[Any, Any]:
+    """(start key, DP-KIP key): seed 0 keeps the keys of the rows above (0 and 1)."""
+    if seed == SEED:
+        return jax.random.key(SEED), jax.random.key(SEED + 1)
+    k_start, k_fit = jax.random.split(jax.random.key(1000 + seed))
+    return k_start, k_fit
+
+
+def _start(
+    x, y, budget, spec, cache_file: str | None, key: Any, relation: str
+) -> tuple[np.ndarray, float]:
     """The DP-NTK start (and seconds spent); read from ``cache_file`` when it exists there."""
     if cache_file and os.path.exists(cache_file):
         return np.load(cache_file)["start"], 0.0
     t0 = time.perf_counter()
     start, _ = dp_ntk_start(
-        jax.random.key(SEED), x, y, n_classes=10, labels=dp_kip.support_labels(10, 10),
-        budget=budget, spec=spec,
+        key, x, y, n_classes=10, labels=dp_kip.support_labels(10, 10),
+        budget=budget, spec=spec, neighbouring=relation,
     )  # fmt: skip
     if cache_file:
         np.savez(cache_file, start=start)
@@ -112,6 +125,9 @@ def main() -> None:
     chosen = [int(i) for i in opts["only"].split(",")] if "only" in opts else range(len(SETTINGS))
     ds, cache = args[0], opts.get("cache")  # --cache=DIR keeps the starts between runs
     smooth = float(opts.get("smooth", 0.0))
+    relation, seed = opts.get("relation", "replace-one"), int(opts.get("seed", SEED))
+    k_start, k_fit = _keys(seed)
+    tag = ("" if relation == "replace-one" else "-ar") + ("" if seed == SEED else f"-s{seed}")
     tr = data.load(ds, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
     raw, y = np.asarray(tr.x, np.float32), np.asarray(tr.y)
     perm = np.random.default_rng(123).permutation(len(y))
@@ -127,26 +143,28 @@ def main() -> None:
             budget, ntk_budget = split_budget(budget, spec)
             if (prep, frac, iters) not in starts:
                 where = cache and os.path.join(
-                    cache, f"{ds}-eps{eps:g}-{prep}-f{frac:g}-it{iters}.npz"
+                    cache, f"{ds}-eps{eps:g}-{prep}-f{frac:g}-it{iters}{tag}.npz"
                 )
                 starts[(prep, frac, iters)], t_start = _start(
-                    x[fit_idx], y[fit_idx], ntk_budget, spec, where
+                    x[fit_idx], y[fit_idx], ntk_budget, spec, where, k_start, relation
                 )
             start = jnp.asarray(starts[(prep, frac, iters)])
             init = lambda k, m, shape, s=start: s  # noqa: E731
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            rate = {"sampling_rate": batch / len(fit_idx)} if relation == "add-remove" else {}
             res = dp_kip.fit(
-                jax.random.key(SEED + 1), x[fit_idx], y[fit_idx], kernel="fc_ntk",
+                k_fit, x[fit_idx], y[fit_idx], kernel="fc_ntk",
                 support_per_class=10, epsilon=budget.epsilon, delta=budget.delta,
                 clip_norm=clip, batch_size=batch, epochs=epochs, learning_rate=lr,
                 relative_reg=reg, n_classes=10, progress=False, init=init,
-                optimizer=_optimizer(lr, smooth),
+                optimizer=_optimizer(lr, smooth), neighbouring=relation, **rate,
             )  # fmt: skip
         row = dict(ds=ds, eps=eps, prep=prep, start_fraction=frac, lr=lr, clip=clip, epochs=epochs,
                    batch=batch, reg=reg, generator_iterations=None if frac is None else iters,
-                   smooth=smooth or None,
+                   smooth=smooth or None, relation=relation, seed=seed,
+                   dpsgd_eps_spent=round(res.report.epsilon, 4),
                    val_acc=round(100 * dp_kip.accuracy(res, x[va], y[va]), 2))  # fmt: skip
         if frac is not None:  # the start alone (no DP-KIP), same kernel and ridge
             alone = dataclasses.replace(res, support_x=starts[(prep, frac, iters)])
