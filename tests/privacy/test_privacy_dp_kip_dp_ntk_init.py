@@ -202,19 +202,35 @@ def test_add_remove_start_composes_three_releases_under_one_relation(add_remove,
     assert dp_kip.load(tmp_path / "ar.npz").report == rep
 
 
-@pytest.mark.parametrize("edit", ["drop_count", "cheaper_sums", "sensitivity"])
+@pytest.mark.parametrize(
+    "edit",
+    ["drop_count", "cheaper_sums", "sensitivity", "shift_eps", "negative_eps", "swap",
+     "with_n", "sigma", "renamed"],
+)  # fmt: skip
 def test_an_edited_add_remove_start_is_refused(add_remove, edit):
     from privkernels.dp_kip.result import _check_report
 
     res, _ = add_remove
     data = json.loads(res.report.to_json())
     mechs = data["mechanisms"]
+    total = mechs[0]["epsilon"] + mechs[1]["epsilon"]
     if edit == "drop_count":
         del mechs[1]
     elif edit == "cheaper_sums":
         mechs[0]["epsilon"] = 1e-6
-    else:
+    elif edit == "sensitivity":
         mechs[0]["sensitivity"] = 0.5
+    elif edit in ("shift_eps", "negative_eps"):  # the DP-NTK total is kept
+        mechs[1]["epsilon"] = 0.01 * total if edit == "shift_eps" else -0.5 * total
+        mechs[0]["epsilon"] = total - mechs[1]["epsilon"]
+    elif edit == "swap":
+        mechs[0], mechs[1] = mechs[1], mechs[0]
+    elif edit == "with_n":
+        mechs[0]["params"]["n"] = 300
+    elif edit == "sigma":
+        mechs[0]["params"]["sigma"] *= 10
+    else:
+        mechs[0]["released"] = mechs[0]["released"].replace("class sums", "mean embedding")
     data["epsilon"] = sum(m["epsilon"] for m in mechs)
     data["delta"] = sum(m["delta"] for m in mechs)
     with pytest.raises(ValueError, match="release|DP-NTK start"):
@@ -238,7 +254,8 @@ def _flat(x):
 @pytest.mark.parametrize(
     "change, match",
     [
-        (dict(neighbouring="add-remove", sampling_rate=0.2), "replace-one"),
+        (dict(neighbouring="add-remove"), "sampling_rate"),  # add-remove needs a public rate
+        (dict(neighbouring="add_remove"), "neighbouring"),
         (dict(x_map=_flat, smooth=True), "images"),
         (dict(x_map=lambda x: x[:, None, :, :, None], kernel="fc_ntk"), "dp_ntk"),
         (dict(epsilon=0.0), "epsilon"),

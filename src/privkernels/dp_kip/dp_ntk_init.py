@@ -17,7 +17,8 @@ looks like the data with a stated share of the budget:
    the pixels back).
 2. `privkernels.dp_ntk.fit` releases a class-conditional e-NTK mean embedding
    with ``budget_fraction`` of (epsilon, delta) and trains a generator on it
-   (DP-NTK, Alg. 1: one Gaussian mechanism, the rest post-processing).
+   (DP-NTK, Alg. 1: one Gaussian mechanism, or under add-remove two: the
+   class sums and a noisy n, `NTK_SPLIT`; the rest is post-processing).
 3. ``support_per_class`` samples of every class, mapped back to ``data_range``
    (with ``"standardized"``: each sample standardised on its own), are the
    starting support set; DP-KIP spends the remaining
@@ -26,10 +27,11 @@ looks like the data with a stated share of the budget:
 With ``corrupt_fraction > 0`` the frozen pixels keep their DP-NTK start
 values (Table 4's frozen noise becomes frozen start pixels).
 
-The two releases are on the same data under the same relation (DP-KIP's
-``neighbouring``: replace-one, or add-remove, where DP-NTK releases class
-sums and noisy counts instead of the mean); the report composes them (basic composition, `privkernels.privacy.compose`),
-so the totals are the caller's (epsilon, delta) exactly (`Budget.split`).
+The releases are on the same data under the same relation (DP-KIP's
+``neighbouring``: replace-one, or add-remove, where DP-NTK releases the class
+sums and a noisy n instead of the mean); the report composes them (basic
+composition, `privkernels.privacy.compose`), so the totals are the caller's
+(epsilon, delta) exactly (`Budget.split`).
 """
 
 from __future__ import annotations
@@ -47,8 +49,11 @@ from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
     "DPNTKInit", "as_dp_ntk_init", "split_budget", "dp_ntk_start", "to_unit_range",
-    "from_unit_range",
+    "from_unit_range", "NTK_SPLIT",
 ]  # fmt: skip
+
+#: under add-remove, the DP-NTK share is split between the class sums and the noisy n
+NTK_SPLIT = (0.9, 0.1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +227,10 @@ def dp_ntk_start(
 
     from privkernels import dp_ntk
 
+    if neighbouring not in (None, "replace-one", "add-remove"):
+        raise ValueError(
+            f"neighbouring must be 'replace-one' or 'add-remove', got {neighbouring!r}"
+        )
     add_remove = neighbouring == "add-remove" and budget is not None
     k_fit, k_sample = jax.random.split(key)
     # on the device: a global array sharded over a mesh stays sharded
@@ -242,6 +251,7 @@ def dp_ntk_start(
         learning_rate=spec.learning_rate,
         d_code=spec.d_code,
         label_mode="uniform",
+        split=NTK_SPLIT,  # (sums, n) under add-remove; unused under replace-one
         **dict(fit_options or {}),
     )
     xs, _ = dp_ntk.sample(k_sample, gen, int(len(labels)), labels=labels)

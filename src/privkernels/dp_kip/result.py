@@ -22,6 +22,7 @@ from privkernels._validation import check_array, check_int, check_labels
 from privkernels.dp_kip.kernels import KernelSpec, make_kernel
 from privkernels.dp_kip.krr import make_predictor
 from privkernels.dp_kip.train import DPKIPConfig
+from privkernels.privacy.budget import Budget
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = ["DPKIPResult", "load", "predict", "predict_labels", "accuracy", "FORMAT"]
@@ -150,28 +151,40 @@ def _n_dp_ntk_records(config: DPKIPConfig) -> int:
 
 
 def _check_dp_ntk_records(records: Any, config: DPKIPConfig) -> None:
-    """The DP-NTK start's records: Gaussian releases of sensitivity ``2/n`` (replace-one)
-    or 1 and 1 (add-remove: sums, counts) whose (epsilon, delta) together are
-    ``budget_fraction`` of the run's total."""
+    """The DP-NTK start's records, each checked against what the run releases.
+
+    Replace-one: the mean embedding (sensitivity ``2/n``); add-remove: the class sums
+    and the dataset size n (sensitivity 1 each, `dp_ntk_init.NTK_SPLIT` of the share).
+    Each has the (epsilon, delta) of its part of ``budget_fraction`` of the total, the
+    analytic-Gaussian sigma of that budget and noise ``sigma * sensitivity``.
+    """
     import re
+
+    from privkernels.dp_kip.dp_ntk_init import NTK_SPLIT
+    from privkernels.privacy import gaussian_sigma
 
     match = re.match(r"dp_ntk\(fraction=([0-9.eE+-]+)", config.init)
     add_remove = config.neighbouring == "add-remove"
-    ok = match is not None and all(r.name == "gaussian" for r in records)
-    ok = ok and (add_remove or config.n is not None)
+    ok = match is not None and (add_remove or config.n is not None)
+    ok = ok and all(r.name == "gaussian" and r.epsilon > 0 and 0 < r.delta < 1 for r in records)
     if ok and match is not None:
         f = float(match.group(1))
-        eps_ntk = sum(r.epsilon for r in records)
-        delta_ntk = sum(r.delta for r in records)
-        eps_total = float(config.epsilon or 0) + eps_ntk
-        delta_total = float(config.delta or 0) + delta_ntk
-        close = lambda a, b: abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)  # noqa: E731
-        sens = [1.0, 1.0] if add_remove else [2.0 / float(config.n or 1)]
-        ok = (
-            close(eps_ntk, eps_total * f)
-            and close(delta_ntk, delta_total * f)
-            and all(close(float(r.sensitivity or 0), s) for r, s in zip(records, sens, strict=True))
+        total = Budget(
+            float(config.epsilon or 0) + sum(r.epsilon for r in records),
+            float(config.delta or 0) + sum(r.delta for r in records),
         )
+        share = total.split(1.0 - f, f)[1]
+        parts = share.split(*NTK_SPLIT) if add_remove else (share,)
+        names = ("e-NTK class sums", "dataset size n") if add_remove else ("e-NTK mean embedding",)
+        sens = (1.0, 1.0) if add_remove else (2.0 / float(config.n or 1),)
+        close = lambda a, b: abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)  # noqa: E731
+        for r, part, name, s in zip(records, parts, names, sens, strict=True):
+            sigma = float(r.param_dict.get("sigma", -1.0))
+            ok = ok and r.released.startswith(name) and close(float(r.sensitivity or 0), s)
+            ok = ok and close(r.epsilon, part.epsilon) and close(r.delta, part.delta)
+            ok = ok and close(sigma, float(gaussian_sigma(r.epsilon, r.delta)))
+            ok = ok and close(float(r.param_dict.get("noise_std", -1.0)), sigma * s)
+            ok = ok and (not add_remove or "n" not in r.param_dict)
     if not ok:
         raise ValueError("saved report's DP-NTK start does not match the saved run")
 

@@ -87,11 +87,13 @@ def mean_embedding(
     method: str,
     mesh: Any = None,
     precision: str | None = "highest",
+    total: bool = False,
 ) -> jax.Array:
     """``(1/n) sum_i phi(x_i) onehot(y_i)^T`` -> ``(p, n_classes)`` via the feature core (eq. 4).
 
     Full float32 products by default (a release of private data); generator
-    training passes ``precision=None`` (`privkernels.precision`).
+    training passes ``precision=None`` (`privkernels.precision`). ``total``:
+    the sums, with unit weights (add-remove; n private).
     """
     feats = _features_module()
     return feats.entk_mean_embedding(
@@ -104,6 +106,7 @@ def mean_embedding(
         method=method,
         mesh=mesh,
         precision=precision,
+        total=total,
     )
 
 
@@ -181,7 +184,8 @@ def private_embedding(
     k_params, k_noise = jax.random.split(key)
     if params is None:
         params = _features_module().init_params(k_params, network, tuple(x.shape[1:]))
-    emb = mean_embedding(
+    sums = neighbouring == ADD_REMOVE and budget is not None
+    emb = mean_embedding(  # the sums with unit weights under add-remove: no 1/n anywhere
         network,
         params,
         jnp.asarray(x, jnp.float32),
@@ -190,6 +194,7 @@ def private_embedding(
         chunk_size=chunk_size,
         method=method,
         mesh=mesh,
+        total=sums,
     )
     # replicated over the mesh: every process holds the same sum; noise is added once, locally
     emb = jnp.asarray(to_host(emb) if mesh is not None else emb, jnp.float32)
@@ -198,8 +203,8 @@ def private_embedding(
             "epsilon=None: the e-NTK mean embedding was released WITHOUT noise (non-private baseline)"
         )
         return emb, report
-    if neighbouring == ADD_REMOVE:  # n is private: release the sums, record no n
-        value, sens, extra, what = emb * n, 1.0, {}, "class sums"
+    if sums:  # n is private: release the sums, record no n
+        value, sens, extra, what = emb, 1.0, {}, "class sums"
         public: tuple[str, ...] = (NTK_PARAMS_NOTE,)
     else:
         value, sens, extra, what = emb, 2.0 / n, {"n": n}, "mean embedding"

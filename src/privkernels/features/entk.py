@@ -686,8 +686,11 @@ def _resolve_plan(method: str, apply_fn: ApplyFn, params: Any, x: jax.Array) -> 
     return plan
 
 
-def _auto_chunk(n: int, per_example_bytes: int, budget: int) -> int:
-    return int(max(1, min(n, budget // max(per_example_bytes, 1))))
+def _auto_chunk(n: int | None, per_example_bytes: int, budget: int) -> int:
+    """Rows per chunk within ``budget`` bytes, capped at ``n`` (None: no cap, a size that
+    depends on the public network alone)."""
+    rows = max(1, budget // max(per_example_bytes, 1))
+    return int(rows if n is None else max(1, min(n, rows)))
 
 
 def _label_weights(
@@ -771,6 +774,7 @@ def entk_mean_embedding(
     normalize: bool = True,
     mesh: Any = None,
     precision: str | None = "highest",
+    total: bool = False,
 ) -> jax.Array:
     """Class-conditional e-NTK mean embedding (DP-NTK eq. 4 / eq. 5), streamed.
 
@@ -803,6 +807,10 @@ def entk_mean_embedding(
         precision: matmul precision: ``"highest"`` (default: an embedding of
             private data bounds a sensitivity, `privkernels.precision`) or
             None for the backend default (generator training, post-processing).
+        total: the class *sums* (``w_i = 1`` exactly) instead of the means: for
+            relations where n is private (add-remove), whose neighbours differ
+            in n and so would differ in every ``1/n`` weight (and in the
+            rounding of every term). Not with ``sample_weights``.
 
     Returns:
         ``(p, n_classes)`` float32 (replicated over ``mesh``); never materialises
@@ -813,23 +821,31 @@ def entk_mean_embedding(
     n = x.shape[0]
     method = _check_method(method)
     chunk = _check_chunk(chunk_size)
+    if total and sample_weights is not None:
+        raise ValueError("total=True sums with unit weights; it takes no sample_weights")
     if mesh is not None:
+        if sample_weights is not None:
+            raise ValueError("sample_weights are not supported with a mesh")
         return _mesh_embedding(
-            apply_fn, params, x, y, n_classes, chunk, method, normalize, mesh, precision
+            apply_fn, params, x, y, n_classes, chunk, method, normalize, mesh, precision, total
         )
+    if total:
+        sample_weights = jnp.ones((n,), jnp.float32)
+    cap = None if total else n  # sums (n private): no chunk size read from n or the labels
     lw, w, labels = _label_weights(y, n_classes, n, sample_weights)
     n_classes = lw.shape[1]
     plan = _resolve_plan(method, apply_fn, params, x)
     if plan is None:
         if chunk is None:
-            chunk = _auto_chunk(n, 3 * 4 * _num_params(params), _GENERIC_BUDGET)
+            chunk = _auto_chunk(cap, 3 * 4 * _num_params(params), _GENERIC_BUDGET)
         static = {"apply_fn": apply_fn, "normalize": bool(normalize), "chunk": chunk, "plan": None}
         return _call_jitted(_embedding_core, static, params, x, lw, precision=precision)
     if labels is not None:  # concrete hard labels: class-pure chunks, C times fewer FLOPs
         if chunk is None:
             per = sum(c.in_dim + c.out_dim + max(c.in_dim, c.out_dim) for c in plan)
-            chunk = _grouped_chunk(labels, n_classes, _auto_chunk(n, 4 * per, _STRUCTURED_BUDGET))
-        perm, mask, cls = _class_layout(labels, n_classes, min(chunk, n))
+            chunk = _auto_chunk(cap, 4 * per, _STRUCTURED_BUDGET)
+            chunk = chunk if total else _grouped_chunk(labels, n_classes, chunk)
+        perm, mask, cls = _class_layout(labels, n_classes, chunk if total else min(chunk, n))
         static = {
             "apply_fn": apply_fn,
             "normalize": bool(normalize),
@@ -841,7 +857,7 @@ def entk_mean_embedding(
         )
     if chunk is None:
         per = sum(c.in_dim + c.out_dim + max(c.in_dim, c.out_dim) * n_classes for c in plan)
-        chunk = _auto_chunk(n, 4 * per, _STRUCTURED_BUDGET)
+        chunk = _auto_chunk(cap, 4 * per, _STRUCTURED_BUDGET)
     static = {"apply_fn": apply_fn, "normalize": bool(normalize), "chunk": chunk, "plan": plan}
     return _call_jitted(_embedding_core, static, params, x, lw, precision=precision)
 
@@ -857,17 +873,20 @@ def _mesh_embedding(
     normalize: bool,
     mesh: Any,
     precision: str | None,
+    total: bool = False,
 ) -> jax.Array:
-    """The mesh branch of `entk_mean_embedding` (weights ``1/n``, one-hot layout)."""
+    """The mesh branch of `entk_mean_embedding` (weights ``1/n``, or 1 with ``total``;
+    one-hot layout)."""
     from privkernels.sharding import mesh_axis, shard_rows
 
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     n = int(x.shape[0])
+    div = 1 if total else n  # a division by 1 is exact: unit weights
     if getattr(y, "ndim", 1) == 2:
-        lw = jnp.asarray(check_array(y, "y", ndim=2), jnp.float32) / n
+        lw = jnp.asarray(check_array(y, "y", ndim=2), jnp.float32) / div
     else:
         labels = check_labels(y, n_classes, "y", n_rows=n)
-        lw = jax.jit(lambda a: jax.nn.one_hot(a, n_classes, dtype=jnp.float32) / n)(labels)
+        lw = jax.jit(lambda a: jax.nn.one_hot(a, n_classes, dtype=jnp.float32) / div)(labels)
     plan = _resolve_plan(method, apply_fn, params, x)
     (xs, lws), _ = shard_rows(mesh, x, lw)  # padding rows have zero weight
     if any(not getattr(a, "is_fully_addressable", True) for a in (xs, lws)):
@@ -880,8 +899,10 @@ def _mesh_embedding(
             if plan is None
             else 4 * sum(c.in_dim + c.out_dim + max(c.in_dim, c.out_dim) * n_classes for c in plan)
         )
-        chunk = _auto_chunk(
-            local_rows, per, _GENERIC_BUDGET if plan is None else _STRUCTURED_BUDGET
+        chunk = _auto_chunk(  # sums (n private): a size from the network alone
+            None if total else local_rows,
+            per,
+            _GENERIC_BUDGET if plan is None else _STRUCTURED_BUDGET,
         )
     static = {
         "apply_fn": apply_fn,
