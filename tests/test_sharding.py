@@ -69,6 +69,13 @@ _WORKER = textwrap.dedent(
         out[f"ntk_fit_emb_{tag}"] = np.asarray(r.noisy_embedding)
         out[f"ntk_fit_props_{tag}"] = np.asarray(r.noisy_proportions)
         out[f"ntk_fit_loss_{tag}"] = r.loss_history
+        s, _ = dp_ntk.private_embedding(jax.random.key(3), x, y, n_classes=3, epsilon=1.0,
+                                        network=net, mesh=m, neighbouring="add-remove")
+        out[f"ntk_sums_{tag}"] = np.asarray(s)
+        pn = features.init_params(jax.random.key(7), net, (6, 6))
+        for total in (True, False):
+            out[f"ntk_exact_{'sums' if total else 'mean'}_{tag}"] = np.asarray(
+                features.entk_mean_embedding(net.apply, pn, x, y, 3, mesh=m, total=total))
 
     # --- DP-KIP: Gram form, feature space, explicit adjoint (corrupted pixels) -------
     xk = rng.normal(size=(41, 8, 8)).astype(np.float32)
@@ -150,8 +157,13 @@ def test_mesh_embedding_soft_labels_and_cnn(res):
 
 
 def test_dp_ntk_release_and_fit_match(res):
-    for name in ("ntk_emb", "ntk_fit_emb", "ntk_fit_props"):
+    for name in ("ntk_emb", "ntk_fit_emb", "ntk_fit_props", "ntk_sums", "ntk_exact_sums"):
         _close(res, name)
+    # add-remove: unit weights on the mesh too (the sums are n times the means)
+    for tag in ("single", "mesh"):
+        np.testing.assert_allclose(
+            res[f"ntk_exact_sums_{tag}"], 37 * res[f"ntk_exact_mean_{tag}"], rtol=1e-5, atol=1e-6
+        )
     _close(res, "ntk_fit_loss", rtol=1e-4)
 
 
