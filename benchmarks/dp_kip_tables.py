@@ -22,7 +22,8 @@ also takes ``init_fraction`` (0.1), ``init_iterations`` (300),
 ``init_code`` (the generator's code size, 5) and ``init_centered`` (``1``:
 DP-NTK's e-NTK network on centred inputs, `privkernels.dp_kip.DPNTKInit`),
 refused without it; it defaults
-the relation to replace-one, and reads the inputs on [-1, 1] for ``2x-1`` and
+the relation to replace-one (``--set relation=add-remove`` releases the start
+under add-remove too), and reads the inputs on [-1, 1] for ``2x-1`` and
 by each image's own min and max for ``std``), ``smooth`` (blur every support
 update by this many pixels, `privkernels.dp_kip.smooth_updates`;
 post-processing),
@@ -294,7 +295,7 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
     stray = [k for k in _DP_NTK_OPTIONS if k in ctx.options]
     if stray and hp.get("init") != "dp_ntk":
         raise ValueError(f"{', '.join(stray)} set without init=dp_ntk: it would be ignored")
-    if hp.get("init") == "dp_ntk":  # a DP-NTK start: replace-one, a share of the budget
+    if hp.get("init") == "dp_ntk":  # a DP-NTK start (replace-one by default), a budget share
         hp["init_fraction"] = _opt(ctx, "init_fraction", 0.1, float)
         hp["init_iterations"] = _opt(ctx, "init_iterations", 300, int)
         if "init_code" in ctx.options:  # the DP-NTK generator's code size
