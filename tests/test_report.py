@@ -119,3 +119,31 @@ def test_from_dict_refuses_totals_that_are_not_the_sum_of_the_mechanisms():
         edited = {**d, key: value}
         with pytest.raises(ValueError, match="not the sum of its mechanisms"):
             PrivacyReport.from_dict(edited)
+
+
+def test_matches_gaussian_release_accepts_its_own_record_and_refuses_edits():
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from privkernels.privacy import Budget
+    from privkernels.privacy.release import gaussian_release, matches_gaussian_release
+
+    _, rec = gaussian_release(
+        jax.random.key(0), np.zeros(3, np.float32), budget=Budget(0.5, 1e-6), sensitivity=0.25,
+        released="x",
+    )  # fmt: skip
+    assert matches_gaussian_release(rec, 0.25)
+    assert not matches_gaussian_release(rec, 0.5)  # another sensitivity
+    params = dict(rec.param_dict)
+    edits = [
+        dict(epsilon=-rec.epsilon),
+        dict(epsilon=2 * rec.epsilon),  # sigma no longer that of the budget
+        dict(delta=1.0),
+        dict(name="laplace"),
+        dict(params=tuple(sorted({**params, "sigma": params["sigma"] / 4}.items()))),
+        dict(params=tuple(sorted({**params, "noise_std": params["noise_std"] / 4}.items()))),
+    ]
+    for edit in edits:
+        assert not matches_gaussian_release(dataclasses.replace(rec, **edit), 0.25), edit

@@ -11,6 +11,8 @@ noise or build records themselves (a test greps for it).
 * `truncated_laplace_release` -- TLap per coordinate (Geng et al. 2020;
   Gu et al. Lemma 3.2 / G.1-G.2).
 * `gaussian_sampling_release` -- Gu et al. Alg. 1 (PSD kernel release).
+* `matches_gaussian_release` -- whether a (loaded) record is what
+  `gaussian_release` writes for its budget and a given sensitivity.
 
 DP-SGD, whose noise is added inside a compiled training step, has its own
 value, `DPSGDPlan`.
@@ -30,7 +32,12 @@ from privkernels.privacy.mechanisms import (
 )
 from privkernels.privacy.report import MechanismRecord
 
-__all__ = ["gaussian_release", "truncated_laplace_release", "gaussian_sampling_release"]
+__all__ = [
+    "gaussian_release",
+    "truncated_laplace_release",
+    "gaussian_sampling_release",
+    "matches_gaussian_release",
+]
 
 
 def _budget(budget: Any) -> Budget:
@@ -67,6 +74,29 @@ def gaussian_release(
         **params,
     )
     return noisy, record
+
+
+def matches_gaussian_release(record: MechanismRecord, sensitivity: float) -> bool:
+    """True if ``record`` is a `gaussian_release` record of this ``sensitivity``.
+
+    Checks what a saved report cannot be trusted for: epsilon > 0, delta in
+    (0, 1), the sensitivity, the analytic-Gaussian ``sigma`` of the record's own
+    budget and ``noise_std = sigma * sensitivity`` (relative 1e-9).
+    """
+    if record.name != "gaussian" or not (record.epsilon > 0 and 0 < record.delta < 1):
+        return False
+    params = record.param_dict
+    sigma = float(params.get("sigma", -1.0))
+    expected = float(_privacy.gaussian_sigma(record.epsilon, record.delta))
+
+    def close(a: float, b: float) -> bool:
+        return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
+
+    return (
+        close(float(record.sensitivity or 0.0), float(sensitivity))
+        and close(sigma, expected)
+        and close(float(params.get("noise_std", -1.0)), sigma * float(sensitivity))
+    )
 
 
 def truncated_laplace_release(
