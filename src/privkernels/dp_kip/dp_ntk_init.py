@@ -226,11 +226,10 @@ def dp_ntk_start(
     import jax
 
     from privkernels import dp_ntk
+    from privkernels.dp_ntk.release import check_neighbouring
 
-    if neighbouring not in (None, "replace-one", "add-remove"):
-        raise ValueError(
-            f"neighbouring must be 'replace-one' or 'add-remove', got {neighbouring!r}"
-        )
+    if neighbouring is not None:  # None: a non-private run (no relation)
+        check_neighbouring(neighbouring)
     add_remove = neighbouring == "add-remove" and budget is not None
     k_fit, k_sample = jax.random.split(key)
     # on the device: a global array sharded over a mesh stays sharded

@@ -7,6 +7,7 @@ saving and loading cost no privacy.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable
@@ -176,10 +177,10 @@ def _check_dp_ntk_records(records: Any, config: DPKIPConfig) -> None:
         parts = share.split(*NTK_SPLIT) if add_remove else (share,)
         names = ("e-NTK class sums", "dataset size n") if add_remove else ("e-NTK mean embedding",)
         sens = (1.0, 1.0) if add_remove else (2.0 / float(config.n or 1),)
-        close = lambda a, b: abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)  # noqa: E731
         for r, part, name, s in zip(records, parts, names, sens, strict=True):
             ok = ok and matches_gaussian_release(r, s) and r.released.startswith(name)
-            ok = ok and close(r.epsilon, part.epsilon) and close(r.delta, part.delta)
+            ok = ok and math.isclose(r.epsilon, part.epsilon, rel_tol=1e-9)
+            ok = ok and math.isclose(r.delta, part.delta, rel_tol=1e-9)
             ok = ok and (not add_remove or "n" not in r.param_dict)
     if not ok:
         raise ValueError("saved report's DP-NTK start does not match the saved run")

@@ -204,14 +204,14 @@ def private_embedding(
         )
         return emb, report
     if sums:  # n is private: release the sums, record no n
-        value, sens, extra, what = emb, 1.0, {}, "class sums"
+        sens, extra, what = 1.0, {}, "class sums"
         public: tuple[str, ...] = (NTK_PARAMS_NOTE,)
     else:
-        value, sens, extra, what = emb, 2.0 / n, {"n": n}, "mean embedding"
+        sens, extra, what = 2.0 / n, {"n": n}, "mean embedding"
         public = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE)
     noisy, record = gaussian_release(
         k_noise,
-        value,
+        emb,
         budget=budget,
         sensitivity=sens,
         released=f"e-NTK {what} ({emb.shape[0]}, {n_classes})",

@@ -20,6 +20,7 @@ value, `DPSGDPlan`.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import privkernels.privacy as _privacy  # mechanisms looked up at call time (spies, audits)
@@ -88,14 +89,10 @@ def matches_gaussian_release(record: MechanismRecord, sensitivity: float) -> boo
     params = record.param_dict
     sigma = float(params.get("sigma", -1.0))
     expected = float(_privacy.gaussian_sigma(record.epsilon, record.delta))
-
-    def close(a: float, b: float) -> bool:
-        return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
-
     return (
-        close(float(record.sensitivity or 0.0), float(sensitivity))
-        and close(sigma, expected)
-        and close(float(params.get("noise_std", -1.0)), sigma * float(sensitivity))
+        math.isclose(float(record.sensitivity or 0.0), float(sensitivity), rel_tol=1e-9)
+        and math.isclose(sigma, expected, rel_tol=1e-9)
+        and math.isclose(float(params.get("noise_std", -1.0)), sigma * sensitivity, rel_tol=1e-9)
     )
 
 
