@@ -10,6 +10,14 @@ from pathlib import Path
 import jax
 import pytest
 
+# Same key, same result, on GPUs too: XLA's GPU backend may pick non-deterministic
+# algorithms (cuDNN convolution gradients, atomic scatter-adds) whose float sums depend
+# on thread timing; the suite's bit-equality tests need the deterministic ones. Set
+# before any backend starts; the flag is parsed and ignored on CPU.
+_DETERMINISTIC = "--xla_gpu_deterministic_ops=true"
+if _DETERMINISTIC not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DETERMINISTIC}".strip()
+
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:

@@ -216,7 +216,9 @@ def test_gram_quadratic_term_is_summed_by_rows_after_compilation():
     """`gram_rounding_terms` charges ``||S_i X||^2`` a chain of ``3m + d``: that holds only if the
     compiled program sums each row of the ``(m, m)`` products apart from the sum of rows. Without the
     optimisation barrier XLA merges the two into one reduction over all ``m^2`` entries (a chain of
-    ``m^2``); this reads the compiled HLO."""
+    ``m^2``); this reads the compiled HLO. It reads XLA:CPU's program on every machine: the
+    patterns are CPU's (a GPU compiler regroups reduced dimensions), and the GPU program is
+    not read here."""
     import re
 
     from privkernels import dp_kip
@@ -224,16 +226,19 @@ def test_gram_quadratic_term_is_summed_by_rows_after_compilation():
 
     m, d = 12, 40
     spec = dp_kip.make_kernel("fc_ntk", (d,), 2)
-    xs, t = jnp.ones((m, d)), jnp.ones((8, d))
-    ys, yt = jnp.ones((m, 2)), jnp.ones((8, 2))
-    fn = jax.jit(lambda a, b: gram_norm_terms(spec.gram_fn, a, ys, b, yt, 1e-6).sq)
-    hlo = fn.lower(xs, t).compile().as_text()
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        xs, t = jax.device_put(jnp.ones((m, d)), cpu), jax.device_put(jnp.ones((8, d)), cpu)
+        ys, yt = jnp.ones((m, 2)), jnp.ones((8, 2))
+        fn = jax.jit(lambda a, b: gram_norm_terms(spec.gram_fn, a, ys, b, yt, 1e-6).sq)
+        hlo = fn.lower(xs, t).compile().as_text()
+        # the same pair of sums without the barrier is merged (why the barrier is there)
+        merged = jax.jit(lambda a: jnp.sum(jnp.sum(a * a, axis=2), axis=1))
+        merged_hlo = merged.lower(jax.device_put(jnp.ones((8, m, m)), cpu)).compile().as_text()
     reduces = [line for line in hlo.splitlines() if " reduce(" in line]
     assert any(re.search(rf"f32\[\d+,{m}\]\S* reduce\(.*dimensions=\{{2\}}", r) for r in reduces)
     assert not any("dimensions={1,2}" in r for r in reduces)
-    # the same pair of sums without the barrier is merged (why the barrier is there)
-    merged = jax.jit(lambda a: jnp.sum(jnp.sum(a * a, axis=2), axis=1))
-    assert "dimensions={1,2}" in merged.lower(jnp.ones((8, m, m))).compile().as_text()
+    assert "dimensions={1,2}" in merged_hlo
 
 
 def test_large_per_example_norms_are_summed_in_blocks_after_compilation():

@@ -74,8 +74,10 @@ def _memory_maps() -> int:
 def test_clearing_caches_returns_the_memory_maps_of_compiled_programs():
     """What the conftest's per-module `jax.clear_caches()` relies on: compiled programs
     hold memory maps (the suite once reached vm.max_map_count and segfaulted), and
-    clearing JAX's caches gives them back."""
+    clearing JAX's caches gives them back. That is XLA:CPU's machine code, so the programs
+    are compiled for the CPU on every machine (a GPU program's code lives on the device)."""
     gc.collect()
+    cpu = jax.devices("cpu")[0]
 
     @jax.jit
     def f(x):
@@ -83,7 +85,8 @@ def test_clearing_caches_returns_the_memory_maps_of_compiled_programs():
 
     before = _memory_maps()
     for n in range(1, 61):
-        f(jnp.ones(n)).block_until_ready()
+        out = f(jax.device_put(np.ones(n, np.float32), cpu)).block_until_ready()
+        assert out.devices() == {cpu}
     grown = _memory_maps()
     assert grown - before > 120  # 60 executables, a few maps each
     jax.clear_caches()

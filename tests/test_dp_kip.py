@@ -91,11 +91,15 @@ def test_per_example_grads_match_python_loop(kernel, method, digits):
             xs_
         )
 
-    for i in range(5):  # Python loop reference
-        ref = np.asarray(single_grad(xs, xt[i], yt[i]))
+    # The references run at full float32, as `per_example_grads` does: `krr_loss` leaves a
+    # feature map (the tanh kernel's) at the backend default, which is TF32 on a GPU.
+    with jax.default_matmul_precision("highest"):
+        refs = [np.asarray(single_grad(xs, xt[i], yt[i])) for i in range(5)]  # Python loop
+        # the summed loss gradient equals the sum of per-example gradients
+        total_loss = lambda s: jnp.sum(dp_kip.krr_loss(spec, s, ys, xt, yt, reg=1e-3))  # noqa: E731
+        tot = jax.jit(jax.grad(total_loss))(xs)
+    for i, ref in enumerate(refs):
         np.testing.assert_allclose(got[i], ref, rtol=2e-3, atol=1e-6 * np.abs(ref).max())
-    # the summed loss gradient equals the sum of per-example gradients
-    tot = jax.jit(jax.grad(lambda s: jnp.sum(dp_kip.krr_loss(spec, s, ys, xt, yt, reg=1e-3))))(xs)
     np.testing.assert_allclose(
         got.sum(0), np.asarray(tot), rtol=2e-3, atol=1e-6 * np.abs(tot).max()
     )

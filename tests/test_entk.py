@@ -30,9 +30,20 @@ NETS = {
 DENSE = ["fc_1l_k3", "fc_2l_k2", "fc_2l_ln"]
 
 
+@pytest.fixture(autouse=True)
+def _full_float32():
+    """These tests compare features with independent references: mathematics, not the
+    precision policy (that is `tests/test_precision.py`). A GPU's default float32 product is
+    TF32 (a 10-bit mantissa, errors near 1e-3), far above these tolerances, so the code under
+    test and the references run at full float32; on CPU this changes nothing."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 def _jacrev_features(apply_fn, params, x, normalize=True):
     """Independent reference: reverse-mode Jacobian of the per-example summed outputs."""
-    jac = jax.jit(jax.jacrev(lambda p: jnp.sum(apply_fn(p, x), axis=1)))(params)
+    with jax.default_matmul_precision("highest"):  # built by a module fixture (see above)
+        jac = jax.jit(jax.jacrev(lambda p: jnp.sum(apply_fn(p, x), axis=1)))(params)
     g = jnp.concatenate(
         [leaf.reshape(x.shape[0], -1) for leaf in jax.tree_util.tree_leaves(jac)], axis=1
     )

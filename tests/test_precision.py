@@ -120,6 +120,17 @@ def test_kernel_matrices_solves_and_gaussian_sampling_are_full_precision():
     )
 
 
+def test_regression_scores_are_full_precision():
+    """DP NTK regression's scores weight kernel rows (or sketched features) by ridge
+    coefficients that can be large and of both signs: a TF32 product would lose them to
+    cancellation, so `predict` multiplies at HIGHEST on every path."""
+    from privkernels.dp_ntk_regression import model as reg_model
+
+    x, w, alpha = jnp.ones((5, 3)), jnp.ones((4, 3)), jnp.ones((6, 2))
+    _assert_highest(_dots(reg_model._block_scores, x, jnp.ones((6, 3)), w, alpha))
+    _assert_highest(_dots(reg_model._feature_scores, jnp.ones((5, 7)), jnp.ones((7, 2))))
+
+
 def test_clipped_norm_never_exceeds_c_on_adversarial_vectors():
     """Vectors built to fool a float32 sum of squares: one large entry and a million tiny
     ones whose squares a sequential sum would drop (true norm 1.0049 vs computed 1.0)."""

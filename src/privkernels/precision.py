@@ -14,11 +14,13 @@ lowers them on CPU and checks every ``dot_general`` carries ``HIGHEST``):
   feeds a factorisation: DP-KIP's clipped sums, per-example gradients and KRR
   solves (`privkernels.dp_kip`), the FC-NTK and quadratic-NTK kernel
   matrices, the e-NTK mean embedding of private data (DP-NTK's release), the
-  Gaussian sampling mechanism and the regression solves.
+  Gaussian sampling mechanism, the regression solves and the regression scores
+  (ridge coefficients can be large and of both signs: TF32 loses the scores to
+  cancellation).
 * **the backend default** -- throughput-bound work that cannot touch a
   guarantee: the ScatterNet and e-NTK feature maps (what is clipped is
   computed from their output, at full precision), DP-NTK generator training
-  (post-processing of the release), predictions and evaluation.
+  (post-processing of the release), other predictions and evaluation.
 
 On CPU both are full float32 (CPU products have no reduced mode), so the
 policy changes no CPU result.

@@ -23,6 +23,7 @@ from privkernels._batching import map_row_chunks
 from privkernels._config import ConfigMixin
 from privkernels._validation import check_array
 from privkernels.dp_ntk_regression.kernel import input_map, kernel_block
+from privkernels.precision import full_precision
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
@@ -172,8 +173,20 @@ def _queries(model: DPNTKRegressionModel, x: Any) -> jax.Array:
 
 
 @partial(jax.jit)
+@full_precision
 def _block_scores(xb: jax.Array, x_tilde: jax.Array, w: jax.Array, alpha: jax.Array) -> jax.Array:
+    """``K(xb, X~) alpha``, ``(b, c)``. Full float32: the ridge coefficients ``alpha`` can be
+    large and of both signs, so a reduced-precision (TF32) product loses the scores to
+    cancellation (`privkernels.precision`)."""
     return kernel_block(xb, x_tilde, w) @ alpha
+
+
+@partial(jax.jit)
+@full_precision
+def _feature_scores(psi: jax.Array, beta: jax.Array) -> jax.Array:
+    """``psi beta``, ``(n, c)``: replace-one scores from the sketched features, full float32
+    for the same reason as `_block_scores`."""
+    return psi @ beta
 
 
 def predict(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
@@ -198,7 +211,7 @@ def predict(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
             from privkernels.dp_ntk_regression.replace_one import ssp_features
 
             psi = ssp_features(xq, model.weights, model.sketch, model.config.chunk_size)
-            scores = np.asarray(jnp.asarray(psi) @ model.alpha)
+            scores = np.asarray(_feature_scores(jnp.asarray(psi), model.alpha))
             return scores[:, 0] if model.config.target_ndim == 1 else scores
         scores = map_row_chunks(
             lambda xb: _block_scores(xb, model.x_tilde, model.weights, model.alpha),
