@@ -82,6 +82,18 @@ def test_every_fit_names_its_relation_and_its_report_keeps_it(name):
 
 
 @pytest.mark.parametrize("name", list(MODULES))
+def test_an_unknown_relation_is_refused_by_the_one_core_check(name):
+    """Every fit refuses a relation it does not offer with the privacy core's message, and
+    no method module writes a relation check of its own."""
+    with pytest.raises(ValueError, match=r"neighbouring must be one of \("):
+        _fit(name, neighbouring="add-one")
+    root = Path(dp_kip.__file__).resolve().parents[1]
+    for pkg in ("dp_kip", "dp_ntk", "dp_ntk_regression"):
+        for path in sorted((root / pkg).glob("*.py")):
+            assert "neighbouring must be" not in path.read_text(), path
+
+
+@pytest.mark.parametrize("name", list(MODULES))
 def test_n_classes_none_warns_and_notes(name):
     with pytest.warns(PrivacyLeakWarning, match="n_classes"):
         res = _fit(name, n_classes=None)

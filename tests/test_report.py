@@ -147,3 +147,17 @@ def test_matches_gaussian_release_accepts_its_own_record_and_refuses_edits():
     ]
     for edit in edits:
         assert not matches_gaussian_release(dataclasses.replace(rec, **edit), 0.25), edit
+
+
+def test_check_neighbouring_accepts_the_allowed_relations_only():
+    from privkernels.privacy import RELATIONS, check_neighbouring
+
+    assert RELATIONS == (REPLACE_ONE, ADD_REMOVE)
+    for rel in RELATIONS:
+        assert check_neighbouring(rel) == rel
+    assert check_neighbouring(BETA_CLOSE, (BETA_CLOSE, REPLACE_ONE)) == BETA_CLOSE
+    for bad in ("add-one", "Replace-One", "", None, 1, ("replace-one",)):
+        with pytest.raises(ValueError, match="neighbouring must be one of"):
+            check_neighbouring(bad)
+    with pytest.raises(ValueError, match=r"\('beta-close', 'replace-one'\)"):
+        check_neighbouring(ADD_REMOVE, (BETA_CLOSE, REPLACE_ONE))

@@ -45,7 +45,7 @@ import numpy as np
 
 from privkernels._validation import check_fraction, check_int, check_positive
 from privkernels.privacy.budget import Budget
-from privkernels.privacy.report import PrivacyReport
+from privkernels.privacy.report import PrivacyReport, check_neighbouring
 
 __all__ = [
     "DPNTKInit", "as_dp_ntk_init", "split_budget", "dp_ntk_start", "to_unit_range",
@@ -226,7 +226,6 @@ def dp_ntk_start(
     import jax
 
     from privkernels import dp_ntk
-    from privkernels.dp_ntk.release import check_neighbouring
 
     if neighbouring is not None:  # None: a non-private run (no relation)
         check_neighbouring(neighbouring)

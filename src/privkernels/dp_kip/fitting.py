@@ -46,10 +46,15 @@ from privkernels.dp_kip.train import (
     padded_batch_length,
     planning_size,
 )
-from privkernels.privacy.accounting import check_relation, check_sampling_rate
+from privkernels.privacy.accounting import DPSGD_RELATIONS, check_relation, check_sampling_rate
 from privkernels.privacy.budget import as_budget
 from privkernels.privacy.dpsgd import DPSGDPlan, dpsgd_plan
-from privkernels.privacy.report import PrivacyReport, compose, non_private_report
+from privkernels.privacy.report import (
+    PrivacyReport,
+    check_neighbouring,
+    compose,
+    non_private_report,
+)
 from privkernels.privacy.warnings import warn_privacy_leak
 
 __all__ = ["fit", "configure"]
@@ -483,10 +488,7 @@ def _check_settings(args: dict[str, Any], n: int, private: bool) -> tuple[float,
     if private:
         args["clip_norm"] = check_positive(args["clip_norm"], "clip_norm")
         check_relation(args["neighbouring"], args["accountant"])
-    if args["neighbouring"] not in ("replace-one", "add-remove"):
-        raise ValueError(
-            f"neighbouring must be 'replace-one' or 'add-remove', got {args['neighbouring']!r}"
-        )
+    check_neighbouring(args["neighbouring"], DPSGD_RELATIONS)
     if args["neighbouring"] == "add-remove":
         if args["sampling_rate"] is None:
             raise ValueError(

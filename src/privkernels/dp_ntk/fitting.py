@@ -29,7 +29,6 @@ from privkernels.dp_ntk.release import (
     N_PRIVATE_NOTE,
     N_PUBLIC_NOTE,
     NTK_PARAMS_NOTE,
-    check_neighbouring,
     mean_embedding,
     normalise_sums,
     private_class_counts,
@@ -47,7 +46,7 @@ from privkernels.dp_ntk.train import (
 )
 from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
 from privkernels.privacy.budget import Budget, as_budget
-from privkernels.privacy.report import PrivacyReport, compose
+from privkernels.privacy.report import PrivacyReport, check_neighbouring, compose
 
 __all__ = ["fit", "default_generator", "CHECKPOINT_FORMAT"]
 

@@ -35,6 +35,7 @@ from privkernels.privacy.report import (
     ADD_REMOVE,
     REPLACE_ONE,
     PrivacyReport,
+    check_neighbouring,
     non_private_report,
 )
 from privkernels.sharding import to_host
@@ -44,7 +45,6 @@ __all__ = [
     "private_class_proportions",
     "private_class_counts",
     "normalise_sums",
-    "check_neighbouring",
     "mean_embedding",
     "NTK_PARAMS_NOTE",
     "N_PUBLIC_NOTE",
@@ -62,14 +62,6 @@ N_PRIVATE_NOTE = (
     "dataset size n: private (add-remove), never used unnoised; the released class sums are "
     "divided by a noisy n (the noisy total, or the total of the noisy class counts)"
 )
-RELATIONS = (REPLACE_ONE, ADD_REMOVE)
-
-
-def check_neighbouring(neighbouring: Any) -> str:
-    """``"replace-one"`` or ``"add-remove"``; anything else is a ValueError."""
-    if not isinstance(neighbouring, str) or neighbouring not in RELATIONS:
-        raise ValueError(f"neighbouring must be one of {RELATIONS}, got {neighbouring!r}")
-    return neighbouring
 
 
 def _features_module() -> Any:

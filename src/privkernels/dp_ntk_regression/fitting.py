@@ -44,8 +44,10 @@ from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.release import gaussian_sampling_release, truncated_laplace_release
 from privkernels.privacy.report import (
     BETA_CLOSE,
+    REPLACE_ONE,
     MechanismRecord,
     PrivacyReport,
+    check_neighbouring,
     non_private_report,
 )
 
@@ -167,6 +169,7 @@ def fit(
         )
     key = check_key(key)
     budget = as_budget(epsilon, delta)
+    check_neighbouring(neighbouring, (BETA_CLOSE, REPLACE_ONE))
     if solver not in ("ridge", "kernel-mean"):
         raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {solver!r}")
     if solver == "kernel-mean" and neighbouring != "replace-one":
@@ -181,10 +184,6 @@ def fit(
         if ck is not None:
             model.save(ck)
         return model
-    if neighbouring != "beta-close":
-        raise ValueError(
-            f"neighbouring must be 'beta-close' or 'replace-one', got {neighbouring!r}"
-        )
     cfg, x_arr, y_mat, inferred = _validate(locals())
     dt = jnp.float64 if cfg.dtype == "float64" else jnp.float32
     n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))

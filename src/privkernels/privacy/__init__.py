@@ -55,6 +55,8 @@ _EXPORTS = {
     "REPLACE_ONE": "report",
     "ADD_REMOVE": "report",
     "BETA_CLOSE": "report",
+    "RELATIONS": "report",
+    "check_neighbouring": "report",
     # warnings
     "PrivacyLeakWarning": "warnings",
     "warn_privacy_leak": "warnings",

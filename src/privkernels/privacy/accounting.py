@@ -60,6 +60,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from privkernels._validation import check_delta, check_epsilon, check_int, check_positive
+from privkernels.privacy.report import RELATIONS, check_neighbouring
 
 __all__ = [
     "gaussian_sigma",
@@ -79,7 +80,7 @@ Accountant = Literal["pld", "rdp"]
 Relation = Literal["add-remove", "replace-one"]
 
 #: Relations DP-SGD can be accounted under (strings of privkernels.privacy.report).
-DPSGD_RELATIONS = ("add-remove", "replace-one")
+DPSGD_RELATIONS = RELATIONS
 
 #: PLD ``value_discretization_interval`` used unless overridden (dp-accounting's default).
 DEFAULT_PLD_INTERVAL = 1e-4
@@ -110,14 +111,13 @@ def _check_accountant(accountant: Any) -> str:
 
 def check_relation(neighbouring: Any, accountant: str = "pld") -> str:
     """Validate a DP-SGD neighbouring relation (and that the accountant supports it)."""
-    if neighbouring not in DPSGD_RELATIONS:
-        raise ValueError(f"neighbouring must be one of {DPSGD_RELATIONS}, got {neighbouring!r}")
+    neighbouring = check_neighbouring(neighbouring, DPSGD_RELATIONS)
     if neighbouring == "replace-one" and accountant != "pld":
         raise ValueError(
             "neighbouring='replace-one' needs accountant='pld' (dp-accounting's RDP accountant "
             "does not support Poisson subsampling under replace-one)"
         )
-    return str(neighbouring)
+    return neighbouring
 
 
 def _quiet_rdp() -> Any:

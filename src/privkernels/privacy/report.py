@@ -12,15 +12,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "REPLACE_ONE",
     "ADD_REMOVE",
     "BETA_CLOSE",
+    "RELATIONS",
     "MechanismRecord",
     "PrivacyReport",
+    "check_neighbouring",
     "compose",
     "non_private_report",
 ]
@@ -32,6 +34,19 @@ ADD_REMOVE = "add-remove"
 #: Neighbouring datasets differ in one example, moved by at most beta in L2
 #: (Gu et al., DP NTK regression, Def. 3.8). Weaker than replace-one.
 BETA_CLOSE = "beta-close"
+#: The standard relations, the ones every method offers.
+RELATIONS = (REPLACE_ONE, ADD_REMOVE)
+
+
+def check_neighbouring(neighbouring: Any, allowed: Sequence[str] = RELATIONS) -> str:
+    """``neighbouring`` if it is one of ``allowed``; anything else is a ValueError.
+
+    The one check of a relation name: every ``fit`` calls it (with the relations it
+    supports) before any data is read or noise drawn.
+    """
+    if not isinstance(neighbouring, str) or neighbouring not in allowed:
+        raise ValueError(f"neighbouring must be one of {tuple(allowed)}, got {neighbouring!r}")
+    return neighbouring
 
 
 def _freeze(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
