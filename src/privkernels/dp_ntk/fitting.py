@@ -271,6 +271,9 @@ def _config(
     )
 
 
+_Released = tuple[jax.Array, np.ndarray | None, PrivacyReport, tuple[str, ...], tuple[str, ...]]
+
+
 def _release(
     k_emb: Any,
     k_lab: Any,
@@ -292,41 +295,18 @@ def _release(
     kw = dict(
         network=network, params=ntk_params, chunk_size=cfg.chunk_size, method=cfg.method, mesh=mesh
     )
+    keys, data = (k_emb, k_lab), (x, y)
     if neighbouring == "add-remove" and budget is not None:
-        part_e, part_c = budget.split(*cfg.split)
-        sums, rep_e = private_embedding(
-            k_emb, x, y, n_classes=cfg.n_classes, epsilon=part_e.epsilon, delta=part_e.delta,
-            neighbouring="add-remove", **kw,
-        )  # fmt: skip
-        released = cfg.label_mode == "released"  # uniform labels need only the total n
-        counts, rep_c = private_class_counts(k_lab, y, n_classes=cfg.n_classes,
-                                             epsilon=part_c.epsilon, delta=part_c.delta,
-                                             per_class=released)  # fmt: skip
-        emb, props_ar = normalise_sums(sums, counts)
-        props = props_ar if released else None
-        report = compose(rep_e, rep_c)
-        public: tuple[str, ...] = (NTK_PARAMS_NOTE, GEN_NOTE)
-        n_note: tuple[str, ...] = (N_PRIVATE_NOTE,)
+        emb, props, report, public, n_note = _release_sums(keys, data, budget, cfg, kw)
     elif cfg.label_mode == "released":
-        parts: tuple[Any, ...] = (None, None) if budget is None else budget.split(*cfg.split)
-        eps = [None if p is None else p.epsilon for p in parts]
-        dlt = [None if p is None else p.delta for p in parts]
-        emb, rep_e = private_embedding(
-            k_emb, x, y, n_classes=cfg.n_classes, epsilon=eps[0], delta=dlt[0], **kw
-        )
-        props, rep_l = private_class_proportions(
-            k_lab, y, n_classes=cfg.n_classes, epsilon=eps[1], delta=dlt[1]
-        )
-        report = compose(rep_e, rep_l)
-        public, n_note = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
+        emb, props, report, public, n_note = _release_with_proportions(keys, data, budget, cfg, kw)
     else:
         epsilon = None if budget is None else budget.epsilon
         delta = None if budget is None else budget.delta
         emb, report = private_embedding(
             k_emb, x, y, n_classes=cfg.n_classes, epsilon=epsilon, delta=delta, **kw
         )
-        props = None
-        public, n_note = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
+        props, public, n_note = None, (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
     if report.private:
         notes = n_note + ((N_CLASSES_INFERRED_NOTE,) if inferred else ())
         report = dataclasses.replace(
@@ -335,6 +315,45 @@ def _release(
             notes=report.notes + notes,
         )
     return emb, props, report
+
+
+def _release_sums(
+    keys: tuple[Any, Any], data: tuple[Any, np.ndarray], budget: Budget, cfg: DPNTKConfig,
+    kw: dict[str, Any],
+) -> _Released:  # fmt: skip
+    """Add-remove: class sums (share ``split[0]``) and a noisy n (``split[1]``), divided."""
+    (k_emb, k_lab), (x, y) = keys, data
+    part_e, part_c = budget.split(*cfg.split)
+    sums, rep_e = private_embedding(
+        k_emb, x, y, n_classes=cfg.n_classes, epsilon=part_e.epsilon, delta=part_e.delta,
+        neighbouring="add-remove", **kw,
+    )  # fmt: skip
+    released = cfg.label_mode == "released"  # uniform labels need only the total n
+    counts, rep_c = private_class_counts(k_lab, y, n_classes=cfg.n_classes,
+                                         epsilon=part_c.epsilon, delta=part_c.delta,
+                                         per_class=released)  # fmt: skip
+    emb, props_ar = normalise_sums(sums, counts)
+    props = props_ar if released else None
+    return emb, props, compose(rep_e, rep_c), (NTK_PARAMS_NOTE, GEN_NOTE), (N_PRIVATE_NOTE,)
+
+
+def _release_with_proportions(
+    keys: tuple[Any, Any], data: tuple[Any, np.ndarray], budget: Budget | None,
+    cfg: DPNTKConfig, kw: dict[str, Any],
+) -> _Released:  # fmt: skip
+    """Replace-one, released labels: the mean embedding and the class proportions."""
+    (k_emb, k_lab), (x, y) = keys, data
+    parts: tuple[Any, ...] = (None, None) if budget is None else budget.split(*cfg.split)
+    eps = [None if p is None else p.epsilon for p in parts]
+    dlt = [None if p is None else p.delta for p in parts]
+    emb, rep_e = private_embedding(
+        k_emb, x, y, n_classes=cfg.n_classes, epsilon=eps[0], delta=dlt[0], **kw
+    )
+    props, rep_l = private_class_proportions(
+        k_lab, y, n_classes=cfg.n_classes, epsilon=eps[1], delta=dlt[1]
+    )
+    public = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE)
+    return emb, props, compose(rep_e, rep_l), public, ()
 
 
 def _train(
