@@ -36,7 +36,8 @@ t0=$(date +%s)
 timeout -k 10 "${TESTS_S:-330}" python3 -m pytest -n "${WORKERS:-14}" -v --instafail \
   --timeout=120 --tb=short -p no:cacheprovider -rfE > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$? wall=$(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest.log"
-pkill -9 -f "python3 -m pytest" 2>/dev/null; pkill -9 -f xdist 2>/dev/null; sleep 2
+# the run's leftovers only: pytest, and xdist's execnet workers (python3 -c "...stdin.readline...")
+pkill -9 -f "python3 -m pytest -n" 2>/dev/null; pkill -9 -f "sys.stdin.readline" 2>/dev/null; sleep 2
 for s in PASSED FAILED SKIPPED ERROR; do
   echo "$s $(grep -cE "\] $s tests/" "$OUT/pytest.log")"
 done | tee "$OUT/counts.txt"

@@ -212,32 +212,43 @@ def test_gram_norm_error_bound_covers_the_float64_norm(m, d):
     assert np.all(np.asarray(terms.err) >= 2.0 * gamma * quad_piece * (1 - 1e-4))
 
 
+def _gram_sq_reduces(m: int, d: int, device) -> list[str]:
+    """The compiled ``reduce`` lines of `gram_norm_terms`'s squared norms on ``device``."""
+    from privkernels import dp_kip
+    from privkernels.dp_kip.clipped_sums import gram_norm_terms
+
+    spec = dp_kip.make_kernel("fc_ntk", (d,), 2)
+    with jax.default_device(device):
+        xs, t = jax.device_put(jnp.ones((m, d)), device), jax.device_put(jnp.ones((8, d)), device)
+        ys, yt = jnp.ones((m, 2)), jnp.ones((8, 2))
+        fn = jax.jit(lambda a, b: gram_norm_terms(spec.gram_fn, a, ys, b, yt, 1e-6).sq)
+        hlo = fn.lower(xs, t).compile().as_text()
+    return [line for line in hlo.splitlines() if " reduce(" in line]
+
+
 def test_gram_quadratic_term_is_summed_by_rows_after_compilation():
     """`gram_rounding_terms` charges ``||S_i X||^2`` a chain of ``3m + d``: that holds only if the
     compiled program sums each row of the ``(m, m)`` products apart from the sum of rows. Without the
     optimisation barrier XLA merges the two into one reduction over all ``m^2`` entries (a chain of
-    ``m^2``); this reads the compiled HLO. It reads XLA:CPU's program on every machine: the
-    patterns are CPU's (a GPU compiler regroups reduced dimensions), and the GPU program is
-    not read here."""
+    ``m^2``); this reads the compiled HLO: XLA:CPU's on every machine, and the default backend's
+    too where that is not the CPU. The patterns are written from CPU programs; a GPU program that
+    fails them has not been shown wrong, but the bound is unverified there until someone reads it
+    (`benchmarks/results/gpu-h200-tests.md`)."""
     import re
 
-    from privkernels import dp_kip
-    from privkernels.dp_kip.clipped_sums import gram_norm_terms
-
     m, d = 12, 40
-    spec = dp_kip.make_kernel("fc_ntk", (d,), 2)
     cpu = jax.devices("cpu")[0]
+    devices = [cpu] + ([jax.devices()[0]] if jax.default_backend() != "cpu" else [])
+    for device in devices:
+        reduces = _gram_sq_reduces(m, d, device)
+        assert any(
+            re.search(rf"f32\[\d+,{m}\]\S* reduce\(.*dimensions=\{{2\}}", r) for r in reduces
+        ), device
+        assert not any("dimensions={1,2}" in r for r in reduces), device
+    # the same pair of sums without the barrier is merged on CPU (why the barrier is there)
+    merged = jax.jit(lambda a: jnp.sum(jnp.sum(a * a, axis=2), axis=1))
     with jax.default_device(cpu):
-        xs, t = jax.device_put(jnp.ones((m, d)), cpu), jax.device_put(jnp.ones((8, d)), cpu)
-        ys, yt = jnp.ones((m, 2)), jnp.ones((8, 2))
-        fn = jax.jit(lambda a, b: gram_norm_terms(spec.gram_fn, a, ys, b, yt, 1e-6).sq)
-        hlo = fn.lower(xs, t).compile().as_text()
-        # the same pair of sums without the barrier is merged (why the barrier is there)
-        merged = jax.jit(lambda a: jnp.sum(jnp.sum(a * a, axis=2), axis=1))
         merged_hlo = merged.lower(jax.device_put(jnp.ones((8, m, m)), cpu)).compile().as_text()
-    reduces = [line for line in hlo.splitlines() if " reduce(" in line]
-    assert any(re.search(rf"f32\[\d+,{m}\]\S* reduce\(.*dimensions=\{{2\}}", r) for r in reduces)
-    assert not any("dimensions={1,2}" in r for r in reduces)
     assert "dimensions={1,2}" in merged_hlo
 
 

@@ -137,10 +137,11 @@ def test_matches_gaussian_release_accepts_its_own_record_and_refuses_edits():
     assert matches_gaussian_release(rec, 0.25)
     assert not matches_gaussian_release(rec, 0.5)  # another sensitivity
     params = dict(rec.param_dict)
+    for edit in (dict(epsilon=-rec.epsilon), dict(delta=1.0)):  # no such record exists
+        with pytest.raises(ValueError, match="epsilon|delta"):
+            dataclasses.replace(rec, **edit)
     edits = [
-        dict(epsilon=-rec.epsilon),
         dict(epsilon=2 * rec.epsilon),  # sigma no longer that of the budget
-        dict(delta=1.0),
         dict(name="laplace"),
         dict(params=tuple(sorted({**params, "sigma": params["sigma"] / 4}.items()))),
         dict(params=tuple(sorted({**params, "noise_std": params["noise_std"] / 4}.items()))),
@@ -150,14 +151,34 @@ def test_matches_gaussian_release_accepts_its_own_record_and_refuses_edits():
 
 
 def test_check_neighbouring_accepts_the_allowed_relations_only():
-    from privkernels.privacy import RELATIONS, check_neighbouring
+    from privkernels.privacy import check_neighbouring
 
-    assert RELATIONS == (REPLACE_ONE, ADD_REMOVE)
-    for rel in RELATIONS:
-        assert check_neighbouring(rel) == rel
+    standard = (REPLACE_ONE, ADD_REMOVE)
+    for rel in standard:
+        assert check_neighbouring(rel, standard) == rel
     assert check_neighbouring(BETA_CLOSE, (BETA_CLOSE, REPLACE_ONE)) == BETA_CLOSE
-    for bad in ("add-one", "Replace-One", "", None, 1, ("replace-one",)):
+    for bad in ("add-one", "Replace-One", "", None, 1, ("replace-one",), "one"):
         with pytest.raises(ValueError, match="neighbouring must be one of"):
-            check_neighbouring(bad)
+            check_neighbouring(bad, standard)
+    with pytest.raises(TypeError, match="allowed"):  # a string is not a list of names
+        check_neighbouring("one", "replace-one")
     with pytest.raises(ValueError, match=r"\('beta-close', 'replace-one'\)"):
         check_neighbouring(ADD_REMOVE, (BETA_CLOSE, REPLACE_ONE))
+
+
+def test_a_record_with_a_negative_or_non_finite_cost_is_refused_also_when_loaded():
+    """Two records of +2 and -1 add up to a report of 1: the loader would accept the
+    total, so a record itself refuses a negative (or NaN, infinite) epsilon, a delta
+    outside [0, 1) and a negative sensitivity."""
+    good = mechanisms.gaussian_record("a", epsilon=1.0, delta=1e-6, sensitivity=1.0, sigma=4.0)
+    rep = PrivacyReport.from_mechanisms([good], REPLACE_ONE)
+    d = rep.to_dict()
+    hidden = {**d["mechanisms"][0], "epsilon": 2.0}
+    negative = {**d["mechanisms"][0], "name": "b", "epsilon": -1.0}
+    with pytest.raises(ValueError, match="epsilon must be finite and >= 0"):
+        PrivacyReport.from_dict({**d, "mechanisms": [hidden, negative]})
+    for field, value in (("epsilon", math.nan), ("epsilon", math.inf), ("delta", 1.0),
+                         ("delta", -1e-9), ("sensitivity", -1.0), ("sensitivity", math.nan)):  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            MechanismRecord.make("m", "x", **{"epsilon": 1.0, "delta": 1e-6, field: value})
+    assert MechanismRecord.make("m", "x", 0.0, 0.0).epsilon == 0.0  # a free record is fine

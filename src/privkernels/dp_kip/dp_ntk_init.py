@@ -228,7 +228,7 @@ def dp_ntk_start(
     from privkernels import dp_ntk
 
     if neighbouring is not None:  # None: a non-private run (no relation)
-        check_neighbouring(neighbouring)
+        check_neighbouring(neighbouring, dp_ntk.release.DP_NTK_RELATIONS)
     add_remove = neighbouring == "add-remove" and budget is not None
     k_fit, k_sample = jax.random.split(key)
     # on the device: a global array sharded over a mesh stays sharded

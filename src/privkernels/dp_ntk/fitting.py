@@ -26,6 +26,7 @@ from privkernels._validation import (
     infer_n_classes,
 )
 from privkernels.dp_ntk.release import (
+    DP_NTK_RELATIONS,
     N_PRIVATE_NOTE,
     N_PUBLIC_NOTE,
     NTK_PARAMS_NOTE,
@@ -151,7 +152,7 @@ def fit(
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if checkpoint_every is not None:
         check_int(checkpoint_every, "checkpoint_every", minimum=1)
-    neighbouring = check_neighbouring(neighbouring)
+    neighbouring = check_neighbouring(neighbouring, DP_NTK_RELATIONS)
     if resume:
         return _resume(ck, x, y, epsilon, delta, network, generator, iterations, checkpoint_every,
                        progress, callback, neighbouring)  # fmt: skip
@@ -341,7 +342,8 @@ def _release_with_proportions(
     keys: tuple[Any, Any], data: tuple[Any, np.ndarray], budget: Budget | None,
     cfg: DPNTKConfig, kw: dict[str, Any],
 ) -> _Released:  # fmt: skip
-    """Replace-one, released labels: the mean embedding and the class proportions."""
+    """Released labels, except a private add-remove run: the mean embedding and the class
+    proportions."""
     (k_emb, k_lab), (x, y) = keys, data
     parts: tuple[Any, ...] = (None, None) if budget is None else budget.split(*cfg.split)
     eps = [None if p is None else p.epsilon for p in parts]

@@ -41,6 +41,7 @@ from privkernels.privacy.report import (
 from privkernels.sharding import to_host
 
 __all__ = [
+    "DP_NTK_RELATIONS",
     "private_embedding",
     "private_class_proportions",
     "private_class_counts",
@@ -62,6 +63,8 @@ N_PRIVATE_NOTE = (
     "dataset size n: private (add-remove), never used unnoised; the released class sums are "
     "divided by a noisy n (the noisy total, or the total of the noisy class counts)"
 )
+#: The relations DP-NTK calibrates for: the mean (2/n) or the class sums and n (1 each).
+DP_NTK_RELATIONS = (REPLACE_ONE, ADD_REMOVE)
 
 
 def _features_module() -> Any:
@@ -169,7 +172,7 @@ def private_embedding(
     key = check_key(key)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)
-    neighbouring = check_neighbouring(neighbouring)
+    neighbouring = check_neighbouring(neighbouring, DP_NTK_RELATIONS)
     if chunk_size is not None:
         check_int(chunk_size, "chunk_size", minimum=1)
     n = int(x.shape[0])

@@ -55,7 +55,6 @@ _EXPORTS = {
     "REPLACE_ONE": "report",
     "ADD_REMOVE": "report",
     "BETA_CLOSE": "report",
-    "RELATIONS": "report",
     "check_neighbouring": "report",
     # warnings
     "PrivacyLeakWarning": "warnings",

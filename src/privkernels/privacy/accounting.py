@@ -60,7 +60,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from privkernels._validation import check_delta, check_epsilon, check_int, check_positive
-from privkernels.privacy.report import RELATIONS, check_neighbouring
+from privkernels.privacy.report import check_neighbouring
 
 __all__ = [
     "gaussian_sigma",
@@ -80,7 +80,7 @@ Accountant = Literal["pld", "rdp"]
 Relation = Literal["add-remove", "replace-one"]
 
 #: Relations DP-SGD can be accounted under (strings of privkernels.privacy.report).
-DPSGD_RELATIONS = RELATIONS
+DPSGD_RELATIONS = ("add-remove", "replace-one")
 
 #: PLD ``value_discretization_interval`` used unless overridden (dp-accounting's default).
 DEFAULT_PLD_INTERVAL = 1e-4

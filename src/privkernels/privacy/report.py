@@ -19,7 +19,6 @@ __all__ = [
     "REPLACE_ONE",
     "ADD_REMOVE",
     "BETA_CLOSE",
-    "RELATIONS",
     "MechanismRecord",
     "PrivacyReport",
     "check_neighbouring",
@@ -34,19 +33,20 @@ ADD_REMOVE = "add-remove"
 #: Neighbouring datasets differ in one example, moved by at most beta in L2
 #: (Gu et al., DP NTK regression, Def. 3.8). Weaker than replace-one.
 BETA_CLOSE = "beta-close"
-#: The standard relations, the ones every method offers.
-RELATIONS = (REPLACE_ONE, ADD_REMOVE)
 
 
-def check_neighbouring(neighbouring: Any, allowed: Sequence[str] = RELATIONS) -> str:
+def check_neighbouring(neighbouring: Any, allowed: Sequence[str]) -> str:
     """``neighbouring`` if it is one of ``allowed``; anything else is a ValueError.
 
-    The one check of a relation name: every ``fit`` calls it (with the relations it
-    supports) before any data is read or noise drawn.
+    The one check of a relation name. Each method passes the relations it supports,
+    spelled out where it calibrates its noise (a relation added elsewhere is never
+    accepted silently), and calls it before any noise is drawn.
     """
-    if not isinstance(neighbouring, str) or neighbouring not in allowed:
+    if isinstance(allowed, str) or not all(isinstance(a, str) for a in allowed):
+        raise TypeError(f"allowed must be a sequence of relation names, got {allowed!r}")
+    if not isinstance(neighbouring, str) or neighbouring not in tuple(allowed):
         raise ValueError(f"neighbouring must be one of {tuple(allowed)}, got {neighbouring!r}")
-    return neighbouring
+    return str(neighbouring)
 
 
 def _freeze(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -82,6 +82,19 @@ class MechanismRecord:
     sensitivity: float | None = None
     accountant: str = "closed-form"
     params: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        # A record's cost is never negative: a negative part could hide another's
+        # cost in a total that still adds up (a loaded report is checked this way too).
+        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
+            raise ValueError(f"record {self.name!r}: epsilon must be finite and >= 0, "
+                             f"got {self.epsilon!r}")  # fmt: skip
+        if not 0 <= self.delta < 1:
+            raise ValueError(f"record {self.name!r}: delta must lie in [0, 1), got {self.delta!r}")
+        sens = self.sensitivity
+        if sens is not None and not (math.isfinite(sens) and sens >= 0):
+            raise ValueError(f"record {self.name!r}: sensitivity must be finite and >= 0, "
+                             f"got {sens!r}")  # fmt: skip
 
     @classmethod
     def make(
