@@ -87,6 +87,10 @@ def test_an_unknown_relation_is_refused_by_the_one_core_check(name):
     no method module writes a relation check of its own."""
     with pytest.raises(ValueError, match=r"neighbouring must be one of \("):
         _fit(name, neighbouring="add-one")
+    with warnings.catch_warnings():  # refused before the labels are read (no n_classes warning)
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        with pytest.raises(ValueError, match=r"neighbouring must be one of \("):
+            _fit(name, neighbouring="add-one", n_classes=None)
     root = Path(dp_kip.__file__).resolve().parents[1]
     for pkg in ("dp_kip", "dp_ntk", "dp_ntk_regression"):
         for path in sorted((root / pkg).glob("*.py")):

@@ -279,6 +279,7 @@ def _prepare(
     """Validate the data and everything else (before any randomness); build config and plan."""
     if args["kernel"] not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {args['kernel']!r}")
+    check_neighbouring(args["neighbouring"], DPSGD_RELATIONS)  # before the data is read
     x = check_array(x, "x", min_rows=1)
     if x.ndim < 2:
         raise ValueError(f"x must have shape (n, *input_shape), got {tuple(x.shape)}")
