@@ -486,10 +486,11 @@ def _check_settings(args: dict[str, Any], n: int, private: bool) -> tuple[float,
     args["corrupt_fraction"] = cf
     if args["accountant"] not in ("pld", "rdp"):
         raise ValueError(f"accountant must be 'pld' or 'rdp', got {args['accountant']!r}")
-    check_neighbouring(args["neighbouring"], DPSGD_RELATIONS)
-    if private:
+    if private:  # the relation, and that the accountant supports it
         args["clip_norm"] = check_positive(args["clip_norm"], "clip_norm")
         check_relation(args["neighbouring"], args["accountant"])
+    else:
+        check_neighbouring(args["neighbouring"], DPSGD_RELATIONS)
     if args["neighbouring"] == "add-remove":
         if args["sampling_rate"] is None:
             raise ValueError(

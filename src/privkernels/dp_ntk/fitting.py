@@ -296,11 +296,11 @@ def _release(
     kw = dict(
         network=network, params=ntk_params, chunk_size=cfg.chunk_size, method=cfg.method, mesh=mesh
     )
-    keys, data = (k_emb, k_lab), (x, y)
     if neighbouring == "add-remove" and budget is not None:
-        emb, props, report, public, n_note = _release_sums(keys, data, budget, cfg, kw)
+        emb, props, report, public, n_note = _release_sums(k_emb, k_lab, x, y, budget, cfg, kw)
     elif cfg.label_mode == "released":
-        emb, props, report, public, n_note = _release_with_proportions(keys, data, budget, cfg, kw)
+        released = _release_with_proportions(k_emb, k_lab, x, y, budget, cfg, kw)
+        emb, props, report, public, n_note = released
     else:
         epsilon = None if budget is None else budget.epsilon
         delta = None if budget is None else budget.delta
@@ -319,11 +319,10 @@ def _release(
 
 
 def _release_sums(
-    keys: tuple[Any, Any], data: tuple[Any, np.ndarray], budget: Budget, cfg: DPNTKConfig,
+    k_emb: Any, k_lab: Any, x: Any, y: np.ndarray, budget: Budget, cfg: DPNTKConfig,
     kw: dict[str, Any],
 ) -> _Released:  # fmt: skip
     """Add-remove: class sums (share ``split[0]``) and a noisy n (``split[1]``), divided."""
-    (k_emb, k_lab), (x, y) = keys, data
     part_e, part_c = budget.split(*cfg.split)
     sums, rep_e = private_embedding(
         k_emb, x, y, n_classes=cfg.n_classes, epsilon=part_e.epsilon, delta=part_e.delta,
@@ -339,12 +338,11 @@ def _release_sums(
 
 
 def _release_with_proportions(
-    keys: tuple[Any, Any], data: tuple[Any, np.ndarray], budget: Budget | None,
-    cfg: DPNTKConfig, kw: dict[str, Any],
+    k_emb: Any, k_lab: Any, x: Any, y: np.ndarray, budget: Budget | None, cfg: DPNTKConfig,
+    kw: dict[str, Any],
 ) -> _Released:  # fmt: skip
     """Released labels, except a private add-remove run: the mean embedding and the class
     proportions."""
-    (k_emb, k_lab), (x, y) = keys, data
     parts: tuple[Any, ...] = (None, None) if budget is None else budget.split(*cfg.split)
     eps = [None if p is None else p.epsilon for p in parts]
     dlt = [None if p is None else p.delta for p in parts]
