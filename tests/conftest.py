@@ -13,10 +13,11 @@ import pytest
 # Same key, same result, on GPUs too: XLA's GPU backend may pick non-deterministic
 # algorithms (cuDNN convolution gradients, atomic scatter-adds) whose float sums depend
 # on thread timing; the suite's bit-equality tests need the deterministic ones. Set
-# before any backend starts; the flag is parsed and ignored on CPU.
-_DETERMINISTIC = "--xla_gpu_deterministic_ops=true"
+# before any backend starts; the flag is parsed and ignored on CPU. A value the user
+# already gave (say ``=false``, to test the fast algorithms) is left as it is.
+_DETERMINISTIC = "--xla_gpu_deterministic_ops"
 if _DETERMINISTIC not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DETERMINISTIC}".strip()
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DETERMINISTIC}=true".strip()
 
 
 @pytest.fixture(scope="session")

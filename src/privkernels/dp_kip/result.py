@@ -162,6 +162,7 @@ def _check_dp_ntk_records(records: Any, config: DPKIPConfig) -> None:
     import re
 
     from privkernels.dp_kip.dp_ntk_init import NTK_SPLIT
+    from privkernels.dp_ntk.release import RELEASED_MEAN, RELEASED_N, RELEASED_SUMS
     from privkernels.privacy.release import matches_gaussian_release
 
     match = re.match(r"dp_ntk\(fraction=([0-9.eE+-]+)", config.init)
@@ -175,7 +176,7 @@ def _check_dp_ntk_records(records: Any, config: DPKIPConfig) -> None:
         )
         share = total.split(1.0 - f, f)[1]
         parts = share.split(*NTK_SPLIT) if add_remove else (share,)
-        names = ("e-NTK class sums", "dataset size n") if add_remove else ("e-NTK mean embedding",)
+        names = (RELEASED_SUMS, RELEASED_N) if add_remove else (RELEASED_MEAN,)
         sens = (1.0, 1.0) if add_remove else (2.0 / float(config.n or 1),)
         for r, part, name, s in zip(records, parts, names, sens, strict=True):
             ok = ok and matches_gaussian_release(r, s) and r.released.startswith(name)

@@ -49,6 +49,9 @@ __all__ = [
     "mean_embedding",
     "NTK_PARAMS_NOTE",
     "N_PUBLIC_NOTE",
+    "RELEASED_MEAN",
+    "RELEASED_SUMS",
+    "RELEASED_N",
 ]
 
 NTK_PARAMS_NOTE = (
@@ -63,6 +66,11 @@ N_PRIVATE_NOTE = (
     "dataset size n: private (add-remove), never used unnoised; the released class sums are "
     "divided by a noisy n (the noisy total, or the total of the noisy class counts)"
 )
+#: How each release names itself in its record (``released`` starts with it); a
+#: saved report is checked against these names (`privkernels.dp_kip.result`).
+RELEASED_MEAN = "e-NTK mean embedding"
+RELEASED_SUMS = "e-NTK class sums"
+RELEASED_N = "dataset size n"
 #: The relations DP-NTK calibrates for: the mean (2/n) or the class sums and n (1 each).
 DP_NTK_RELATIONS = (REPLACE_ONE, ADD_REMOVE)
 
@@ -199,17 +207,17 @@ def private_embedding(
         )
         return emb, report
     if sums:  # n is private: release the sums, record no n
-        sens, extra, what = 1.0, {}, "class sums"
+        sens, extra, what = 1.0, {}, RELEASED_SUMS
         public: tuple[str, ...] = (NTK_PARAMS_NOTE,)
     else:
-        sens, extra, what = 2.0 / n, {"n": n}, "mean embedding"
+        sens, extra, what = 2.0 / n, {"n": n}, RELEASED_MEAN
         public = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE)
     noisy, record = gaussian_release(
         k_noise,
         emb,
         budget=budget,
         sensitivity=sens,
-        released=f"e-NTK {what} ({emb.shape[0]}, {n_classes})",
+        released=f"{what} ({emb.shape[0]}, {n_classes})",
         **extra,
     )
     report = PrivacyReport.from_mechanisms([record], neighbouring, data_independent=public)
@@ -291,7 +299,7 @@ def private_class_counts(
         jnp.asarray(value, jnp.float32),
         budget=budget,
         sensitivity=1.0,
-        released=f"class counts ({n_classes},)" if per_class else "dataset size n (1,)",
+        released=f"class counts ({n_classes},)" if per_class else f"{RELEASED_N} (1,)",
         post_processing="clipped at 0; the total divides the class sums",
     )
     return np.asarray(noisy, np.float64), PrivacyReport.from_mechanisms([record], ADD_REMOVE)
