@@ -35,8 +35,9 @@ class KernelSpec:
       kind: ``"features"`` (linear kernel of ``feature_fn``) or ``"kernel"``.
       options: the resolved options (JSON-friendly).
       feature_fn: ``(b, *input_shape) -> (b, f)`` (``kind == "features"``).
-      kernel_fn: ``(n1, *s), (n2, *s) -> (n1, n2)`` (``kind == "kernel"``); must be
-        symmetric, ``kernel_fn(a, b) == kernel_fn(b, a).T`` (used by the adjoint gradients).
+      kernel_fn: ``(n1, *s), (n2, *s) -> (n1, n2)`` (``kind == "kernel"``), symmetric,
+        ``kernel_fn(a, b) == kernel_fn(b, a).T``; ``kernel_fn(a, a)`` (one object twice)
+        is one set compared with itself (the FC-NTK's diagonal is then exact).
       params: data-independent parameters (e-NTK network weights) or None.
       gram_fn: for dot-product kernels, ``(gram (n1, n2), sq1 (n1,), sq2 (n2,)) ->
         (n1, n2)``, the kernel as a function of the flattened inputs' inner
@@ -79,9 +80,9 @@ def make_kernel(
             raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
 
         def kfn(a: jax.Array, b: jax.Array) -> jax.Array:
-            return features.fc_ntk_kernel(
+            return features.fc_ntk_kernel(  # b is a: K(a, a), exact on its diagonal
                 a.reshape(a.shape[0], -1),
-                b.reshape(b.shape[0], -1),
+                None if b is a else b.reshape(b.shape[0], -1),
                 depth=int(full["depth"]),
                 W_std=float(full["W_std"]),
                 b_std=float(full["b_std"]),
