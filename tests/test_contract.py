@@ -98,6 +98,18 @@ def test_an_unknown_relation_is_refused_by_the_one_core_check(name):
 
 
 @pytest.mark.parametrize("name", list(MODULES))
+def test_a_resume_refuses_an_unsupported_relation_with_the_core_message(name, tmp_path):
+    """Resuming is no way around the relation check: the same message as a fresh fit."""
+    ck = tmp_path / "run.npz"
+    _fit(name, checkpoint_path=ck)
+    x, y = (None, None) if name != "dp_kip" else _data()  # dp_kip continues on the data
+    kw = {"epsilon": 0.8, "n_classes": 3, "progress": False, **_kwargs(name)}
+    with pytest.raises(ValueError, match=r"neighbouring must be one of \("):
+        MODULES[name].fit(jax.random.key(0), x, y, checkpoint_path=ck, resume=True,
+                          neighbouring="add-one", **kw)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(MODULES))
 def test_n_classes_none_warns_and_notes(name):
     with pytest.warns(PrivacyLeakWarning, match="n_classes"):
         res = _fit(name, n_classes=None)

@@ -160,6 +160,7 @@ def fit(
       ValueError: on invalid input (TypeError on wrong kinds), before any noise is
         drawn; also when no k satisfies the privacy condition (see `max_k`).
     """
+    check_neighbouring(neighbouring, (BETA_CLOSE, REPLACE_ONE))  # a resume too
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if resume:
         return _resume(ck, x, y, epsilon, delta, neighbouring=neighbouring, solver=solver)
@@ -169,7 +170,6 @@ def fit(
         )
     key = check_key(key)
     budget = as_budget(epsilon, delta)
-    check_neighbouring(neighbouring, (BETA_CLOSE, REPLACE_ONE))
     if solver not in ("ridge", "kernel-mean"):
         raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {solver!r}")
     if solver == "kernel-mean" and neighbouring != "replace-one":
