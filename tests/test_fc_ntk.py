@@ -100,6 +100,28 @@ def test_self_comparison_diagonal_is_exact_in_float32(chunk_size):
         np.testing.assert_array_equal(k[off], general[off])
 
 
+def test_self_gram_diagonal_is_exact_under_jit_at_every_depth():
+    """``fc_ntk_kernel_from_gram(same=True)``, jitted as DP-KIP's Gram-form clipping
+    runs it: c = 1 on the diagonal at every layer (without the mask, XLA's fused
+    recursion let c drift an ulp below 1 from the second layer on)."""
+    from privkernels.features import fc_ntk_kernel_from_gram
+
+    x = np.random.default_rng(4).normal(size=(7, 784)).astype(np.float32)
+    gram = x @ x.T
+    diag = np.diagonal(gram).copy()
+    for depth in (1, 2, 3):
+        ref = _diag_ntk(x.astype(np.float64), depth, 2**0.5, 0.1)
+        fn = jax.jit(lambda g, q, d=depth: fc_ntk_kernel_from_gram(
+            g, q, q, dim=784, depth=d, W_std=2**0.5, b_std=0.1, same=True))  # fmt: skip
+        np.testing.assert_allclose(np.diag(np.asarray(fn(gram, diag))), ref, rtol=1e-6)
+    copy = fc_ntk_kernel(x, x.copy(), depth=2, same=True)  # another object, declared one set
+    np.testing.assert_array_equal(np.asarray(copy), np.asarray(fc_ntk_kernel(x, x, depth=2)))
+    with pytest.raises(ValueError, match="same=True"):
+        fc_ntk_kernel(x, x[:3], depth=1, same=True)
+    with pytest.raises(ValueError, match="same=True"):
+        fc_ntk_kernel_from_gram(gram[:3], diag[:3], diag, dim=784, depth=1, same=True)
+
+
 def test_symmetry_and_psd():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(24, 6))

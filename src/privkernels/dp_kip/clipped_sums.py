@@ -172,7 +172,7 @@ class GramTerms(NamedTuple):
 
 @full_precision
 def gram_norm_terms(
-    gram_fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
+    gram_fn: Callable[..., jax.Array],
     x_s: jax.Array,
     y_s: jax.Array,
     t: jax.Array,
@@ -193,11 +193,12 @@ def gram_norm_terms(
     eye = jnp.eye(m, dtype=gram.dtype)
     off = 1.0 - eye
     ones_m = jnp.ones_like(diag)
-    k_ss, d_g = jax.jvp(lambda g: gram_fn(g, diag, diag), (gram,), (off,))
-    _, d_1 = jax.jvp(lambda q: gram_fn(gram, q, diag), (diag,), (ones_m,))
-    _, d_2 = jax.jvp(lambda q: gram_fn(gram, diag, q), (diag,), (ones_m,))
+    # same=True: the support's own Gram, its diagonal at c = 1 exactly at every layer.
+    k_ss, d_g = jax.jvp(lambda g: gram_fn(g, diag, diag, same=True), (gram,), (off,))
+    _, d_1 = jax.jvp(lambda q: gram_fn(gram, q, diag, same=True), (diag,), (ones_m,))
+    _, d_2 = jax.jvp(lambda q: gram_fn(gram, diag, q, same=True), (diag,), (ones_m,))
     _, d_tot = jax.jvp(
-        lambda q: jnp.diagonal(gram_fn(gram + q * eye, diag + q, diag + q)),
+        lambda q: jnp.diagonal(gram_fn(gram + q * eye, diag + q, diag + q, same=True)),
         (0.0 * diag,),
         (ones_m,),
     )
@@ -273,7 +274,7 @@ def gram_rounding_terms(m: int, d: int) -> int:
 
 @full_precision
 def gram_clipped_sum(
-    gram_fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
+    gram_fn: Callable[..., jax.Array],
     x_s: jax.Array,
     y_s: jax.Array,
     t: jax.Array,

@@ -109,10 +109,12 @@ def adjoint_grads(
     else:
         assert spec.kernel_fn is not None
         kernel_fn = spec.kernel_fn
-        # X_s -> K(X_s, X_s) as ONE set (the same object twice): the kernel then
-        # knows its diagonal compares each point with itself (FC-NTK: c = 1 exactly,
-        # as in `krr_loss` and the evaluation).
-        k_ss, pull_s = jax.vjp(lambda a: kernel_fn(a, a), x_s)
+        # Linearise in the FIRST argument only: for a symmetric kernel
+        # (K(a, b) = K(b, a)^T) and a symmetric cotangent C, the pullback of
+        # X_s -> K(X_s, X_s) is twice that of a -> K(a, X_s) (halves the work).
+        # same=True: the diagonal compares each point with itself (FC-NTK: c = 1
+        # exactly, as in `krr_loss`; dc/da = 0 there, c's maximum).
+        k_ss, pull_s = jax.vjp(lambda a: kernel_fn(a, x_s, same=True), x_s)
         k_t = kernel_fn(t, x_s)  # (b, m)
     r, u, v, rho = krr_adjoint_terms(k_ss, k_t, y_s, y_t, ridge)
     eye = jnp.eye(m, dtype=k_ss.dtype)
@@ -127,7 +129,7 @@ def adjoint_grads(
     if spec.kind == "features":
         ct_phi = 2.0 * ct_kss @ phi_s + 2.0 * v[:, :, None] * t[:, None, :]  # (b, m, f)
         return pull(ct_phi), losses
-    g_kss = pull(ct_kss)
+    g_kss = pull(2.0 * ct_kss)  # symmetric kernel: d/dX_s = 2 x (first-argument pullback)
 
     def row_pull(t_i: jax.Array, c_i: jax.Array) -> jax.Array:
         _, pull_row = jax.vjp(lambda s: kernel_fn(t_i[None], s)[0], x_s)

@@ -35,23 +35,24 @@ class KernelSpec:
       kind: ``"features"`` (linear kernel of ``feature_fn``) or ``"kernel"``.
       options: the resolved options (JSON-friendly).
       feature_fn: ``(b, *input_shape) -> (b, f)`` (``kind == "features"``).
-      kernel_fn: ``(n1, *s), (n2, *s) -> (n1, n2)`` (``kind == "kernel"``), symmetric,
-        ``kernel_fn(a, b) == kernel_fn(b, a).T``; ``kernel_fn(a, a)`` (one object twice)
-        is one set compared with itself (the FC-NTK's diagonal is then exact).
+      kernel_fn: ``(n1, *s), (n2, *s), same=None -> (n1, n2)`` (``kind == "kernel"``),
+        symmetric, ``kernel_fn(a, b) == kernel_fn(b, a).T``. ``same``: row i of a and
+        of b are one point (None: only when b is a), so the diagonal is a
+        self-comparison (the FC-NTK computes it at c = 1 exactly).
       params: data-independent parameters (e-NTK network weights) or None.
-      gram_fn: for dot-product kernels, ``(gram (n1, n2), sq1 (n1,), sq2 (n2,)) ->
-        (n1, n2)``, the kernel as a function of the flattened inputs' inner
-        products and squared norms; enables the exact Gram-form input-space
-        clipping (`_gram_clipped_sum`). None otherwise.
+      gram_fn: for dot-product kernels, ``(gram (n1, n2), sq1 (n1,), sq2 (n2,)),
+        same=False -> (n1, n2)``, the kernel as a function of the flattened inputs'
+        inner products and squared norms (``same``: a self-Gram); enables the exact
+        Gram-form input-space clipping (`_gram_clipped_sum`). None otherwise.
     """
 
     name: str
     kind: str
     options: dict[str, Any]
     feature_fn: Callable[[jax.Array], jax.Array] | None = None
-    kernel_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    kernel_fn: Callable[..., jax.Array] | None = None
     params: Any = None
-    gram_fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None
+    gram_fn: Callable[..., jax.Array] | None = None
 
 
 def make_kernel(
@@ -79,10 +80,11 @@ def make_kernel(
         if unknown:
             raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
 
-        def kfn(a: jax.Array, b: jax.Array) -> jax.Array:
-            return features.fc_ntk_kernel(  # b is a: K(a, a), exact on its diagonal
+        def kfn(a: jax.Array, b: jax.Array, same: bool | None = None) -> jax.Array:
+            return features.fc_ntk_kernel(
                 a.reshape(a.shape[0], -1),
                 None if b is a else b.reshape(b.shape[0], -1),
+                same=same,
                 depth=int(full["depth"]),
                 W_std=float(full["W_std"]),
                 b_std=float(full["b_std"]),
@@ -90,11 +92,12 @@ def make_kernel(
 
         dim = math.prod(input_shape)
 
-        def gfn(gram: jax.Array, sq1: jax.Array, sq2: jax.Array) -> jax.Array:
+        def gfn(gram: jax.Array, sq1: jax.Array, sq2: jax.Array, same: bool = False) -> jax.Array:
             return features.fc_ntk_kernel_from_gram(
                 gram,
                 sq1,
                 sq2,
+                same=same,
                 dim=dim,
                 depth=int(full["depth"]),
                 W_std=float(full["W_std"]),

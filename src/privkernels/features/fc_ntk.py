@@ -184,6 +184,7 @@ def fc_ntk_kernel_from_gram(
     depth: int,
     W_std: float = 1.0,
     b_std: float = 0.0,
+    same: bool = False,
 ) -> jax.Array:
     """`fc_ntk_kernel` as a function of inner products only.
 
@@ -197,6 +198,10 @@ def fc_ntk_kernel_from_gram(
       sq1: ``(n1,)`` squared norms of ``x1``; sq2: ``(n2,)`` of ``x2``.
       dim: input dimension ``d`` (the first layer scales by ``1/d``).
       depth, W_std, b_std: as in `fc_ntk_kernel`.
+      same: ``gram`` is the Gram matrix of ONE set (``n1 == n2``): its diagonal
+        compares each point with itself and is computed at ``c = 1`` exactly
+        (module docstring, self-comparison; its derivative in ``c`` is then 0,
+        the true one along the diagonal).
 
     Returns:
       ``(n1, n2)``, equal to ``fc_ntk_kernel(x1, x2, ...)`` for the inputs the
@@ -220,7 +225,12 @@ def fc_ntk_kernel_from_gram(
     dtype = jnp.result_type(gram.dtype, sq1.dtype, sq2.dtype)
     sigma_w = jnp.asarray(W_std, dtype) ** 2
     sigma_b = jnp.asarray(b_std, dtype) ** 2
-    return _ntk_from_gram(gram, sq1, sq2, dim, depth, sigma_w, sigma_b)
+    mask = None
+    if same:
+        if gram.shape[0] != gram.shape[1]:
+            raise ValueError(f"same=True needs a square gram, got {tuple(gram.shape)}")
+        mask = jnp.eye(gram.shape[0], dtype=bool)
+    return _ntk_from_gram(gram, sq1, sq2, dim, depth, sigma_w, sigma_b, mask)
 
 
 @partial(jax.jit, static_argnames=("depth", "chunk_size", "same"))
@@ -277,6 +287,7 @@ def fc_ntk_kernel(
     b_std: float = 0.0,
     chunk_size: int | None = None,
     backend: Literal["closed_form", "neural_tangents"] = "closed_form",
+    same: bool | None = None,
 ) -> jax.Array:
     """Infinite-width NTK of a ReLU MLP with ``depth`` hidden layers.
 
@@ -298,6 +309,11 @@ def fc_ntk_kernel(
         time (last chunk padded; one compilation) to bound memory.
       backend: ``"closed_form"`` (default, pure JAX, jit/vmap/grad-able) or
         ``"neural_tangents"`` (optional reference; needs jax<=0.5.3).
+      same: whether row ``i`` of ``x1`` and row ``i`` of ``x2`` are one point
+        (``n1 == n2``), so the diagonal is a self-comparison at ``c = 1``. None
+        (default): only when ``x2`` is None or ``x1`` itself; True also for another
+        object holding the same points (a copy, or ``x1`` and a traced ``x2``
+        linearised in ``x1`` alone, where ``dc/dx1 = 0`` on the diagonal).
 
     Returns:
       ``(n1, n2)`` kernel matrix; dtype is the promoted floating dtype of the
@@ -311,9 +327,13 @@ def fc_ntk_kernel(
         check_positive(W_std, "W_std")
     if _is_concrete(b_std):
         check_nonnegative(b_std, "b_std")
-    same = x2 is None or x2 is x1
+    one_set = x2 is None or x2 is x1
+    same = one_set if same is None else bool(same)
     a1 = _prepare(x1, "x1")
-    a2 = a1 if same else _prepare(x2, "x2")
+    a2 = a1 if one_set else _prepare(x2, "x2")
+    if same and a1.shape[0] != a2.shape[0]:
+        raise ValueError(f"same=True needs as many rows in x2 as in x1, got {a1.shape[0]} "
+                         f"and {a2.shape[0]}")  # fmt: skip
     if a1.shape[1] != a2.shape[1]:
         raise ValueError(
             f"x1 and x2 must have the same feature dimension, got {a1.shape[1]} and {a2.shape[1]}"
