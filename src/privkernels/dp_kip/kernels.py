@@ -80,10 +80,10 @@ def make_kernel(
         if unknown:
             raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
 
-        def kfn(a: jax.Array, b: jax.Array, same: bool | None = None) -> jax.Array:
+        def kfn(a: jax.Array, b: jax.Array | None, same: bool | None = None) -> jax.Array:
             return features.fc_ntk_kernel(
                 a.reshape(a.shape[0], -1),
-                None if b is a else b.reshape(b.shape[0], -1),
+                None if b is None or b is a else b.reshape(b.shape[0], -1),
                 same=same,
                 depth=int(full["depth"]),
                 W_std=float(full["W_std"]),
