@@ -116,13 +116,18 @@ def _ntk_from_gram(
     depth: int,
     sigma_w: jax.Array,
     sigma_b: jax.Array,
-    same: jax.Array | None = None,
+    row0: jax.Array | None = None,
 ) -> jax.Array:
     """The recursion on inner products: ``gram (b1, b2)``, ``sq1 (b1,)``, ``sq2 (b2,)`` -> (b1, b2).
 
-    ``same`` (b1, b2) bool, optional: the pairs that are one input compared with
-    itself, where ``c = 1`` exactly (module docstring, self-comparison).
+    ``row0`` (int scalar, optional): the rows are rows ``row0 ..`` of the columns'
+    own set, so entry ``(i, row0 + i)`` compares a point with itself and has
+    ``c = 1`` exactly (module docstring, self-comparison).
     """
+    same = None
+    if row0 is not None:
+        rows = row0 + jnp.arange(gram.shape[0])
+        same = rows[:, None] == jnp.arange(gram.shape[1])[None, :]
     # Input layer (1/d from the NTK parameterization of the first Dense).
     q1 = sigma_w * sq1 / dim + sigma_b  # (b1,)
     q2 = sigma_w * sq2 / dim + sigma_b  # (b2,)
@@ -155,13 +160,8 @@ def _ntk_block(
 ) -> jax.Array:
     """Core recursion for one block: ``x1`` (b1, d), ``x2`` (b2, d) -> (b1, b2).
 
-    ``row0`` (int scalar, optional): ``x1`` is rows ``row0 ..`` of ``x2`` itself,
-    so entry ``(i, row0 + i)`` compares a row with itself.
+    ``row0``: ``x1`` is rows ``row0 ..`` of ``x2`` itself (`_ntk_from_gram`).
     """
-    same = None
-    if row0 is not None:
-        rows = row0 + jnp.arange(x1.shape[0])
-        same = rows[:, None] == jnp.arange(x2.shape[0])[None, :]
     return _ntk_from_gram(
         x1 @ x2.T,
         jnp.sum(x1 * x1, axis=-1),
@@ -170,7 +170,7 @@ def _ntk_block(
         depth,
         sigma_w,
         sigma_b,
-        same,
+        row0,
     )
 
 
@@ -225,12 +225,10 @@ def fc_ntk_kernel_from_gram(
     dtype = jnp.result_type(gram.dtype, sq1.dtype, sq2.dtype)
     sigma_w = jnp.asarray(W_std, dtype) ** 2
     sigma_b = jnp.asarray(b_std, dtype) ** 2
-    mask = None
-    if same:
-        if gram.shape[0] != gram.shape[1]:
-            raise ValueError(f"same=True needs a square gram, got {tuple(gram.shape)}")
-        mask = jnp.eye(gram.shape[0], dtype=bool)
-    return _ntk_from_gram(gram, sq1, sq2, dim, depth, sigma_w, sigma_b, mask)
+    if same and gram.shape[0] != gram.shape[1]:
+        raise ValueError(f"same=True needs a square gram, got {tuple(gram.shape)}")
+    row0 = jnp.asarray(0) if same else None
+    return _ntk_from_gram(gram, sq1, sq2, dim, depth, sigma_w, sigma_b, row0)
 
 
 @partial(jax.jit, static_argnames=("depth", "chunk_size", "same"))
