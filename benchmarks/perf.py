@@ -73,6 +73,7 @@ QUICK: dict[str, Any] = dict(
     epoch_spc=10,
     epoch_kernels=(("fc_ntk", "input"), ("scatternet", "feature")),
     epoch_repeats=5,
+    targets_epochs=2,
     ntk_loop_steps=20,
     ntk_loop_batch=500,
 )
@@ -1261,7 +1262,7 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
     (`benchmarks.perf_gpu`). Returns 0 (1 if a section failed).
     """
     from benchmarks.common import write_results
-    from benchmarks.perf_loops import bench_dp_kip_epoch, bench_dp_ntk_loop
+    from benchmarks.perf_loops import bench_dp_kip_epoch, bench_dp_kip_targets, bench_dp_ntk_loop
 
     gpu_name = None
     if device == "gpu":
@@ -1317,6 +1318,8 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
     r = section("dp_kip", lambda: bench_dp_kip(cfg, data_dir))
     rows += r or []
     r = section("dp_kip_epoch", lambda: bench_dp_kip_epoch(cfg, data_dir))
+    rows += r or []
+    r = section("dp_kip_targets", lambda: bench_dp_kip_targets(cfg, data_dir))
     rows += r or []
     r = section("dp_ntk_loop", lambda: bench_dp_ntk_loop(cfg))
     rows += r or []

@@ -7,6 +7,11 @@
   padded batch and call the jitted ``train_step``, then read the step's batch
   size back (a device sync per step). Both use the same keys, so they compute
   the same steps; the row notes the largest difference of the final supports.
+* ``dp_kip_targets``: ScatterNet DP-KIP epochs with the targets' features
+  computed once before the scan (what `privkernels.dp_kip.fit` does,
+  ``targets="repr"``; the one-off featurisation is inside the timing) vs
+  computed again at every step (``targets="inputs"``, the baseline). Same keys;
+  the row notes the largest difference of the final supports.
 * ``dp_ntk_loop``: DP-NTK generator training, ``run_steps`` (one scan) vs a
   Python loop over the jitted ``train_step`` reading each loss back.
 
@@ -25,7 +30,16 @@ from benchmarks.perf import TARGETS, _mnist_like, _ratio_row, _row, _time
 EPOCH_TARGET = TARGETS["epoch_scan_vs_loop"]
 
 
-def _kip_setup(kernel: str, x: np.ndarray, y: np.ndarray, batch: int, spc: int, space: str) -> Any:
+def _kip_setup(
+    kernel: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    batch: int,
+    spc: int,
+    space: str,
+    epochs: int = 1,
+    targets: str = "inputs",
+) -> Any:
     """A ready-to-run DP-KIP trainer, initial state and device data (as ``fit`` builds them)."""
     import jax
     import jax.numpy as jnp
@@ -36,13 +50,13 @@ def _kip_setup(kernel: str, x: np.ndarray, y: np.ndarray, batch: int, spc: int, 
     n = len(y)
     cfg, plan, opt = dp_kip.configure(
         n=n, input_shape=tuple(x.shape[1:]), n_classes=10, epsilon=1.0, kernel=kernel,
-        support_per_class=spc, batch_size=batch, epochs=1, clip_space=space,
+        support_per_class=spc, batch_size=batch, epochs=epochs, clip_space=space,
     )  # fmt: skip
     spec = dp_kip.make_kernel(kernel, cfg.input_shape, 10, key=jax.random.key(5))
     params = {"x": dp_kip.init_support(jax.random.key(0), cfg.n_support, cfg.input_shape)}
     state = dp_kip.initial_state(cfg, params, opt, np.zeros(params["x"].shape, bool))
     _, min_pad = padded_batch_length(n, cfg.sampling_rate, cfg.chunk_size)
-    trainer = dp_kip.make_trainer(cfg, spec, plan, opt, n=n, min_pad=min_pad)
+    trainer = dp_kip.make_trainer(cfg, spec, plan, opt, n=n, min_pad=min_pad, targets=targets)
     xd = jnp.concatenate([jnp.asarray(x, jnp.float32), jnp.zeros((1, *x.shape[1:]))])
     yd = jnp.concatenate([dp_kip.encode_labels(jnp.asarray(y), 10), jnp.zeros((1, 10))])
     return trainer, state, xd, yd, min_pad
@@ -89,23 +103,71 @@ def _epoch_rows(
     steps = trainer.config.steps_per_epoch
     key = jax.random.key(11)
     case = f"{kernel} ({space} space), n={n}, batch={batch}, m={10 * spc}"
-    t_loop = _time(lambda: _host_loop(trainer, state, xd, yd, key, steps, min_pad), reps)
-    t_scan = _time(lambda: trainer.run_steps(state, xd, yd, key, steps)[0], reps)
-    a = np.asarray(_host_loop(trainer, state, xd, yd, key, steps, min_pad).params["x"])
-    b = np.asarray(trainer.run_steps(state, xd, yd, key, steps)[0].params["x"])
+    return _compare_runs(
+        "dp_kip_epoch", case, steps, reps,
+        base=("per-step host loop (sync every step)",
+              lambda: _host_loop(trainer, state, xd, yd, key, steps, min_pad)),
+        fast=("one compiled scan per epoch (library)",
+              lambda: trainer.run_steps(state, xd, yd, key, steps)[0]),
+        base_note=f"{steps} steps per epoch; {source}", fast_note="", target=EPOCH_TARGET,
+    )  # fmt: skip
+
+
+def _compare_runs(
+    section: str,
+    case: str,
+    steps: int,
+    reps: int,
+    *,
+    base: tuple[str, Any],
+    fast: tuple[str, Any],
+    base_note: str,
+    fast_note: str,
+    target: float | None = None,
+) -> list[dict[str, Any]]:
+    """Time two ways (``(label, fn() -> state)``) of running the same steps with the same keys:
+    the baseline's row, then the other's ratio row, noting the supports' largest difference."""
+    t_base, t_fast = _time(base[1], reps), _time(fast[1], reps)
+    a, b = np.asarray(base[1]().params["x"]), np.asarray(fast[1]().params["x"])
     diff = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
     return [
-        _row("dp_kip_epoch", case, "per-step host loop (sync every step)", n=steps,
-             throughput=steps / t_loop["median_s"],
-             note=f"steps/s in `throughput`; {steps} steps per epoch; {source}", **t_loop),
+        _row(section, case, base[0], n=steps, throughput=steps / t_base["median_s"],
+             note=f"steps/s in `throughput`; {base_note}", **t_base),
         _ratio_row(
-            "dp_kip_epoch", case, "one compiled scan per epoch (library)",
-            t_scan["median_s"], t_loop["median_s"], baseline="per-step host loop",
-            target=EPOCH_TARGET, n=steps, throughput=steps / t_scan["median_s"],
-            ratio_cpu=t_loop["cpu_s"] / max(t_scan["cpu_s"], 1e-12),
-            note=f"same keys: max |loop - scan| / max |support| = {diff:.1e}", **t_scan,
+            section, case, fast[0], t_fast["median_s"], t_base["median_s"],
+            baseline=base[0], target=target, n=steps, throughput=steps / t_fast["median_s"],
+            ratio_cpu=t_base["cpu_s"] / max(t_fast["cpu_s"], 1e-12),
+            note=f"{fast_note}same keys: max |difference| / max |support| = {diff:.1e}", **t_fast,
         ),
     ]  # fmt: skip
+
+
+def bench_dp_kip_targets(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, Any]]:
+    """ScatterNet DP-KIP: features of the targets once (+ the epochs) vs at every step."""
+    import jax
+
+    from privkernels.dp_kip.krr import target_repr
+
+    x, y, source = _mnist_like(cfg["epoch_n"], data_dir, seed=3)
+    x = 2.0 * x - 1.0
+    n, batch, spc, epochs = len(y), cfg["epoch_batch"], cfg["epoch_spc"], cfg["targets_epochs"]
+    reps = max(5, cfg["epoch_repeats"])
+    base, state, xd, yd, _ = _kip_setup("scatternet", x, y, batch, spc, "feature", epochs)
+    once = _kip_setup("scatternet", x, y, batch, spc, "feature", epochs, targets="repr")[0]
+    steps, chunk = base.config.planned_steps, base.config.chunk_size
+    key = jax.random.key(11)
+
+    def features_once() -> Any:
+        return once.run_steps(state, target_repr(once.spec, xd, chunk), yd, key, steps)[0]
+
+    case = f"scatternet (feature space), n={n}, batch={batch}, m={10 * spc}, {epochs} epochs"
+    return _compare_runs(
+        "dp_kip_targets", case, steps, reps,
+        base=("features at every step", lambda: base.run_steps(state, xd, yd, key, steps)[0]),
+        fast=("features once, then the steps (fit)", features_once),
+        base_note=f"{steps} steps; {source}",
+        fast_note=f"timing includes the one-off features of all {n} rows; ",
+    )  # fmt: skip
 
 
 def bench_dp_ntk_loop(cfg: dict[str, Any]) -> list[dict[str, Any]]:

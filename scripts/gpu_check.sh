@@ -43,7 +43,7 @@ for s in PASSED FAILED SKIPPED ERROR; do
 done | tee "$OUT/counts.txt"
 
 t1=$(date +%s)
-PRIVKERNELS_PERF_SECTIONS=${SECTIONS:-entk,dp_kip,dp_kip_epoch,scatternet,gsm} \
+PRIVKERNELS_PERF_SECTIONS=${SECTIONS:-entk,dp_kip,dp_kip_epoch,dp_kip_targets,scatternet,gsm} \
   timeout -k 10 "${PERF_S:-200}" python3 -m benchmarks perf --device gpu --quick \
   --out "$OUT/perf" > "$OUT/perf.log" 2>&1
 echo "perf rc=$? wall=$(( $(date +%s) - t1 ))s" | tee -a "$OUT/perf.log"

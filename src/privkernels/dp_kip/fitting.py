@@ -35,7 +35,7 @@ from privkernels.dp_kip.dp_ntk_init import (
 )
 from privkernels.dp_kip.init import corruption_mask, resolve_init, support_labels
 from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
-from privkernels.dp_kip.krr import encode_labels
+from privkernels.dp_kip.krr import encode_labels, target_repr
 from privkernels.dp_kip.result import DPKIPResult, predictor
 from privkernels.dp_kip.train import (
     DPKIPConfig,
@@ -160,17 +160,20 @@ def fit(
     spec, state, corrupted, init_line = _start(
         cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel, start
     )
+    stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
+    targets = target_rows(spec, cfg, mesh, stop_at)
+    if targets == "repr":  # the fixed feature map of every row, once (not at every step)
+        data = (target_repr(spec, data[0], cfg.chunk_size), data[1])
     trainer = make_trainer(
         cfg, spec, run["plan"], run["optimizer"], n=run["n"],
         min_pad=padded_batch_length(
             planning_size(cfg.n, cfg.batch_size, cfg.sampling_rate), cfg.sampling_rate, chunk_size
         )[1],
-        cacheable=cfg.kernel != "entk" and not cfg.custom_optimizer, mesh=mesh,
+        cacheable=cfg.kernel != "entk" and not cfg.custom_optimizer, mesh=mesh, targets=targets,
     )  # fmt: skip
     history = _new_history(test is not None, diagnostics)
     if resume:
         state, history = _load_checkpoint(ck, state, cfg)
-    stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
     evaluate = None if test is None else _evaluator(spec, cfg, *test)
     state = _train(
         trainer, state, data, k_train, stop_at=stop_at, history=history, checkpoint_path=ck,
@@ -191,6 +194,31 @@ def fit(
         kernel_params=spec.params,
         steps_done=steps_done,
     )
+
+
+#: the largest target representation (float32 bytes, at the public planning size) that
+#: `fit` computes once for a linear-feature kernel instead of at every step
+TARGET_REPR_BYTES = 2**31
+
+
+def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, stop_at: int) -> str:
+    """What the trainer's rows hold (`privkernels.dp_kip.train.TARGETS`), from public values.
+
+    ``"repr"`` for a linear-feature kernel (ScatterNet, e-NTK) when its features of
+    every row take at most `TARGET_REPR_BYTES` and the run would compute at least as
+    many rows' features step by step (``stop_at * batch_size``); ``"inputs"`` otherwise
+    and with a mesh. Both give the same per-example gradients: the feature map is
+    fixed and row-wise. The size is `planning_size` (the true n only when public).
+    """
+    if mesh is not None or spec.kind != "features":
+        return "inputs"
+    assert spec.feature_fn is not None
+    probe = jax.ShapeDtypeStruct((1, *cfg.input_shape), jnp.float32)
+    f = int(np.prod(jax.eval_shape(spec.feature_fn, probe).shape[1:]))
+    rows = planning_size(cfg.n, cfg.batch_size, cfg.sampling_rate)
+    if rows * f * 4 > TARGET_REPR_BYTES or stop_at * cfg.batch_size < rows:
+        return "inputs"
+    return "repr"
 
 
 def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None:

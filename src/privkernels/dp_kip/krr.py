@@ -33,6 +33,7 @@ __all__ = [
     "krr_adjoint_terms",
     "krr_predict_repr",
     "support_repr",
+    "target_repr",
     "encode_labels",
     "krr_loss",
     "loss_one",
@@ -119,6 +120,14 @@ def support_repr(spec: KernelSpec, x: jax.Array) -> jax.Array:
         return x.reshape(x.shape[0], -1)
     assert spec.feature_fn is not None
     return spec.feature_fn(x)
+
+
+def target_repr(spec: KernelSpec, x: jax.Array, chunk_size: int) -> jax.Array:
+    """`support_repr` of many rows, ``(n, *input_shape) -> (n, f)`` float32, computed in
+    chunks of ``chunk_size`` rows (memory bounded by the chunk, not by ``n``)."""
+    from privkernels._batching import map_row_chunks
+
+    return jnp.asarray(map_row_chunks(lambda xb: support_repr(spec, xb), x, chunk_size))
 
 
 def encode_labels(y: jax.Array, n_classes: int, dtype: Any = jnp.float32) -> jax.Array:

@@ -37,7 +37,16 @@ from privkernels.dp_kip.krr import support_repr
 from privkernels.privacy.dpsgd import DPSGDPlan, add_dpsgd_noise
 from privkernels.privacy.sampling import poisson_schedule
 
-__all__ = ["DPKIPConfig", "State", "Batch", "StepInfo", "Trainer", "make_trainer", "step_keys"]
+__all__ = [
+    "TARGETS",
+    "DPKIPConfig",
+    "State",
+    "Batch",
+    "StepInfo",
+    "Trainer",
+    "make_trainer",
+    "step_keys",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +150,10 @@ def step_keys(k_train: Any, start: int, count: int) -> tuple[jax.Array, jax.Arra
     return both[:, 0], both[:, 1]
 
 
+#: what the rows given to a trainer hold: inputs, or the kernel's target representation
+TARGETS = ("inputs", "repr")
+
+
 class _Hyper(NamedTuple):
     """Per-run values passed as arguments, so one compilation serves every budget."""
 
@@ -160,14 +173,19 @@ def _hyper(config: DPKIPConfig, plan: DPSGDPlan | None) -> _Hyper:
 
 
 def _step_fn(
-    config: DPKIPConfig, spec: KernelSpec, optimizer: Any, axis_name: str | None = None
+    config: DPKIPConfig,
+    spec: KernelSpec,
+    optimizer: Any,
+    axis_name: str | None = None,
+    targets: str = "inputs",
 ) -> Callable[..., Any]:
     """The pure step ``(state, batch, key, hyper) -> (state, info)`` (Alg. 1 lines 4-9).
 
     With ``axis_name`` (inside a ``shard_map`` over the example axis) ``batch`` is
     this device's part of the Poisson sample: the clipped sums are added over
     the devices (``psum``) before the noise, which every device then draws from
-    the same key, so all of them make the same update.
+    the same key, so all of them make the same update. ``targets="repr"``:
+    ``batch.x`` already holds the targets' `support_repr` rows (`TARGETS`).
     """
     import optax
 
@@ -187,7 +205,7 @@ def _step_fn(
         def chunk_body(carry: Any, c: jax.Array) -> tuple[Any, None]:
             acc, loss_acc, clip_acc = carry
             sl = lambda a: jax.lax.dynamic_slice_in_dim(a, c * chunk, chunk)  # noqa: E731
-            t = support_repr(spec, sl(batch.x))
+            t = sl(batch.x) if targets == "repr" else support_repr(spec, sl(batch.x))
             summed, lsum, ncl = clipped_sum(
                 work, state.y_s, t, sl(batch.y), sl(batch.mask), state.grad_mask, hyper.clip_norm
             )
@@ -291,21 +309,26 @@ _COMPILED_SIZE = 16
 
 
 def _compiled(
-    config: DPKIPConfig, spec: KernelSpec, optimizer: Any, cacheable: bool, mesh: Any = None
+    config: DPKIPConfig,
+    spec: KernelSpec,
+    optimizer: Any,
+    cacheable: bool,
+    mesh: Any = None,
+    targets: str = "inputs",
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     def build() -> tuple[Callable[..., Any], Callable[..., Any]]:
-        step = _step_fn(config, spec, optimizer)
+        step = _step_fn(config, spec, optimizer, targets=targets)
         if mesh is None:
             return jax.jit(step), _scan_fn(step)
         from privkernels.sharding import mesh_axis
 
-        sharded = _step_fn(config, spec, optimizer, axis_name=mesh_axis(mesh)[0])
+        sharded = _step_fn(config, spec, optimizer, axis_name=mesh_axis(mesh)[0], targets=targets)
         return jax.jit(step), _mesh_scan_fn(sharded, mesh)
 
     if not cacheable:
         return build()
     static = {k: v for k, v in config.to_dict().items() if k not in _ARGUMENT_FIELDS}
-    key = (json.dumps(static, sort_keys=True, default=str), mesh)
+    key = (json.dumps(static, sort_keys=True, default=str), mesh, targets)
     fns = _COMPILED.get(key)
     if fns is None:
         fns = build()
@@ -342,6 +365,7 @@ def make_trainer(
     min_pad: int,
     cacheable: bool = True,
     mesh: Any = None,
+    targets: str = "inputs",
 ) -> Trainer:
     """Build ``train_step`` and ``run_steps`` for one run.
 
@@ -349,13 +373,18 @@ def make_trainer(
     add-remove); the data passed to ``run_steps`` holds them followed by one
     public zero row at index ``n``, which padding entries point at. ``min_pad``
     is the usual padded batch length (`privkernels.privacy.poisson_pad_to`).
+    ``targets``: ``"inputs"`` (rows are inputs ``(n + 1, *input_shape)``) or
+    ``"repr"`` (rows are ``target_repr(spec, inputs)`` ``(n + 1, f)``, computed
+    once instead of at every step; the same for ``train_step``'s ``batch.x``).
 
     With ``mesh``, ``run_steps`` takes the rows sharded over the mesh (no public
     row: each device appends its own) and each device samples, gathers and
     clips its own rows; the result equals ``mesh=None`` up to summation order.
     """
+    if targets not in TARGETS:
+        raise ValueError(f"targets must be one of {TARGETS}, got {targets!r}")
     hyper = _hyper(config, plan)
-    step, scan = _compiled(config, spec, optimizer, cacheable, mesh)
+    step, scan = _compiled(config, spec, optimizer, cacheable, mesh, targets)
     if mesh is not None:
         run_mesh = _mesh_runner(scan, config, hyper, n, min_pad, mesh)
         return Trainer(config, spec, plan, lambda s, b, k: step(s, b, k, hyper), run_mesh)
