@@ -1,4 +1,4 @@
-"""DP-KIP with a linear-feature kernel computes the targets' features once (``targets="repr"``).
+"""DP-KIP with the ScatterNet kernel computes the targets' features once (``targets="repr"``).
 
 The release must not change: the feature map is fixed and row-wise, so the per-example
 gradients are the same whether the rows are featurised once or at every step. The choice
@@ -70,7 +70,7 @@ def test_features_once_equal_features_per_step(monkeypatch, relation):
     assert once.report.to_dict() == per_step.report.to_dict()
 
 
-def test_fc_ntk_short_runs_and_meshes_keep_inputs(monkeypatch):
+def test_fc_ntk_entk_short_runs_and_meshes_keep_inputs(monkeypatch):
     _, t = _fit_spy(monkeypatch, kernel="fc_ntk", kernel_options=None)
     assert t == "inputs"  # not a feature kernel
     _, t = _fit_spy(monkeypatch, max_steps=2)
@@ -82,6 +82,11 @@ def test_fc_ntk_short_runs_and_meshes_keep_inputs(monkeypatch):
     spec = make_kernel("scatternet", x.shape[1:], 3, options={"J": 1})
     assert fitting.target_rows(spec, cfg, None, cfg.planned_steps) == "repr"
     assert fitting.target_rows(spec, cfg, object(), cfg.planned_steps) == "inputs"
+    entk = make_kernel("entk", (12, 12), 3, key=jax.random.key(0))
+    cfg12, _, _ = dp_kip.configure(
+        n=len(y), input_shape=(12, 12), **{k: v for k, v in FIT.items() if k != "progress"}
+    )
+    assert fitting.target_rows(entk, cfg12, None, cfg12.planned_steps) == "inputs"
 
 
 def test_decision_reads_no_private_size_under_add_remove():

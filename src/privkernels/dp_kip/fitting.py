@@ -204,13 +204,16 @@ TARGET_REPR_BYTES = 2**31
 def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, stop_at: int) -> str:
     """What the trainer's rows hold (`privkernels.dp_kip.train.TARGETS`), from public values.
 
-    ``"repr"`` for a linear-feature kernel (ScatterNet, e-NTK) when its features of
-    every row take at most `TARGET_REPR_BYTES` and the run would compute at least as
-    many rows' features step by step (``stop_at * batch_size``); ``"inputs"`` otherwise
-    and with a mesh. Both give the same per-example gradients: the feature map is
-    fixed and row-wise. The size is `planning_size` (the true n only when public).
+    ``"repr"`` for the ScatterNet kernel when its features of every row take at most
+    `TARGET_REPR_BYTES` and the run would compute at least as many rows' features
+    step by step (``stop_at * batch_size``); ``"inputs"`` otherwise and with a mesh.
+    The feature map is fixed and row-wise, and ScatterNet's features computed once
+    equal those computed inside the step bit for bit, so the release is unchanged.
+    e-NTK keeps per-step features: computed apart they round differently (5e-7
+    relative), and one feature per network parameter rarely fits the bound. The
+    size is `planning_size` (the true n only when it is public).
     """
-    if mesh is not None or spec.kind != "features":
+    if mesh is not None or spec.name != "scatternet":
         return "inputs"
     assert spec.feature_fn is not None
     probe = jax.ShapeDtypeStruct((1, *cfg.input_shape), jnp.float32)
