@@ -197,7 +197,7 @@ def fit(
 
 
 #: the largest target representation (float32 bytes, at the public planning size) that
-#: `fit` computes once for a linear-feature kernel instead of at every step
+#: `fit` computes once for the ScatterNet kernel instead of at every step
 TARGET_REPR_BYTES = 2**31
 
 

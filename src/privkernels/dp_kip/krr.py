@@ -124,7 +124,9 @@ def support_repr(spec: KernelSpec, x: jax.Array) -> jax.Array:
 
 def target_repr(spec: KernelSpec, x: jax.Array, chunk_size: int) -> jax.Array:
     """`support_repr` of many rows, ``(n, *input_shape) -> (n, f)`` float32, computed in
-    chunks of ``chunk_size`` rows (memory bounded by the chunk, not by ``n``)."""
+    chunks of ``chunk_size`` rows (`map_row_chunks`). The working memory of the feature
+    map is bounded by the chunk; the result is ``n * f`` floats, gathered on the host
+    and then copied to the device (see `privkernels.dp_kip.fitting.TARGET_REPR_BYTES`)."""
     from privkernels._batching import map_row_chunks
 
     return jnp.asarray(map_row_chunks(lambda xb: support_repr(spec, xb), x, chunk_size))
