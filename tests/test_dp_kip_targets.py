@@ -2,7 +2,8 @@
 
 The release must not change: the feature map is fixed and row-wise, so the per-example
 gradients are the same whether the rows are featurised once or at every step. The choice
-is made from public values only (`privkernels.dp_kip.fitting.target_rows`).
+(`privkernels.dp_kip.fitting.target_rows`) reads the public planning size for the work
+saved and the rows actually held for the memory spent.
 """
 
 from __future__ import annotations
@@ -56,18 +57,34 @@ def _fit_spy(monkeypatch, **kw):
     return res, seen[-1]
 
 
-@pytest.mark.parametrize("relation", ["replace-one", "add-remove"])
-def test_features_once_equal_features_per_step(monkeypatch, relation):
-    extra = {"neighbouring": relation}
-    if relation == "add-remove":
-        extra["sampling_rate"] = 30 / 150
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"neighbouring": "add-remove", "sampling_rate": 30 / 150},
+        {"clip_space": "input"},
+        {"epsilon": None, "learn_labels": True},
+    ],
+    ids=["replace-one", "add-remove", "input-space", "non-private"],
+)
+def test_features_once_equal_features_per_step(monkeypatch, extra):
     once, t_once = _fit_spy(monkeypatch, **extra)
     monkeypatch.setattr(fitting, "TARGET_REPR_BYTES", 0)  # forces features at every step
     per_step, t_step = _fit_spy(monkeypatch, **extra)
     assert (t_once, t_step) == ("repr", "inputs")
-    np.testing.assert_allclose(once.support_x, per_step.support_x, rtol=0, atol=1e-6)
-    assert once.report.epsilon == per_step.report.epsilon
-    assert once.report.to_dict() == per_step.report.to_dict()
+    np.testing.assert_array_equal(once.support_x, per_step.support_x)
+    np.testing.assert_array_equal(once.support_targets, per_step.support_targets)
+
+
+def test_target_repr_equals_the_feature_map_for_any_chunk():
+    """The donated buffer and the overlapping last chunk write every row exactly."""
+    spec = make_kernel("scatternet", (8, 8), 3, options={"J": 1})
+    x, _ = _images(n=23)
+    want = np.asarray(spec.feature_fn(x)).reshape(23, -1)
+    for chunk in (1, 5, 22, 23, 100):
+        got = dp_kip.krr.target_repr(spec, x, chunk)
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
 
 
 def test_fc_ntk_entk_short_runs_and_meshes_keep_inputs(monkeypatch):
@@ -80,26 +97,48 @@ def test_fc_ntk_entk_short_runs_and_meshes_keep_inputs(monkeypatch):
         n=len(y), input_shape=x.shape[1:], **{k: v for k, v in FIT.items() if k != "progress"}
     )
     spec = make_kernel("scatternet", x.shape[1:], 3, options={"J": 1})
-    assert fitting.target_rows(spec, cfg, None, cfg.planned_steps) == "repr"
-    assert fitting.target_rows(spec, cfg, object(), cfg.planned_steps) == "inputs"
+    assert fitting.target_rows(spec, cfg, None, cfg.planned_steps, len(y) + 1) == "repr"
+    assert fitting.target_rows(spec, cfg, object(), cfg.planned_steps, len(y) + 1) == "inputs"
     entk = make_kernel("entk", (12, 12), 3, key=jax.random.key(0))
     cfg12, _, _ = dp_kip.configure(
         n=len(y), input_shape=(12, 12), **{k: v for k, v in FIT.items() if k != "progress"}
     )
-    assert fitting.target_rows(entk, cfg12, None, cfg12.planned_steps) == "inputs"
+    assert fitting.target_rows(entk, cfg12, None, cfg12.planned_steps, len(y) + 1) == "inputs"
 
 
-def test_decision_reads_no_private_size_under_add_remove():
-    """Under add-remove only the public rate and batch size shape the decision."""
+def test_memory_bound_counts_the_rows_held_under_add_remove(monkeypatch):
+    """Under add-remove the planning size is public (batch / rate = 150 here) but the
+    buffer holds every true row: 4x as many rows must fall back to inputs."""
     spec = make_kernel("scatternet", (8, 8), 3, options={"J": 1})
-    common = {k: v for k, v in FIT.items() if k != "progress"}
-    common.update(neighbouring="add-remove", sampling_rate=0.2)
-    picks = set()
-    for n in (100, 150, 151, 10_000):
-        cfg, _, _ = dp_kip.configure(n=n, input_shape=(8, 8), **common)
-        assert cfg.n is None
-        picks.add(fitting.target_rows(spec, cfg, None, cfg.planned_steps))
-    assert picks == {"repr"}
+    f = dp_kip.krr.target_repr(spec, _images(2)[0], 2).shape[1]
+    monkeypatch.setattr(fitting, "TARGET_REPR_BYTES", 151 * f * 4)
+    sizes: list[int] = []
+    real = fitting.target_repr
+    monkeypatch.setattr(
+        fitting, "target_repr", lambda s, x, c: sizes.append(len(x)) or real(s, x, c)
+    )
+    seen: list[str] = []
+    monkeypatch.setattr(
+        fitting, "make_trainer", lambda *a, **k: seen.append(k["targets"]) or make_trainer(*a, **k)
+    )
+    for n in (150, 600):
+        x, y = _images(n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            dp_kip.fit(
+                jax.random.key(3), x, y,
+                **{**FIT, "neighbouring": "add-remove", "sampling_rate": 0.2},
+            )  # fmt: skip
+    assert seen == ["repr", "inputs"]
+    assert sizes == [151]  # the private rows and the public zero row, nothing more
+
+
+def test_a_resumed_run_counts_only_the_steps_left(monkeypatch, tmp_path):
+    ck = tmp_path / "run.npz"
+    done, t_first = _fit_spy(monkeypatch, checkpoint_path=ck)
+    again, t_resumed = _fit_spy(monkeypatch, checkpoint_path=ck, resume=True)
+    assert (t_first, t_resumed) == ("repr", "inputs")  # no steps left: nothing to featurise
+    np.testing.assert_array_equal(done.support_x, again.support_x)
 
 
 def test_memory_bound_uses_the_feature_size(monkeypatch):
@@ -109,10 +148,10 @@ def test_memory_bound_uses_the_feature_size(monkeypatch):
     )
     spec = make_kernel("scatternet", x.shape[1:], 3, options={"J": 1})
     f = dp_kip.krr.target_repr(spec, x[:2], 2).shape[1]
-    monkeypatch.setattr(fitting, "TARGET_REPR_BYTES", len(y) * f * 4)
-    assert fitting.target_rows(spec, cfg, None, cfg.planned_steps) == "repr"
-    monkeypatch.setattr(fitting, "TARGET_REPR_BYTES", len(y) * f * 4 - 1)
-    assert fitting.target_rows(spec, cfg, None, cfg.planned_steps) == "inputs"
+    monkeypatch.setattr(fitting, "TARGET_REPR_BYTES", (len(y) + 1) * f * 4)
+    assert fitting.target_rows(spec, cfg, None, cfg.planned_steps, len(y) + 1) == "repr"
+    monkeypatch.setattr(fitting, "TARGET_REPR_BYTES", (len(y) + 1) * f * 4 - 1)
+    assert fitting.target_rows(spec, cfg, None, cfg.planned_steps, len(y) + 1) == "inputs"
 
 
 def test_make_trainer_refuses_unknown_targets():
@@ -123,3 +162,8 @@ def test_make_trainer_refuses_unknown_targets():
     spec = make_kernel("scatternet", x.shape[1:], 3, options={"J": 1})
     with pytest.raises(ValueError, match="targets must be one of"):
         make_trainer(cfg, spec, plan, opt, n=len(y), min_pad=64, targets="features")
+    with pytest.raises(ValueError, match="with a mesh the rows must be inputs"):
+        make_trainer(cfg, spec, plan, opt, n=len(y), min_pad=64, mesh=object(), targets="repr")
+    assert (
+        make_trainer(cfg, spec, plan, opt, n=len(y), min_pad=64, targets="repr").targets == "repr"
+    )

@@ -161,7 +161,10 @@ def fit(
         cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel, start
     )
     stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
-    targets = target_rows(spec, cfg, mesh, stop_at)
+    history = _new_history(test is not None, diagnostics)
+    if resume:
+        state, history = _load_checkpoint(ck, state, cfg)
+    targets = target_rows(spec, cfg, mesh, stop_at - int(state.step), int(data[0].shape[0]))
     if targets == "repr":  # the fixed feature map of every row, once (not at every step)
         data = (target_repr(spec, data[0], cfg.chunk_size), data[1])
     trainer = make_trainer(
@@ -171,9 +174,6 @@ def fit(
         )[1],
         cacheable=cfg.kernel != "entk" and not cfg.custom_optimizer, mesh=mesh, targets=targets,
     )  # fmt: skip
-    history = _new_history(test is not None, diagnostics)
-    if resume:
-        state, history = _load_checkpoint(ck, state, cfg)
     evaluate = None if test is None else _evaluator(spec, cfg, *test)
     state = _train(
         trainer, state, data, k_train, stop_at=stop_at, history=history, checkpoint_path=ck,
@@ -196,22 +196,23 @@ def fit(
     )
 
 
-#: the largest target representation (float32 bytes, at the public planning size) that
-#: `fit` computes once for the ScatterNet kernel instead of at every step
+#: the largest target representation (float32 bytes of the rows held) that `fit`
+#: computes once for the ScatterNet kernel instead of at every step
 TARGET_REPR_BYTES = 2**31
 
 
-def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, stop_at: int) -> str:
-    """What the trainer's rows hold (`privkernels.dp_kip.train.TARGETS`), from public values.
+def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, steps: int, held: int) -> str:
+    """What the trainer's rows hold (`privkernels.dp_kip.train.TARGETS`).
 
-    ``"repr"`` for the ScatterNet kernel when its features of every row take at most
-    `TARGET_REPR_BYTES` and the run would compute at least as many rows' features
-    step by step (``stop_at * batch_size``); ``"inputs"`` otherwise and with a mesh.
-    The feature map is fixed and row-wise, and ScatterNet's features computed once
-    equal those computed inside the step bit for bit, so the release is unchanged.
+    ``"repr"`` for the ScatterNet kernel when the features of the ``held`` rows (the
+    private rows and the public zero row) take at most `TARGET_REPR_BYTES` and the
+    ``steps`` still to run would featurise at least `planning_size` rows one batch at a
+    time; ``"inputs"`` otherwise and with a mesh. ScatterNet's feature map is fixed and
+    row-wise, and its features computed once equal those computed inside the step bit
+    for bit, so the release is the same either way; the true ``held`` (private under
+    add-remove) only chooses how much memory is spent, like the sampler's padding.
     e-NTK keeps per-step features: computed apart they round differently (5e-7
-    relative), and one feature per network parameter rarely fits the bound. The
-    size is `planning_size` (the true n only when it is public).
+    relative), and one feature per network parameter rarely fits the bound.
     """
     if mesh is not None or spec.name != "scatternet":
         return "inputs"
@@ -219,7 +220,7 @@ def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, stop_at: int) -> 
     probe = jax.ShapeDtypeStruct((1, *cfg.input_shape), jnp.float32)
     f = int(np.prod(jax.eval_shape(spec.feature_fn, probe).shape[1:]))
     rows = planning_size(cfg.n, cfg.batch_size, cfg.sampling_rate)
-    if rows * f * 4 > TARGET_REPR_BYTES or stop_at * cfg.batch_size < rows:
+    if held * f * 4 > TARGET_REPR_BYTES or steps * cfg.batch_size < rows:
         return "inputs"
     return "repr"
 

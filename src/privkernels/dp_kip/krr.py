@@ -16,6 +16,7 @@ and the feature dimension ``f`` (push-through identity).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -123,13 +124,29 @@ def support_repr(spec: KernelSpec, x: jax.Array) -> jax.Array:
 
 
 def target_repr(spec: KernelSpec, x: jax.Array, chunk_size: int) -> jax.Array:
-    """`support_repr` of many rows, ``(n, *input_shape) -> (n, f)`` float32, computed in
-    chunks of ``chunk_size`` rows (`map_row_chunks`). The working memory of the feature
-    map is bounded by the chunk; the result is ``n * f`` floats, gathered on the host
-    and then copied to the device (see `privkernels.dp_kip.fitting.TARGET_REPR_BYTES`)."""
-    from privkernels._batching import map_row_chunks
+    """`support_repr` of many rows, ``(n, *input_shape) -> (n, f)`` float32 on the device.
 
-    return jnp.asarray(map_row_chunks(lambda xb: support_repr(spec, xb), x, chunk_size))
+    Rows are featurised ``chunk_size`` at a time and written into one preallocated
+    ``(n, f)`` buffer, donated at every write, so the peak memory is the result plus a
+    chunk (no host copy, no concatenation). The last chunk ends at row ``n`` and
+    overlaps the one before: the feature map is row-wise, so an overlapped row is
+    written twice with the same value.
+    """
+    n = int(x.shape[0])
+    c = max(1, min(int(chunk_size), n))
+    probe = jax.ShapeDtypeStruct((c, *x.shape[1:]), x.dtype)
+    f = math.prod(jax.eval_shape(lambda xb: support_repr(spec, xb), probe).shape[1:])
+    out = jnp.zeros((n, f), jnp.float32)
+    for start in [*range(0, n - c, c), n - c]:
+        rows = support_repr(spec, jnp.asarray(x[start : start + c]))
+        out = _write_rows(out, rows.reshape(c, f).astype(jnp.float32), start)
+    return out
+
+
+@partial(jax.jit, donate_argnums=0)
+def _write_rows(buf: jax.Array, rows: jax.Array, start: jax.Array) -> jax.Array:
+    """``buf`` with ``rows (c, f)`` written at row ``start`` (``buf`` is donated)."""
+    return jax.lax.dynamic_update_slice(buf, rows, (start, 0))
 
 
 def encode_labels(y: jax.Array, n_classes: int, dtype: Any = jnp.float32) -> jax.Array:

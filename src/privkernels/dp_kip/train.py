@@ -134,6 +134,7 @@ class Trainer(NamedTuple):
 
     ``train_step(state, batch, key)`` is one jitted noisy step; ``run_steps(state,
     x, y, k_train, T)`` runs steps ``state.step .. state.step + T - 1`` as one scan.
+    ``targets`` says what the rows they take hold (`TARGETS`).
     """
 
     config: DPKIPConfig
@@ -141,6 +142,7 @@ class Trainer(NamedTuple):
     plan: DPSGDPlan | None
     train_step: Callable[[State, Batch, Any], tuple[State, StepInfo]]
     run_steps: Callable[..., tuple[State, StepInfo]]
+    targets: str = "inputs"
 
 
 def step_keys(k_train: Any, start: int, count: int) -> tuple[jax.Array, jax.Array]:
@@ -379,15 +381,18 @@ def make_trainer(
 
     With ``mesh``, ``run_steps`` takes the rows sharded over the mesh (no public
     row: each device appends its own) and each device samples, gathers and
-    clips its own rows; the result equals ``mesh=None`` up to summation order.
+    clips its own rows; the result equals ``mesh=None`` up to summation order
+    (inputs only: each device's appended row is an input).
     """
     if targets not in TARGETS:
         raise ValueError(f"targets must be one of {TARGETS}, got {targets!r}")
+    if mesh is not None and targets != "inputs":
+        raise ValueError("with a mesh the rows must be inputs (targets='inputs')")
     hyper = _hyper(config, plan)
     step, scan = _compiled(config, spec, optimizer, cacheable, mesh, targets)
     if mesh is not None:
         run_mesh = _mesh_runner(scan, config, hyper, n, min_pad, mesh)
-        return Trainer(config, spec, plan, lambda s, b, k: step(s, b, k, hyper), run_mesh)
+        return Trainer(config, spec, plan, lambda s, b, k: step(s, b, k, hyper), run_mesh, targets)
 
     def train_step(state: State, batch: Batch, key: Any) -> tuple[State, StepInfo]:
         return step(state, batch, key, hyper)
@@ -406,7 +411,7 @@ def make_trainer(
         )
         return scan(state, x, y, sched.indices, sched.mask, k_noise, hyper)
 
-    return Trainer(config, spec, plan, train_step, run_steps)
+    return Trainer(config, spec, plan, train_step, run_steps, targets)
 
 
 def _mesh_runner(
