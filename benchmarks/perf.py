@@ -148,6 +148,32 @@ def _time(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
     }
 
 
+# the columns of every perf table, in order
+COLUMNS = [
+    "section",
+    "case",
+    "variant",
+    "n",
+    "k",
+    "median_s",
+    "cpu_s",
+    "compile_s",
+    "per_example_ms",
+    "throughput",
+    "gflops",
+    "ratio",
+    "ratio_cpu",
+    "target",
+    "meets",
+    "baseline",
+    "peak_mb",
+    "working_mb",
+    "data_mb",
+    "note",
+    "gpu_util_mean",
+]
+
+
 def _row(section: str, case: str, variant: str, **kw: Any) -> dict[str, Any]:
     row = {"section": section, "case": case, "variant": variant}
     row.update(kw)
@@ -1307,6 +1333,9 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
             f"[perf] {key} done in {time.perf_counter() - t0:.1f} s (load {os.getloadavg()[0]:.1f})",
             flush=True,
         )
+        # each row as soon as its section ends: a run stopped at a hard limit keeps what it measured
+        for row in (res[0] if isinstance(res, tuple) else res) or []:
+            print(f"[perf] row {json.dumps(row, default=str)}", flush=True)
         return res
 
     r = section("entk", lambda: bench_entk(cfg, roof["gflops_best"], data_dir))
@@ -1351,30 +1380,7 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
         "ratio = baseline time / our time, same process, same run",
         "failed_sections": failures,
     }
-    columns = [
-        "section",
-        "case",
-        "variant",
-        "n",
-        "k",
-        "median_s",
-        "cpu_s",
-        "compile_s",
-        "per_example_ms",
-        "throughput",
-        "gflops",
-        "ratio",
-        "ratio_cpu",
-        "target",
-        "meets",
-        "baseline",
-        "peak_mb",
-        "working_mb",
-        "data_mb",
-        "note",
-        "gpu_util_mean",
-    ]
-    jpath, mpath = write_results(out, name, rows, meta=meta, columns=columns)
+    jpath, mpath = write_results(out, name, rows, meta=meta, columns=COLUMNS)
     try:
         _plot(Path(out) / f"{name}.png", entk_plot, scat_sweep, gsm_plot)
     except Exception:  # noqa: BLE001

@@ -7,10 +7,12 @@
 #
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
-#     -d .whl kymatio==0.3.0 dp-accounting==0.6.0 dm-tree appdirs pytest-instafail
+#     -d .whl kymatio==0.3.0 dp-accounting==0.6.0 dm-tree appdirs configparser \
+#     pytest-instafail pytest-timeout
 #   mkdir -p .gpudata/data && cp -r "$PRIVKERNELS_DATA"/{mnist,tabular} .gpudata/data/
 #
-# (The whole tree travels; 64 MiB fit MNIST and the tabular sets, not Fashion-MNIST too.)
+# and carry both (carry=[".whl", ".gpudata"]). The tree (about 26 MiB) and these fit the
+# 64 MiB a call takes; Fashion-MNIST (30 MiB) does not. Perf rows print as each section ends ("[perf] row {...}").
 # Then run `bash scripts/gpu_check.sh` there with OUT set to a folder that comes back.
 # TESTS_S and PERF_S bound the two parts (seconds); SECTIONS picks perf sections.
 #
@@ -47,4 +49,4 @@ PRIVKERNELS_PERF_SECTIONS=${SECTIONS:-entk,dp_kip,dp_kip_epoch,dp_kip_targets,sc
   timeout -k 10 "${PERF_S:-200}" python3 -m benchmarks perf --device gpu --quick \
   --out "$OUT/perf" > "$OUT/perf.log" 2>&1
 echo "perf rc=$? wall=$(( $(date +%s) - t1 ))s" | tee -a "$OUT/perf.log"
-grep "^\[perf\]" "$OUT/perf.log"
+grep "^\[perf\]" "$OUT/perf.log" | cut -c1-400
