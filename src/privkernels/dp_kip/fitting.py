@@ -35,7 +35,7 @@ from privkernels.dp_kip.dp_ntk_init import (
 )
 from privkernels.dp_kip.init import corruption_mask, resolve_init, support_labels
 from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
-from privkernels.dp_kip.krr import encode_labels, target_repr
+from privkernels.dp_kip.krr import encode_labels, repr_width, target_repr
 from privkernels.dp_kip.result import DPKIPResult, predictor
 from privkernels.dp_kip.train import (
     DPKIPConfig,
@@ -216,9 +216,7 @@ def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, steps: int, held:
     """
     if mesh is not None or spec.name != "scatternet":
         return "inputs"
-    assert spec.feature_fn is not None
-    probe = jax.ShapeDtypeStruct((1, *cfg.input_shape), jnp.float32)
-    f = int(np.prod(jax.eval_shape(spec.feature_fn, probe).shape[1:]))
+    f = repr_width(spec, cfg.input_shape)
     rows = planning_size(cfg.n, cfg.batch_size, cfg.sampling_rate)
     if held * f * 4 > TARGET_REPR_BYTES or steps * cfg.batch_size < rows:
         return "inputs"

@@ -123,6 +123,12 @@ def support_repr(spec: KernelSpec, x: jax.Array) -> jax.Array:
     return spec.feature_fn(x)
 
 
+def repr_width(spec: KernelSpec, input_shape: tuple[int, ...]) -> int:
+    """``f``, the width of `support_repr` for rows of ``input_shape`` (traced, nothing runs)."""
+    probe = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
+    return math.prod(jax.eval_shape(lambda xb: support_repr(spec, xb), probe).shape[1:])
+
+
 def target_repr(spec: KernelSpec, x: jax.Array, chunk_size: int) -> jax.Array:
     """`support_repr` of many rows, ``(n, *input_shape) -> (n, f)`` float32 on the device.
 
@@ -134,8 +140,7 @@ def target_repr(spec: KernelSpec, x: jax.Array, chunk_size: int) -> jax.Array:
     """
     n = int(x.shape[0])
     c = max(1, min(int(chunk_size), n))
-    probe = jax.ShapeDtypeStruct((c, *x.shape[1:]), x.dtype)
-    f = math.prod(jax.eval_shape(lambda xb: support_repr(spec, xb), probe).shape[1:])
+    f = repr_width(spec, tuple(x.shape[1:]))
     out = jnp.zeros((n, f), jnp.float32)
     for start in [*range(0, n - c, c), n - c]:
         rows = support_repr(spec, jnp.asarray(x[start : start + c]))
