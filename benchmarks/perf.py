@@ -1313,6 +1313,7 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
             note=f"best of runs: {roof['gflops_best']:.1f} GFLOP/s (used as the roof)",
         )
     )
+    print(f"[perf] row {json.dumps(rows[-1], default=str)}", flush=True)
     entk_plot: dict[str, Any] = {}
     scat_sweep: list[tuple[int, float]] = []
     gsm_plot: dict[str, Any] = {}
