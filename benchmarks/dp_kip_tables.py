@@ -304,6 +304,8 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
             hp["init_centered"] = _flag(ctx, "init_centered")
     if "smooth" in ctx.options:  # blur every support update (post-processing; dp_kip.smoothing)
         hp["smooth"] = _opt(ctx, "smooth", 0.0, float)
+    if "learn_labels" in ctx.options:  # learn the support labels (under privacy: feature space)
+        hp["learn_labels"] = _flag(ctx, "learn_labels")
     hp["relation"] = _relation(ctx, default="replace-one" if "init_fraction" in hp else None)
     return hp
 
@@ -382,6 +384,7 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             neighbouring=relation if eps else "replace-one",
             init=_init(hp),
             optimizer=_optimizer(hp),
+            learn_labels=bool(hp.get("learn_labels", False)),
             **rate,
         )
 

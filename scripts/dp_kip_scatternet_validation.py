@@ -42,7 +42,9 @@ epsilons) runs the add-remove DP-NTK start with more epochs, towards the paper's
 profile (40 epochs at eps 1, 50 at eps 10): ``epochs 20, batch 5000`` at eps 1
 and ``epochs 40, lr 0.01`` at eps 10, seeds 0 and 1 side by side, under the
 same 0.3-point rule. Round 9 (FMNIST eps 1) runs the eps 1 choice with 40 epochs
-(the paper's), seeds 0 and 1 side by side, under the same rule. The rows of every
+(the paper's), seeds 0 and 1 side by side, under the same rule. Round 10 (FMNIST,
+both epsilons) runs each choice with the support labels learned under privacy
+(``learn_labels``), seeds 0 and 1 side by side, under the same rule. The rows of every
 run are in
 ``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
@@ -126,6 +128,14 @@ SETTINGS: dict[str, dict[str, str]] = {
     # paper's 40 epochs (Table 13), the one change
     "dp_ntk start (add-remove), epochs 40, lr 0.03, batch 5000": dict(
         DP_NTK, epochs="40", lr="0.03", batch_size="5000", relation="add-remove"
+    ),
+    # round 10 (FMNIST, both epsilons, 2026-11-26, written before its runs): each choice with
+    # the support labels learned under privacy (clipped with the features; the paper fixes them)
+    "dp_ntk start (add-remove), epochs 20, lr 0.03, batch 5000, learned labels": dict(
+        DP_NTK, epochs="20", lr="0.03", batch_size="5000", relation="add-remove", learn_labels="1"
+    ),
+    "dp_ntk start (add-remove), epochs 40, lr 0.01, learned labels": dict(
+        DP_NTK, epochs="40", lr="0.01", relation="add-remove", learn_labels="1"
     ),
 }
 

@@ -50,6 +50,7 @@ __all__ = [
     "choose_strategy",
     "clipped_sum_fn",
     "feature_clipped_sum",
+    "feature_label_clipped_sum",
     "gram_clipped_sum",
     "gram_norm_terms",
     "gram_rounding_terms",
@@ -74,6 +75,54 @@ def feature_clipped_sum(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Masked sum of clipped per-example gradients w.r.t. the support features, in closed form.
 
+    Returns ``(clipped_sum (m, f), loss_sum, n_clipped)``; `_feature_clipped` has the
+    derivation. With learned labels see `feature_label_clipped_sum`.
+    """
+    total, _, loss_sum, n_clipped = _feature_clipped(
+        s, y_s, phi, y_t, mask, ridge, clip_norm, labels=False
+    )
+    return total, loss_sum, n_clipped
+
+
+@full_precision
+def feature_label_clipped_sum(
+    s: jax.Array,
+    y_s: jax.Array,
+    phi: jax.Array,
+    y_t: jax.Array,
+    mask: jax.Array,
+    ridge: float,
+    clip_norm: float,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """`feature_clipped_sum` with the support labels ``y_s (m, c)`` learned as well.
+
+    Each target's gradient w.r.t. ``(S, Y_s)`` is clipped as one vector: the label
+    part of ``||r_i||^2`` is ``2 u_i r_i^T`` (``r_i = Y_s^T u_i - y_i``, ``M`` does
+    not depend on ``Y_s``), of norm ``2 ||u_i|| ||r_i||``, so a record still moves
+    the released pair by at most ``clip_norm`` and the noise and accounting are
+    those of the features alone. Returns ``(sum_S (m, f), sum_Y (m, c), loss_sum,
+    n_clipped)``; equal to ``clip_per_example(vmap(grad))`` over both (tested).
+    """
+    total, label_total, loss_sum, n_clipped = _feature_clipped(
+        s, y_s, phi, y_t, mask, ridge, clip_norm, labels=True
+    )
+    assert label_total is not None
+    return total, label_total, loss_sum, n_clipped
+
+
+def _feature_clipped(
+    s: jax.Array,
+    y_s: jax.Array,
+    phi: jax.Array,
+    y_t: jax.Array,
+    mask: jax.Array,
+    ridge: float,
+    clip_norm: float,
+    *,
+    labels: bool,
+) -> tuple[jax.Array, jax.Array | None, jax.Array, jax.Array]:
+    """The clipped sums of `feature_clipped_sum` (and of the labels when ``labels``).
+
     For the linear kernel ``K = S S^T`` (``S`` (m, f)), ``M = K + lambda I``,
     ``lambda = ridge ||S||_F^2 / m``, ``A = M^{-1} Y_s``, and one target
     ``(phi_i, y_i)`` with ``r_i = A^T S phi_i - y_i``, the gradient of
@@ -90,7 +139,12 @@ def feature_clipped_sum(
     ``M_i = 2||v_i|| ||e_i|| + 2||u_i|| ||w_i|| + |gamma_i| ||S||_F``) and rows
     that are padding or not finite are zeroed before any product.
 
-    Returns ``(clipped_sum (m, f), loss_sum, n_clipped)`` over ``mask``.
+    With ``labels`` the label gradient ``2 u_i r_i^T`` joins the per-example vector:
+    ``||g_i||^2`` gains ``4 ||u_i||^2 ||r_i||^2`` (sums of squares, no cancellation)
+    and ``M_i`` gains ``2 ||u_i|| ||r_i||``; the chain grows by ``c``.
+
+    Returns ``(clipped_sum (m, f), label_sum (m, c) or None, loss_sum, n_clipped)``
+    over ``mask``.
     """
     m = s.shape[0]
     r, u, v, rho = krr_adjoint_terms(s @ s.T, phi @ s.T, y_s, y_t, ridge)
@@ -114,10 +168,16 @@ def feature_clipped_sum(
         + 2.0 * jnp.sqrt(jnp.sum(u * u, -1) * jnp.sum(w * w, -1))
         + jnp.abs(gamma) * jnp.sqrt(s_sq)
     )
+    chain = 2 * m + s.shape[1]
+    if labels:  # the label part 2 u_i r_i^T, clipped with the rest
+        ur_sq = jnp.sum(u * u, -1) * jnp.sum(r * r, -1)
+        sq = sq + 4.0 * ur_sq
+        bound = bound + 2.0 * jnp.sqrt(ur_sq)
+        chain += y_s.shape[1]
     # gamma^2 ||S||_F^2 has the chain of s_sq (plus gamma's m); every other term about 2m + f.
     c_sq = gamma**2 * s_sq
-    err = rounding_error(bound, 2 * m + s.shape[1], ((c_sq, s_chain + m + 4),), s.dtype)
-    norms = safe_norms(sq, bound, rounding_bound(2 * m + s.shape[1], s.dtype), err)
+    err = rounding_error(bound, chain, ((c_sq, s_chain + m + 4),), s.dtype)
+    norms = safe_norms(sq, bound, rounding_bound(chain, s.dtype), err)
     factor, keep = masked_clip_factors(norms, mask, clip_norm)
     vc = jnp.where(keep[:, None], v * factor[:, None], 0.0)
     uc = jnp.where(keep[:, None], u * factor[:, None], 0.0)
@@ -125,9 +185,10 @@ def feature_clipped_sum(
     w0 = jnp.where(keep[:, None], w, 0.0)
     g0 = jnp.where(keep, factor * gamma, 0.0)
     total = 2.0 * vc.T @ e0 - 2.0 * uc.T @ w0 - jnp.sum(g0) * s
+    label_total = 2.0 * uc.T @ jnp.where(keep[:, None], r, 0.0) if labels else None
     loss_sum = jnp.sum(jnp.where(keep, jnp.sum(r * r, -1), 0.0))
     n_clipped = jnp.sum(keep * (norms > clip_norm))
-    return total, loss_sum, n_clipped
+    return total, label_total, loss_sum, n_clipped
 
 
 #: Longest sum of squares inside a ``bound`` left to one reduction: below ``2^22``
@@ -399,6 +460,11 @@ def _exact_sum(
 
 
 def _feature_strategy(work, y_s, t, y_t, mask, grad_mask, clip_norm, *, ridge):  # type: ignore[no-untyped-def]
+    if "y" in work:  # learned labels: the support's current labels, clipped jointly
+        total, label_total, loss_sum, n_clipped = feature_label_clipped_sum(
+            work["phi"], work["y"], t, y_t, mask, ridge, clip_norm
+        )
+        return {"phi": total, "y": label_total}, loss_sum, n_clipped
     total, loss_sum, n_clipped = feature_clipped_sum(
         work["phi"], y_s, t, y_t, mask, ridge, clip_norm
     )
@@ -431,8 +497,11 @@ def choose_strategy(
         raise ValueError(f"grad_method must be 'auto', 'adjoint' or 'vmap', got {grad_method!r}")
     if not private:
         return "exact"
-    if learn_labels:
-        raise ValueError("learned labels are only supported without privacy")
+    if learn_labels and space != "feature":
+        raise ValueError(
+            "learned labels under privacy need clip_space='feature' (their gradients are "
+            "clipped jointly with the support features' in closed form)"
+        )
     if space == "feature":
         return "feature"
     if grad_method == "auto" and spec.gram_fn is not None and not corrupted:

@@ -387,7 +387,7 @@ def configure(
         w.r.t. the support features, noise there, one VJP to pixels; the same
         (epsilon, delta) guarantee for the same neighbours) or ``"auto"``
         (``"feature"`` for scatternet and entk, orders of magnitude faster;
-        ``"input"`` for fc_ntk and with ``learn_labels``).
+        ``"input"`` for fc_ntk and for ``learn_labels`` without privacy).
       init: ``"gaussian"``, ``"lowpass"``, a callable ``init(key, m, input_shape)``
         that reads no private data, or ``"dp_ntk"`` / `DPNTKInit`: the support
         starts as DP-NTK samples released with ``budget_fraction`` of (epsilon,
@@ -400,7 +400,10 @@ def configure(
       sampling_rate: the public Poisson rate (add-remove only).
       accountant: ``"pld"`` or ``"rdp"`` (add-remove only).
       corrupt_fraction: fraction of support pixels frozen at their initial value (Table 4).
-      learn_labels: learn the support labels too (non-private only).
+      learn_labels: learn the support labels too. Under privacy only with
+        ``clip_space="feature"``: each target's gradient w.r.t. the support features
+        and labels is clipped as one vector and both are noised, so the cost is that
+        of fixed labels (the paper fixes them, Sec. 4); without privacy, input space.
       optimizer: an optax ``GradientTransformation`` (default ``adam(learning_rate)``).
       chunk_size: target examples per chunk inside a step (bounds memory).
       grad_method: ``"auto"`` (fastest exact clipped sum), ``"adjoint"`` or ``"vmap"``.
@@ -417,8 +420,6 @@ def configure(
         budget, _ = split_budget(budget, dp_init)
     q, space = _check_settings(args, int(n), budget is not None)
     batch_size = args["batch_size"]
-    if learn_labels and budget is not None:
-        raise ValueError("learn_labels=True is only allowed with epsilon=None (labels stay fixed)")
     probe = make_kernel(
         kernel, tuple(input_shape), n_classes, options=kernel_options, params=_ENTK_PROBE
     )
@@ -542,9 +543,14 @@ def _check_settings(args: dict[str, Any], n: int, private: bool) -> tuple[float,
         raise ValueError(f"clip_space must be 'auto', 'input' or 'feature', got {space!r}")
     if space == "auto":  # pixel-space clipping of a feature kernel: m VJPs per target
         feature_kernel = args["kernel"] in ("entk", "scatternet")
-        space = "feature" if feature_kernel and not args["learn_labels"] else "input"
-    if space == "feature" and args["learn_labels"]:
-        raise ValueError("learn_labels is only supported with clip_space='input'")
+        space = "feature" if feature_kernel and (private or not args["learn_labels"]) else "input"
+    if args["learn_labels"] and (space == "feature") != private:
+        raise ValueError(
+            "learn_labels needs clip_space='feature' (scatternet or entk) under privacy, where "
+            "the labels' gradients are clipped with the features', and clip_space='input' "
+            f"without it; got clip_space={space!r} with epsilon "
+            f"{'set' if private else 'None'}"
+        )
     return q, space
 
 
@@ -774,7 +780,8 @@ def _report(
     data_indep = (
         (init_line,) * bool(init_line)
         + (
-            "support labels: class-balanced centred one-hot (onehot - 1/c), fixed",
+            "support labels: class-balanced centred one-hot (onehot - 1/c), "
+            + ("the start of the learned labels" if cfg.learn_labels else "fixed"),
             f"kernel: {cfg.kernel} {cfg.kernel_options} (fixed feature map; e-NTK weights drawn from the key)",
             (
                 "n (dataset size): equal for replace-one neighbours (public); sets q = batch_size/n"
@@ -786,6 +793,12 @@ def _report(
         )
         + (("corrupted-pixel mask: drawn from the key",) if cfg.corrupt_fraction > 0 else ())
     )
+    if cfg.learn_labels:
+        notes += (
+            "learn_labels: each target's gradient w.r.t. the support features and labels is "
+            "clipped as one vector and both are noised; the learned labels are part of the "
+            "DP-SGD release, at no extra cost",
+        )
     if cfg.clip_space == "feature":
         notes += (
             "clip_space='feature': per-example gradients are clipped w.r.t. the support features and "
@@ -794,7 +807,9 @@ def _report(
     if diagnostics:
         notes += ("diagnostics=True: history holds un-noised training statistics (not covered)",)
     record = plan.record(
-        f"noisy clipped sum of per-example KRR gradients w.r.t. the support ({cfg.clip_space} space)",
+        "noisy clipped sum of per-example KRR gradients w.r.t. the support "
+        + ("and its labels " if cfg.learn_labels else "")
+        + f"({cfg.clip_space} space)",
         steps_done,
     )
     return PrivacyReport.from_mechanisms(
