@@ -40,7 +40,7 @@ class DPKIPResult:
       support_x: ``(m, *input_shape)`` float32 distilled inputs (the DP release).
       support_y: ``(m,)`` int32 class of each support point (data independent).
       support_targets: ``(m, c)`` float32 KRR targets (centred one-hot, or the
-        learned labels in the non-private ``learn_labels`` mode).
+        labels learned with ``learn_labels``: part of the DP release when private).
       report: the `PrivacyReport`.
       config: the typed `DPKIPConfig` of the run.
       history: per-epoch lists (``epoch``, ``step``, ``seconds``; ``test_accuracy``,
