@@ -142,3 +142,52 @@ def test_learned_labels_release_report_and_refusals():
     assert np.isfinite(dp_kip.accuracy(res, *_images(30, seed=1)))
     with pytest.raises(ValueError, match="learn_labels"):
         _fit(learn_labels=True, clip_space="input")
+
+
+def test_learned_and_fixed_labels_draw_independent_noise_from_one_key():
+    """The two variants release different sums under the same parameters, so the plan's digest
+    names the variant: with one key, the fixed-label and learned-label runs' support updates
+    carry independent noise (shared noise would make their difference noise-free), while the
+    fixed-label digest is the one it always was."""
+    from privkernels.privacy import Budget
+    from privkernels.privacy.dpsgd import dpsgd_plan
+    from privkernels.privacy.keys import params_digest
+
+    plan = dpsgd_plan(Budget(1.0, 1e-5), sampling_rate=0.1, steps=5, clip_norm=1.0)
+    legacy = params_digest(
+        "dpsgd", noise_multiplier=plan.noise_multiplier, clip_norm=1.0, sampling_rate=0.1,
+        steps=5, neighbouring="replace-one", epsilon=1.0, delta=1e-5,
+    )  # fmt: skip
+    assert tuple(plan.digest) == legacy
+    labelled = dpsgd_plan(Budget(1.0, 1e-5), sampling_rate=0.1, steps=5, clip_norm=1.0,
+                          variant="support and labels")  # fmt: skip
+    assert tuple(labelled.digest) != legacy
+    step = dict(clip_norm=1e-2, optimizer=optax.sgd(1.0), max_steps=1)
+    x0 = _fit(**{**step, "optimizer": optax.sgd(0.0)}).support_x
+    d_fixed = (_fit(**step).support_x - x0).ravel()
+    d_learned = (_fit(learn_labels=True, **step).support_x - x0).ravel()
+    assert np.abs(d_fixed).max() > 1e-4  # the update is there
+    assert abs(np.corrcoef(d_fixed, d_learned)[0, 1]) < 0.2
+
+
+def test_an_optimizer_that_cannot_take_the_labels_is_refused_before_the_dp_ntk_start(
+    monkeypatch,
+):
+    """With ``init="dp_ntk"`` the start is a release: an optimizer that fails on the labels'
+    leaf must fail before it (the pre-release trace includes the labels), not after."""
+    from _privacy_helpers import forbid_noise
+
+    def init(params):
+        if "y" in params:
+            raise ValueError("this optimizer takes the support only")
+        return optax.EmptyState()
+
+    optimizer = optax.GradientTransformation(init, lambda u, s, p=None: (u, s))
+    x, y = _images()
+    forbid_noise(monkeypatch)  # NoiseDrawn (a BaseException) if anything is released first
+    with pytest.raises(ValueError, match="support only"):
+        dp_kip.fit(
+            jax.random.key(0), np.clip(x / 4, -1, 1), y, **FIT, clip_norm=0.1,
+            learn_labels=True, optimizer=optimizer,
+            init=dp_kip.DPNTKInit(budget_fraction=0.2, data_range=(-1.0, 1.0), iterations=2),
+        )  # fmt: skip

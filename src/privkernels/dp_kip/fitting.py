@@ -242,6 +242,8 @@ def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None
             f"standardised on its own), got input_shape {cfg.input_shape}"
         )
     zeros = {"x": jnp.zeros((cfg.n_support, *cfg.input_shape), jnp.float32)}
+    if cfg.learn_labels:  # the optimizer must take the labels' leaf too
+        zeros["y"] = jnp.zeros((cfg.n_support, cfg.n_classes), jnp.float32)
     opt = run["optimizer"]
     jax.eval_shape(lambda p: opt.update(p, opt.init(p), p), zeros)
     if resume_from is not None:
@@ -446,6 +448,7 @@ def configure(
             clip_norm=args["clip_norm"],
             neighbouring=neighbouring,
             accountant=accountant,
+            variant="support and labels" if learn_labels else None,
         )
     init_name = dp_init.name if dp_init is not None else resolve_init(init)[0]
     if init_name == "lowpass" and len(tuple(input_shape)) not in (2, 3):
@@ -695,9 +698,10 @@ def _progress_bar(progress: bool, cfg: DPKIPConfig, initial: int) -> Any:
 
 
 def _check_support(state: State) -> None:
-    if not bool(jnp.all(jnp.isfinite(state.params["x"]))):
+    if not all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in state.params.values()):
         raise FloatingPointError(
-            "support set became non-finite; increase relative_reg/jitter or lower the learning rate"
+            "support set (or its learned labels) became non-finite; increase "
+            "relative_reg/jitter or lower the learning rate"
         )
 
 

@@ -127,6 +127,7 @@ def dpsgd_plan(
     clip_norm: float,
     neighbouring: str = "replace-one",
     accountant: str = "pld",
+    variant: str | None = None,
 ) -> DPSGDPlan:
     """Calibrate sigma so that ``steps`` Poisson steps at rate q spend ``budget``.
 
@@ -137,6 +138,11 @@ def dpsgd_plan(
       clip_norm: per-example clipping bound C > 0.
       neighbouring: ``"replace-one"`` (PLD only) or ``"add-remove"``.
       accountant: ``"pld"`` (default) or ``"rdp"``.
+      variant: names what the summed gradients cover when a caller releases more
+        than one kind of sum under the same parameters (e.g. DP-KIP with learned
+        labels); folded into the digest when given, so two variants never draw the
+        same noise from one key (the difference of two such releases would be
+        noise-free). None leaves the digest as it always was.
 
     Returns:
       `DPSGDPlan`. Calibration is memoized on the public parameters.
@@ -168,5 +174,6 @@ def dpsgd_plan(
         neighbouring=rel,
         epsilon=budget.epsilon,
         delta=budget.delta,
+        **({} if variant is None else {"variant": str(variant)}),
     )
     return DPSGDPlan(budget.epsilon, budget.delta, sigma, c, q, t, rel, accountant, digest)
