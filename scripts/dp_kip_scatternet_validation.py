@@ -44,7 +44,8 @@ and ``epochs 40, lr 0.01`` at eps 10, seeds 0 and 1 side by side, under the
 same 0.3-point rule. Round 9 (FMNIST eps 1) runs the eps 1 choice with 40 epochs
 (the paper's), seeds 0 and 1 side by side, under the same rule. Round 10 (FMNIST,
 both epsilons) runs each choice with the support labels learned under privacy
-(``learn_labels``), seeds 0 and 1 side by side, under the same rule. The rows of every
+(``learn_labels``), seeds 0 and 1 side by side, under the same rule. Round 11 (FMNIST
+eps 1) runs the pair of round 9's and round 10's changes, under the same rule. The rows of every
 run are in
 ``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
@@ -136,6 +137,11 @@ SETTINGS: dict[str, dict[str, str]] = {
     ),
     "dp_ntk start (add-remove), epochs 40, lr 0.01, learned labels": dict(
         DP_NTK, epochs="40", lr="0.01", relation="add-remove", learn_labels="1"
+    ),
+    # round 11 (FMNIST eps 1, 2026-11-27, written before its runs): the two eps 1 changes
+    # that each led a little (40 epochs, round 9; learned labels, round 10), as one pair
+    "dp_ntk start (add-remove), epochs 40, lr 0.03, batch 5000, learned labels": dict(
+        DP_NTK, epochs="40", lr="0.03", batch_size="5000", relation="add-remove", learn_labels="1"
     ),
 }
 
