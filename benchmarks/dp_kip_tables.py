@@ -65,7 +65,7 @@ OPTIONS = (
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
     "max_test", "convnet_steps", "relation", "init", "init_fraction", "init_iterations", "smooth",
     "convnet_augment", "convnet_wd", "init_code", "init_centered", "convnet_teacher",
-    "release_dir",
+    "release_dir", "learn_labels",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
