@@ -45,7 +45,10 @@ same 0.3-point rule. Round 9 (FMNIST eps 1) runs the eps 1 choice with 40 epochs
 (the paper's), seeds 0 and 1 side by side, under the same rule. Round 10 (FMNIST,
 both epsilons) runs each choice with the support labels learned under privacy
 (``learn_labels``), seeds 0 and 1 side by side, under the same rule. Round 11 (FMNIST
-eps 1) runs the pair of round 9's and round 10's changes, under the same rule. The rows of every
+eps 1) runs the pair of round 9's and round 10's changes, under the same rule. Round 12 (FMNIST
+eps 10, on one lent GPU) reruns the eps 10 choice beside two 80-epoch candidates, seeds 0 and
+1, and applies the rule against the choice's rerun on the same device (``--round12`` prints
+the decision from the JSON lines; `scripts/gpu_round12.sh`). The rows of every
 run are in
 ``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
@@ -143,7 +146,22 @@ SETTINGS: dict[str, dict[str, str]] = {
     "dp_ntk start (add-remove), epochs 40, lr 0.03, batch 5000, learned labels": dict(
         DP_NTK, epochs="40", lr="0.03", batch_size="5000", relation="add-remove", learn_labels="1"
     ),
+    # round 12 (FMNIST eps 10, 2026-11-27, written before its runs, run on one lent GPU): the
+    # eps 10 choice with twice its epochs, at its batch and lr and at the eps 1 choice's
+    "dp_ntk start (add-remove), epochs 80, lr 0.01": dict(
+        DP_NTK, epochs="80", lr="0.01", relation="add-remove"
+    ),
+    "dp_ntk start (add-remove), epochs 80, lr 0.03, batch 5000": dict(
+        DP_NTK, epochs="80", lr="0.03", batch_size="5000", relation="add-remove"
+    ),
 }
+
+#: round 12's choice and candidates (FMNIST eps 10), in the rule's order
+ROUND12 = (
+    "dp_ntk start (add-remove), epochs 40, lr 0.01",
+    "dp_ntk start (add-remove), epochs 80, lr 0.01",
+    "dp_ntk start (add-remove), epochs 80, lr 0.03, batch 5000",
+)
 
 
 def setting_hp(name: str, dataset: str, eps: float) -> dict[str, object]:
@@ -153,7 +171,30 @@ def setting_hp(name: str, dataset: str, eps: float) -> dict[str, object]:
     return _hp(ctx, dataset, "scatternet", eps, 10)
 
 
+def decide(rows: list[dict[str, object]], names: tuple[str, ...] = ROUND12,
+           lead: float = 0.3) -> dict[str, object]:  # fmt: skip
+    """The rule on validation rows: ``names[0]`` is the choice; a candidate with both seeds
+    replaces it only if its two-seed mean leads the choice's by ``lead`` (the best if several).
+    Returns the means, the winner (or None) and the winner's ``--set`` options."""
+    acc: dict[str, dict[int, float]] = {}
+    for r in rows:
+        acc.setdefault(str(r["setting"]), {})[int(r["seed"])] = float(r["val_acc"])  # type: ignore[call-overload]
+    means = {n: round(sum(acc[n].values()) / 2, 3) for n in names if set(acc.get(n, {})) == {0, 1}}
+    if names[0] not in means:
+        return dict(means=means, winner=None, why="the choice lacks a seed")
+    leads = {n: round(m - means[names[0]], 2) for n, m in means.items() if n != names[0]}
+    ok = {n: d for n, d in leads.items() if d >= lead - 1e-9}
+    winner = max(ok, key=lambda n: leads[n]) if ok else None
+    sets = " ".join(f"--set {k}={v}" for k, v in SETTINGS[winner].items()) if winner else ""
+    return dict(means=means, leads=leads, winner=winner, sets=sets)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--round12"]:  # the rule on JSON-line files of round 12's runs
+        rows = [json.loads(line) for f in sys.argv[2:] for line in Path(f).read_text().splitlines()
+                if line.startswith("{")]  # fmt: skip
+        print(json.dumps(decide(rows)))
+        return
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
     dataset, eps = args[0], float(args[1])
