@@ -14,7 +14,8 @@
 # and carry both (carry=[".whl", ".gpudata"]). The tree (about 26 MiB) and these fit the
 # 64 MiB a call takes; Fashion-MNIST (30 MiB) does not. Perf rows print as each section ends ("[perf] row {...}").
 # Then run `bash scripts/gpu_check.sh` there with OUT set to a folder that comes back.
-# TESTS_S and PERF_S bound the two parts (seconds); SECTIONS picks perf sections.
+# TESTS_S and PERF_S bound the two parts (seconds); SECTIONS picks perf sections; TESTS
+# names test files or folders (default: the whole suite).
 #
 # Lessons of the first H200 run (2026-11-26, benchmarks/results/gpu-h200-tests.md):
 # failures print their tracebacks as they happen (instafail), since a suite stopped at
@@ -44,7 +45,7 @@ cat "$OUT/env.txt"
 if [[ ,$PARTS, == *,tests,* ]]; then
 t0=$(date +%s)
 timeout -k 10 "${TESTS_S:-420}" python3 -m pytest -n "${WORKERS:-14}" -v --instafail \
-  --timeout=120 --tb=short -p no:cacheprovider -rfE > "$OUT/pytest.log" 2>&1
+  --timeout=120 --tb=short -p no:cacheprovider -rfE ${TESTS:-} > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$? wall=$(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest.log"
 # the run's leftovers only: pytest, and xdist's execnet workers (python3 -c "...stdin.readline...")
 pkill -9 -f "python3 -m pytest -n" 2>/dev/null; pkill -9 -f "sys.stdin.readline" 2>/dev/null; sleep 2
