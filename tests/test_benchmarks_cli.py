@@ -96,6 +96,29 @@ def test_dp_ntk_start_follows_the_preprocessing(tmp_path):
             hp("scatternet", init="gaussian", **{stray: "1"})
 
 
+def test_chunk_size_option_reaches_fit_only_when_set(tmp_path, monkeypatch):
+    """``--set chunk_size=N`` is passed to `dp_kip.fit`; without it fit keeps its default,
+    and the row's hyper-parameters (the table's key) gain no column."""
+    import numpy as np
+
+    from benchmarks.dp_kip_tables import _fit, _hp
+    from benchmarks.registry import RunContext
+    from privkernels import dp_kip
+
+    seen: list[dict] = []
+    monkeypatch.setattr(dp_kip, "fit", lambda key, x, y, **kw: seen.append(kw))
+    x, y = np.zeros((20, 28, 28), np.float32), np.arange(20) % 10
+    for options, want in (({}, None), ({"chunk_size": "512"}, 512)):
+        ctx = RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=options)
+        hp = _hp(ctx, "mnist", "scatternet", 1.0, 10)
+        assert hp.get("chunk_size") == want
+        _fit(None, x, y, None, None, 10, "scatternet", 1.0, 10, hp)
+        assert seen[-1].get("chunk_size") == want
+    with pytest.raises(ValueError):
+        _hp(RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path,
+                       options={"chunk_size": "lots"}), "mnist", "scatternet", 1.0, 10)  # fmt: skip
+
+
 def test_run_writes_each_table_and_frees_its_compiled_programs(tmp_path, monkeypatch, capsys):
     """A run of several tables writes each one's JSON and Markdown, and clears JAX's
     caches after each (long runs otherwise exhaust vm.max_map_count)."""
