@@ -391,3 +391,41 @@ def test_non_private_baseline(digits):
     x, y = digits
     res = dp_kip.fit(jax.random.key(5), x, y, epsilon=None, init=INIT, **SMALL)
     assert not res.report.private
+
+
+def test_a_resume_takes_the_saved_start_report_and_repeats_no_release(digits, tmp_path):
+    """The checkpoint keeps the DP-NTK start's report: a resume composes it without running
+    DP-NTK again (the private data is read only by the steps left) and ends where an
+    uninterrupted run ends. A checkpoint without it (written before) re-runs the release."""
+    from privkernels import checkpoint
+    from privkernels.dp_kip.fitting import CHECKPOINT_FORMAT
+
+    x, y = digits
+    kw = dict(SMALL, epochs=2, epsilon=2.0, init=INIT)
+    full = dp_kip.fit(jax.random.key(3), x, y, **kw)
+    calls = []
+    real = dp_ntk.fit
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    for saved_report in (True, False):
+        ck = tmp_path / f"kip-{saved_report}.npz"
+        part = dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck, max_steps=5)
+        assert part.steps_done == 5
+        arrays, meta = checkpoint.load(ck, format=CHECKPOINT_FORMAT)
+        saved = PrivacyReport.from_dict(meta["init_report"])
+        assert saved.mechanisms == part.report.mechanisms[:1]  # the DP-NTK release alone
+        assert saved.epsilon == pytest.approx(0.2, rel=1e-12)
+        if not saved_report:
+            del meta["init_report"]
+            checkpoint.save(ck, arrays, meta)
+        calls.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(dp_ntk, "fit", counted)
+            done = dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck, resume=True)
+        assert len(calls) == (0 if saved_report else 1)
+        assert done.steps_done == full.steps_done == 10
+        np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
+        assert done.report == full.report

@@ -156,7 +156,9 @@ def fit(
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
     if run["dp_init"] is not None:  # everything that can refuse, before that release
         _check_before_release(run, ck if resume else None)
-    start, init_report = _private_start(run, k_init, epsilon, delta, mesh, progress)
+    start, init_report = _private_start(
+        run, k_init, epsilon, delta, mesh, progress, ck if resume else None
+    )
     spec, state, corrupted, init_line = _start(
         cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel, start
     )
@@ -178,6 +180,7 @@ def fit(
     state = _train(
         trainer, state, data, k_train, stop_at=stop_at, history=history, checkpoint_path=ck,
         evaluate=evaluate, eval_every=eval_every, progress=progress, diagnostics=diagnostics,
+        init_report=init_report,
     )  # fmt: skip
     steps_done = int(state.step)
     report = _report(cfg, run["plan"], steps_done, init_line, run["notes"], diagnostics)
@@ -227,9 +230,8 @@ def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None
     """Checks the DP-NTK start must pass before its release (nothing random is drawn).
 
     The optimizer is traced on a zero support (``jax.eval_shape``), the input rank must
-    suit DP-NTK's default generators, and a resumed checkpoint must match this call.
-    (A resume re-runs the DP-NTK release with the same key: the same output, discarded
-    for the checkpoint's state; the report counts it once.)
+    suit DP-NTK's default generators, and a resumed checkpoint must match this call
+    (whose saved report of the start `_private_start` then takes).
     """
     cfg = run["config"]
     if len(cfg.input_shape) not in (1, 2, 3):
@@ -252,13 +254,30 @@ def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None
 
 
 def _private_start(
-    run: dict[str, Any], key: Any, epsilon: Any, delta: Any, mesh: Any, progress: bool
+    run: dict[str, Any],
+    key: Any,
+    epsilon: Any,
+    delta: Any,
+    mesh: Any,
+    progress: bool,
+    resume_from: Path | None = None,
 ) -> tuple[np.ndarray | None, PrivacyReport | None]:
-    """``init="dp_ntk"``: the DP-NTK start and its report (its share of the budget); else None."""
+    """``init="dp_ntk"``: the DP-NTK start and its report (its share of the budget); else None.
+
+    A resumed run whose checkpoint holds the start's report (checkpoints since 2026-11-27)
+    takes that report and a zero placeholder (the checkpoint's state holds the support), so
+    the release is not repeated and the private data is read only by the steps left; an older
+    checkpoint re-runs the release with the same key (output discarded, counted once).
+    """
     dp_init = run["dp_init"]
     if dp_init is None:
         return None, None
     cfg = run["config"]
+    if resume_from is not None:
+        _, meta = checkpoint.load(resume_from, format=CHECKPOINT_FORMAT)
+        if meta.get("init_report") is not None:
+            placeholder = np.zeros((cfg.n_support, *cfg.input_shape), np.float32)
+            return placeholder, PrivacyReport.from_dict(meta["init_report"])
     _, ntk_budget = split_budget(as_budget(epsilon, delta), dp_init)
     return dp_ntk_start(
         key, run["x"], run["y"], n_classes=cfg.n_classes,
@@ -640,6 +659,7 @@ def _train(
     eval_every: int,
     progress: bool,
     diagnostics: bool,
+    init_report: PrivacyReport | None = None,
 ) -> State:
     """Epoch loop: compiled scans (one per epoch; ``PROGRESS_UPDATES`` per epoch with a
     progress bar), then history, evaluation and a checkpoint at every epoch's end.
@@ -670,12 +690,12 @@ def _train(
             infos = []
             _log_epoch(history, state, epoch_info, cfg, t0, stop_at, evaluate, eval_every,
                        diagnostics)  # fmt: skip
-            _save(checkpoint_path, state, cfg, history)
+            _save(checkpoint_path, state, cfg, history, init_report)
             if bar is not None and evaluate is not None:
                 if not math.isnan(history["test_accuracy"][-1]):
                     bar.set_postfix(test_acc=f"{history['test_accuracy'][-1]:.4f}")
     except KeyboardInterrupt:
-        _save(checkpoint_path, state, cfg, history)
+        _save(checkpoint_path, state, cfg, history, init_report)
         raise
     finally:
         if bar is not None:
@@ -736,7 +756,15 @@ def _log_epoch(
         history["test_loss"].append(loss)
 
 
-def _save(path: Path | None, state: State, cfg: DPKIPConfig, history: dict[str, list[Any]]) -> None:
+def _save(
+    path: Path | None,
+    state: State,
+    cfg: DPKIPConfig,
+    history: dict[str, list[Any]],
+    init_report: PrivacyReport | None = None,
+) -> None:
+    """The checkpoint: the state, and in its metadata the settings' fingerprint, the history
+    and the DP-NTK start's report (so a resume need not repeat that release)."""
     if path is None:
         return
     meta = {
@@ -745,6 +773,7 @@ def _save(path: Path | None, state: State, cfg: DPKIPConfig, history: dict[str, 
         "config": cfg.to_dict(),
         "history": history,
         "steps_done": int(state.step),
+        "init_report": None if init_report is None else init_report.to_dict(),
     }
     checkpoint.save(path, checkpoint.flatten_tree("state", state), meta)
 
