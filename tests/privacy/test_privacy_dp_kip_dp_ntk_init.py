@@ -429,3 +429,35 @@ def test_a_resume_takes_the_saved_start_report_and_repeats_no_release(digits, tm
         assert done.steps_done == full.steps_done == 10
         np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
         assert done.report == full.report
+
+
+def test_a_failure_after_the_start_resumes_without_a_second_release(digits, tmp_path):
+    """The checkpoint is written as soon as the start is released (step 0): a run that
+    fails after it (here an out-of-memory error building the trainer) resumes from it."""
+    import privkernels.dp_kip.fitting as fitting
+
+    x, y = digits
+    kw = dict(SMALL, epsilon=2.0, init=INIT)
+    full = dp_kip.fit(jax.random.key(3), x, y, **kw)
+    ck = tmp_path / "kip.npz"
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("featurisation")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fitting, "make_trainer", out_of_memory)
+        with pytest.raises(MemoryError):
+            dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck)
+    calls = []
+    real = dp_ntk.fit
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dp_ntk, "fit", counted)
+        done = dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck, resume=True)
+    assert calls == [] and done.steps_done == full.steps_done
+    np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
+    assert done.report == full.report

@@ -132,7 +132,8 @@ def fit(
         sums are added before the noise (drawn once, from the step's key). ``x``
         and ``y`` may be global arrays sharded over the mesh.
       checkpoint_path, resume: an ``.npz`` written after every epoch and on
-        ``KeyboardInterrupt``; ``resume=True`` continues it (same settings).
+        ``KeyboardInterrupt`` (with ``init="dp_ntk"`` also as soon as the start is
+        released, with its report); ``resume=True`` continues it (same settings).
       progress: a progress bar over steps.
       kernel ... grad_method: the run's settings, documented in `configure`.
       x_test, y_test: optional *public* test set, evaluated every ``eval_every`` epochs.
@@ -166,6 +167,8 @@ def fit(
     history = _new_history(test is not None, diagnostics)
     if resume:
         state, history = _load_checkpoint(ck, state, cfg)
+    elif init_report is not None:  # the start is released: a failure from here on resumes
+        _save(ck, state, cfg, history, init_report)
     targets = target_rows(spec, cfg, mesh, stop_at - int(state.step), int(data[0].shape[0]))
     if targets == "repr":  # the fixed feature map of every row, once (not at every step)
         data = (target_repr(spec, data[0], cfg.chunk_size), data[1])
