@@ -418,7 +418,15 @@ def test_a_resume_takes_the_saved_start_report_and_repeats_no_release(digits, tm
         saved = PrivacyReport.from_dict(meta["init_report"])
         assert saved.mechanisms == part.report.mechanisms[:1]  # the DP-NTK release alone
         assert saved.epsilon == pytest.approx(0.2, rel=1e-12)
-        if not saved_report:
+        if saved_report:  # a report of another share is refused, before any noise
+            bad = dict(meta, init_report=dict(meta["init_report"], neighbouring="add-remove"))
+            bad_ck = tmp_path / "bad.npz"
+            checkpoint.save(bad_ck, arrays, bad)
+            with pytest.MonkeyPatch.context() as mp:
+                forbid_noise(mp)
+                with pytest.raises(ValueError, match="does not record this call"):
+                    dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=bad_ck, resume=True)
+        else:
             del meta["init_report"]
             checkpoint.save(ck, arrays, meta)
         calls.clear()

@@ -47,7 +47,7 @@ from privkernels.dp_kip.train import (
     planning_size,
 )
 from privkernels.privacy.accounting import DPSGD_RELATIONS, check_relation, check_sampling_rate
-from privkernels.privacy.budget import as_budget
+from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.dpsgd import DPSGDPlan, dpsgd_plan
 from privkernels.privacy.report import (
     PrivacyReport,
@@ -269,24 +269,51 @@ def _private_start(
 
     A resumed run whose checkpoint holds the start's report (checkpoints since 2026-11-27)
     takes that report and a zero placeholder (the checkpoint's state holds the support), so
-    the release is not repeated and the private data is read only by the steps left; an older
+    the release is not repeated and DP-NTK does not read the data again; an older
     checkpoint re-runs the release with the same key (output discarded, counted once).
     """
     dp_init = run["dp_init"]
     if dp_init is None:
         return None, None
     cfg = run["config"]
-    if resume_from is not None:
-        _, meta = checkpoint.load(resume_from, format=CHECKPOINT_FORMAT)
-        if meta.get("init_report") is not None:
-            placeholder = np.zeros((cfg.n_support, *cfg.input_shape), np.float32)
-            return placeholder, PrivacyReport.from_dict(meta["init_report"])
     _, ntk_budget = split_budget(as_budget(epsilon, delta), dp_init)
+    saved = None if resume_from is None else _saved_start_report(resume_from, cfg, ntk_budget)
+    if saved is not None:
+        return np.zeros((cfg.n_support, *cfg.input_shape), np.float32), saved
     return dp_ntk_start(
         key, run["x"], run["y"], n_classes=cfg.n_classes,
         labels=support_labels(cfg.n_classes, cfg.support_per_class), budget=ntk_budget,
         spec=dp_init, mesh=mesh, progress=progress, neighbouring=cfg.neighbouring,
     )  # fmt: skip
+
+
+def _saved_start_report(path: Path, cfg: DPKIPConfig, share: Budget | None) -> PrivacyReport | None:
+    """The DP-NTK start's report a checkpoint keeps; None in one written before 2026-11-27.
+
+    Read with the fingerprint checked again, and refused (``ValueError``, nothing drawn)
+    unless it records exactly this call's ``share`` of the budget under this call's relation,
+    or no release for a non-private call: a resume never composes another release's record.
+    """
+    _, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
+    _check_fingerprint(meta, cfg)
+    if meta.get("init_report") is None:
+        return None
+    rep = PrivacyReport.from_dict(meta["init_report"])
+    if share is None:
+        ok = not rep.private
+    else:
+        ok = (
+            rep.private
+            and rep.neighbouring == cfg.neighbouring
+            and math.isclose(rep.epsilon, share.epsilon, rel_tol=1e-9)
+            and math.isclose(rep.delta, share.delta, rel_tol=1e-9)
+        )
+    if not ok:
+        raise ValueError(
+            "the checkpoint's DP-NTK start report does not record this call's share of the "
+            f"budget ({share}) under its relation ({cfg.neighbouring}); resume refused"
+        )
+    return rep
 
 
 def _start(
