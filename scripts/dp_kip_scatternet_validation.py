@@ -51,11 +51,11 @@ eps 10, on one lent GPU) reruns the eps 10 choice beside two 80-epoch candidates
 the decision from the JSON lines; `scripts/gpu_round12.sh`). Round 13 (FMNIST eps 10, on
 the CPU) runs the eps 10 choice without its update blur, seeds 0 and 1 side by side, under
 the same rule against the choice's CPU runs; round 14 (after it) the choice with a 1.5-pixel
-blur, the same way. Round 15 (MNIST eps 10, on MNIST's own validation split) runs the transferred
-eps 10 choice and the choice at three times its learning rate, seeds 0 and 1 side by side; a
-lead of 0.15 (``--round15``; FMNIST's 0.3 scaled to MNIST's validation error) replaces it. Round 16 (MNIST eps 1, the same way, ``--round16``) runs the transferred eps 1
-choice and the choice with lr 0.1. The rows of every
-run are in
+blur, the same way. Round 15 (MNIST eps 10, on MNIST's own validation split) runs the
+transferred eps 10 choice and the choice at three times its learning rate, seeds 0 and 1 side
+by side; a lead of 0.15 (``--round15``; FMNIST's 0.3 scaled to MNIST's validation error)
+replaces it. Round 16 (MNIST eps 1, the same way, ``--round16``) runs the transferred eps 1
+choice and the choice with lr 0.1. The rows of every run are in
 ``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
 
@@ -232,8 +232,9 @@ def decide(rows: list[dict[str, object]], names: tuple[str, ...] = ROUND12,
 
 
 def main() -> None:
-    if sys.argv[1][2:] in ROUNDS:  # the rule on JSON-line files of that round's runs
-        names, lead = ROUNDS[sys.argv[1][2:]]
+    flag = sys.argv[1][2:] if len(sys.argv) > 1 else ""
+    if flag in ROUNDS:  # the rule on JSON-line files of that round's runs
+        names, lead = ROUNDS[flag]
         rows = [json.loads(line) for f in sys.argv[2:] for line in Path(f).read_text().splitlines()
                 if line.startswith("{")]  # fmt: skip
         print(json.dumps(decide(rows, names, lead)))

@@ -393,16 +393,8 @@ def test_non_private_baseline(digits):
     assert not res.report.private
 
 
-def test_a_resume_takes_the_saved_start_report_and_repeats_no_release(digits, tmp_path):
-    """The checkpoint keeps the DP-NTK start's report: a resume composes it without running
-    DP-NTK again (the private data is read only by the steps left) and ends where an
-    uninterrupted run ends. A checkpoint without it (written before) re-runs the release."""
-    from privkernels import checkpoint
-    from privkernels.dp_kip.fitting import CHECKPOINT_FORMAT
-
-    x, y = digits
-    kw = dict(SMALL, epochs=2, epsilon=2.0, init=INIT)
-    full = dp_kip.fit(jax.random.key(3), x, y, **kw)
+def _resume_counting_dp_ntk(x, y, kw, ck):
+    """``(DP-NTK releases made, result)`` of resuming ``ck`` with key 3."""
     calls = []
     real = dp_ntk.fit
 
@@ -410,6 +402,22 @@ def test_a_resume_takes_the_saved_start_report_and_repeats_no_release(digits, tm
         calls.append(1)
         return real(*args, **kwargs)
 
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dp_ntk, "fit", counted)
+        done = dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck, resume=True)
+    return len(calls), done
+
+
+def test_a_resume_takes_the_saved_start_report_and_repeats_no_release(digits, tmp_path):
+    """The checkpoint keeps the DP-NTK start's report: a resume composes it without running
+    DP-NTK again (DP-NTK does not read the data again) and ends where an
+    uninterrupted run ends. A checkpoint without it (written before) re-runs the release."""
+    from privkernels import checkpoint
+    from privkernels.dp_kip.fitting import CHECKPOINT_FORMAT
+
+    x, y = digits
+    kw = dict(SMALL, epochs=2, epsilon=2.0, init=INIT)
+    full = dp_kip.fit(jax.random.key(3), x, y, **kw)
     for saved_report in (True, False):
         ck = tmp_path / f"kip-{saved_report}.npz"
         part = dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck, max_steps=5)
@@ -429,11 +437,8 @@ def test_a_resume_takes_the_saved_start_report_and_repeats_no_release(digits, tm
         else:
             del meta["init_report"]
             checkpoint.save(ck, arrays, meta)
-        calls.clear()
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(dp_ntk, "fit", counted)
-            done = dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck, resume=True)
-        assert len(calls) == (0 if saved_report else 1)
+        calls, done = _resume_counting_dp_ntk(x, y, kw, ck)
+        assert calls == (0 if saved_report else 1)
         assert done.steps_done == full.steps_done == 10
         np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
         assert done.report == full.report
@@ -456,16 +461,7 @@ def test_a_failure_after_the_start_resumes_without_a_second_release(digits, tmp_
         mp.setattr(fitting, "make_trainer", out_of_memory)
         with pytest.raises(MemoryError):
             dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck)
-    calls = []
-    real = dp_ntk.fit
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dp_ntk, "fit", counted)
-        done = dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck, resume=True)
-    assert calls == [] and done.steps_done == full.steps_done
+    calls, done = _resume_counting_dp_ntk(x, y, kw, ck)
+    assert calls == 0 and done.steps_done == full.steps_done
     np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
     assert done.report == full.report

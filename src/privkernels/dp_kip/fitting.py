@@ -156,7 +156,7 @@ def fit(
     cfg, data, test = run["config"], run["data"], run["test"]
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
     if run["dp_init"] is not None:  # everything that can refuse, before that release
-        _check_before_release(run, ck if resume else None)
+        _check_before_release(run)
     start, init_report = _private_start(
         run, k_init, epsilon, delta, mesh, progress, ck if resume else None
     )
@@ -229,12 +229,12 @@ def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, steps: int, held:
     return "repr"
 
 
-def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None:
+def _check_before_release(run: dict[str, Any]) -> None:
     """Checks the DP-NTK start must pass before its release (nothing random is drawn).
 
-    The optimizer is traced on a zero support (``jax.eval_shape``), the input rank must
-    suit DP-NTK's default generators, and a resumed checkpoint must match this call
-    (whose saved report of the start `_private_start` then takes).
+    The optimizer is traced on a zero support (``jax.eval_shape``) and the input rank must
+    suit DP-NTK's default generators. A resumed checkpoint is checked against this call by
+    `_saved_start_report`, also before any release.
     """
     cfg = run["config"]
     if len(cfg.input_shape) not in (1, 2, 3):
@@ -251,9 +251,6 @@ def _check_before_release(run: dict[str, Any], resume_from: Path | None) -> None
         zeros["y"] = jnp.zeros((cfg.n_support, cfg.n_classes), jnp.float32)
     opt = run["optimizer"]
     jax.eval_shape(lambda p: opt.update(p, opt.init(p), p), zeros)
-    if resume_from is not None:
-        _, meta = checkpoint.load(resume_from, format=CHECKPOINT_FORMAT)
-        _check_fingerprint(meta, cfg)
 
 
 def _private_start(
