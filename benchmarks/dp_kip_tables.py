@@ -71,7 +71,7 @@ OPTIONS = (
     "epsilons", "eps", "epsilon", "clip_space", "group_norm", "preprocess", "max_train",
     "max_test", "convnet_steps", "relation", "init", "init_fraction", "init_iterations", "smooth",
     "convnet_augment", "convnet_wd", "init_code", "init_centered", "convnet_teacher",
-    "release_dir", "learn_labels", "chunk_size",
+    "release_dir", "learn_labels", "chunk_size", "lr_schedule",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- paper values
@@ -312,6 +312,12 @@ def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int)
         hp["smooth"] = _opt(ctx, "smooth", 0.0, float)
     if "learn_labels" in ctx.options:  # learn the support labels (under privacy: feature space)
         hp["learn_labels"] = _flag(ctx, "learn_labels")
+    if "lr_schedule" in ctx.options:  # Adam's step size over the run: constant (default) or cosine
+        hp["lr_schedule"] = ctx.options["lr_schedule"]
+        if hp["lr_schedule"] not in ("constant", "cosine"):
+            raise SystemExit(
+                f"--set lr_schedule must be constant or cosine, got {hp['lr_schedule']!r}"
+            )
     if "chunk_size" in ctx.options:  # fit's default (128) unless set: the tables keep theirs
         hp["chunk_size"] = _opt(ctx, "chunk_size", 128, int)
     hp["relation"] = _relation(ctx, default="replace-one" if "init_fraction" in hp else None)
@@ -334,15 +340,20 @@ def _init(hp: dict[str, Any]) -> Any:
     )
 
 
-def _optimizer(hp: dict[str, Any]) -> Any:
-    """None (``adam(lr)`` inside fit), or ``adam(lr)`` then `smooth_updates` for ``smooth > 0``."""
-    if not hp.get("smooth"):
+def _optimizer(hp: dict[str, Any], steps: int) -> Any:
+    """None (``adam(lr)`` inside fit) by default; else ``adam`` (its step size decayed from
+    ``lr`` to 0 over the planned ``steps`` by a half cosine for ``lr_schedule=cosine``), then
+    `smooth_updates` for ``smooth > 0``. Both are post-processing of the noised sums."""
+    cosine = hp.get("lr_schedule", "constant") == "cosine"
+    if not hp.get("smooth") and not cosine:
         return None
     import optax
 
     from privkernels import dp_kip
 
-    return optax.chain(optax.adam(hp["lr"]), dp_kip.smooth_updates(hp["smooth"]))
+    lr = optax.cosine_decay_schedule(hp["lr"], steps) if cosine else hp["lr"]
+    smooth = [dp_kip.smooth_updates(hp["smooth"])] if hp.get("smooth") else []
+    return optax.chain(optax.adam(lr), *smooth)
 
 
 def _relation(ctx: RunContext, default: str | None = None) -> str:
@@ -391,7 +402,7 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             y_test=None,
             neighbouring=relation if eps else "replace-one",
             init=_init(hp),
-            optimizer=_optimizer(hp),
+            optimizer=_optimizer(hp, int(hp["epochs"]) * max(1, round(len(y) / batch))),
             learn_labels=bool(hp.get("learn_labels", False)),
             **({"chunk_size": int(hp["chunk_size"])} if "chunk_size" in hp else {}),
             **rate,
