@@ -119,6 +119,40 @@ def test_chunk_size_option_reaches_fit_only_when_set(tmp_path, monkeypatch):
                        options={"chunk_size": "lots"}), "mnist", "scatternet", 1.0, 10)  # fmt: skip
 
 
+def test_lr_schedule_option_decays_adam_over_the_planned_steps(tmp_path, monkeypatch):
+    """``--set lr_schedule=cosine`` hands fit an Adam whose step size falls from ``lr`` to 0
+    over the run's planned steps; without it fit gets its default optimizer (no new key)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from benchmarks.dp_kip_tables import _fit, _hp
+    from benchmarks.registry import RunContext
+    from privkernels import dp_kip
+
+    seen: list[dict] = []
+    monkeypatch.setattr(dp_kip, "fit", lambda key, x, y, **kw: seen.append(kw))
+    x, y = np.zeros((40, 28, 28), np.float32), np.arange(40) % 10
+
+    def run(**options: str) -> dict:
+        ctx = RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=options)
+        hp = _hp(ctx, "mnist", "scatternet", 1.0, 10)
+        _fit(None, x, y, None, None, 10, "scatternet", 1.0, 10, hp)
+        return hp
+
+    assert "lr_schedule" not in run() and seen[-1]["optimizer"] is None
+    run(lr_schedule="cosine", lr="0.05", epochs="3", batch_size="20")  # 3 x 2 = 6 steps
+    opt, p = seen[-1]["optimizer"], {"x": jnp.zeros(3)}
+    state, sizes = opt.init(p), []
+    for _ in range(7):
+        u, state = opt.update({"x": jnp.ones(3)}, state, p)
+        sizes.append(float(jnp.abs(u["x"][0])))
+    assert sizes[0] == pytest.approx(0.05, rel=1e-3)
+    assert all(a > b for a, b in zip(sizes[:6], sizes[1:6], strict=False))
+    assert sizes[6] == 0.0  # past the planned steps the step size stays 0
+    with pytest.raises(SystemExit):
+        run(lr_schedule="linear")
+
+
 def test_run_writes_each_table_and_frees_its_compiled_programs(tmp_path, monkeypatch, capsys):
     """A run of several tables writes each one's JSON and Markdown, and clears JAX's
     caches after each (long runs otherwise exhaust vm.max_map_count)."""

@@ -27,6 +27,7 @@ import numpy as np
 
 __all__ = [
     "save",
+    "check_writable",
     "load",
     "flatten_tree",
     "unflatten_like",
@@ -62,6 +63,31 @@ def save(path: str | os.PathLike[str], arrays: Mapping[str, Any], meta: Mapping[
     with open(tmp, "wb") as fh:
         np.savez(fh, **payload)  # type: ignore[arg-type]
     os.replace(tmp, path)
+    return path
+
+
+def check_writable(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a `Path`, once `save` is known to be able to write it; else ``ValueError``.
+
+    A fit calls this before it draws any noise, so that a path it cannot write (a
+    directory, a folder under a regular file, no permission) fails before a release and
+    not at the first save. Probes as `save` writes: creates the missing folders and the
+    temporary file next to ``path``, then removes that file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"checkpoint path {path} is a directory; give a file path")
+    tmp = path.with_name(path.name + ".tmp.npz")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb"):
+            pass
+        tmp.unlink()
+    except OSError as err:
+        raise ValueError(
+            f"checkpoint path {path} cannot be written ({type(err).__name__}: {err.strerror}); "
+            "nothing was run"
+        ) from err
     return path
 
 

@@ -531,3 +531,28 @@ def test_gaussian_mechanism_float64_input_consistent():
             KEY, jnp.asarray(v64, jnp.float64), sensitivity=1.0, sigma=1.0
         )
         assert c.dtype == jnp.float64
+
+
+@pytest.mark.parametrize("fname", ["dp_ntk.fit", "dp_kip.fit", "dp_ntk_regression.fit"])
+@pytest.mark.parametrize("where", ["under-a-file", "a-directory"])
+def test_unwritable_checkpoint_path_is_refused_before_noise(fname, where, tmp_path, monkeypatch):
+    """A checkpoint path the fit could not write fails before any noise, not at the first
+    save after a release (a folder under a regular file fails for root too)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = blocker / "run.npz" if where == "under-a-file" else tmp_path
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="checkpoint path"):
+        try:
+            METHODS[fname](checkpoint_path=path)
+        except NoiseDrawn as err:  # pragma: no cover
+            pytest.fail(f"{fname} drew noise before refusing {path}: {err}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing written
+
+
+def test_check_writable_leaves_no_probe_behind(tmp_path):
+    """The probe creates the missing folders `save` would create and removes its file."""
+    from privkernels import checkpoint
+
+    path = checkpoint.check_writable(tmp_path / "new" / "run.npz")
+    assert path.parent.is_dir() and list(path.parent.iterdir()) == []

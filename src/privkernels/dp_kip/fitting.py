@@ -133,7 +133,8 @@ def fit(
         and ``y`` may be global arrays sharded over the mesh.
       checkpoint_path, resume: an ``.npz`` written after every epoch and on
         ``KeyboardInterrupt`` (with ``init="dp_ntk"`` also as soon as the start is
-        released, with its report); ``resume=True`` continues it (same settings).
+        released, with its report); ``resume=True`` continues it (same settings). A path
+        that cannot be written is refused before any noise (`checkpoint.check_writable`).
       progress: a progress bar over steps.
       kernel ... grad_method: the run's settings, documented in `configure`.
       x_test, y_test: optional *public* test set, evaluated every ``eval_every`` epochs.
@@ -157,12 +158,14 @@ def fit(
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
     if run["dp_init"] is not None:  # everything that can refuse, before that release
         _check_before_release(run)
+    spec, corrupted, init_fn, init_line = _start(cfg, init, k_corrupt, k_kernel, run["dp_init"])
     start, init_report = _private_start(
         run, k_init, epsilon, delta, mesh, progress, ck if resume else None
     )
-    spec, state, corrupted, init_line = _start(
-        cfg, run["optimizer"], init, k_init, k_corrupt, k_kernel, start
-    )
+    if start is not None:  # the DP-NTK report says where the support starts
+        init_fn, init_line = (lambda *_: jnp.asarray(start)), ""
+    params = {"x": init_fn(k_init, cfg.n_support, cfg.input_shape)}
+    state = initial_state(cfg, params, run["optimizer"], corrupted)
     stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
     history = _new_history(test is not None, diagnostics)
     if resume:
@@ -314,33 +317,24 @@ def _saved_start_report(path: Path, cfg: DPKIPConfig, share: Budget | None) -> P
 
 
 def _start(
-    cfg: DPKIPConfig,
-    optimizer: Any,
-    init: Any,
-    k_init: Any,
-    k_corrupt: Any,
-    k_kernel: Any,
-    start: np.ndarray | None = None,
-) -> tuple[KernelSpec, State, np.ndarray, str]:
-    """The kernel, the state before step 0 and the frozen-pixel mask.
+    cfg: DPKIPConfig, init: Any, k_corrupt: Any, k_kernel: Any, dp_init: Any
+) -> tuple[KernelSpec, np.ndarray, Any, str]:
+    """The kernel, the frozen-pixel mask and the support's initialiser with its report line.
 
-    All data independent, except a ``start`` released by `_private_start`.
+    All data independent, and built before the DP-NTK start (``dp_init``) is released, so a
+    failure here (e.g. out of memory) costs no release; `fit` then initialises from that start.
     """
     spec = make_kernel(
         cfg.kernel, cfg.input_shape, cfg.n_classes, options=cfg.kernel_options, key=k_kernel
     )
-    if start is not None:
-        init_fn, init_line = (lambda *_: jnp.asarray(start)), ""  # the DP-NTK report says it
-    else:
-        _, init_fn, init_line = resolve_init(init)
+    _, init_fn, init_line = (None, None, "") if dp_init is not None else resolve_init(init)
     shape = (cfg.n_support, *cfg.input_shape)
     corrupted = (
         corruption_mask(k_corrupt, shape, cfg.corrupt_fraction)
         if cfg.corrupt_fraction > 0
         else np.zeros(shape, bool)
     )
-    params = {"x": init_fn(k_init, cfg.n_support, cfg.input_shape)}
-    return spec, initial_state(cfg, params, optimizer, corrupted), corrupted, init_line
+    return spec, corrupted, init_fn, init_line
 
 
 _SETTINGS = (
@@ -640,7 +634,8 @@ def _check_checkpoint_args(path: Path | None, resume: bool) -> None:
         if resume:
             raise ValueError("resume=True needs checkpoint_path")
         return
-    if resume and not path.exists():
+    checkpoint.check_writable(path)  # before any noise, not at the first save
+    if resume and not path.is_file():
         raise ValueError(f"resume=True but checkpoint {path} does not exist")
     if not resume and path.exists():
         raise ValueError(

@@ -124,7 +124,8 @@ def fit(
       checkpoint_path, resume: an ``.npz`` written every ``checkpoint_every``
         iterations, at the end and on ``KeyboardInterrupt``; ``resume=True``
         continues it WITHOUT reading the data again (its budget must equal the
-        checkpoint's; ``iterations`` may extend the run).
+        checkpoint's; ``iterations`` may extend the run). A path that cannot be
+        written is refused before the release (`checkpoint.check_writable`).
       progress: a progress bar with the loss.
       network: flax module whose e-NTK is the kernel; default `default_network`
         (``fc_1l(800)`` with layer norm, one output per class: the paper's MNIST
@@ -423,6 +424,8 @@ def _save(path: Path | None, result: DPNTKResult, state: TrainState) -> None:
 
 
 def _check_fresh(path: Path | None) -> None:
+    if path is not None:
+        checkpoint.check_writable(path)  # before the release, not at the first save
     if path is not None and path.exists():
         raise ValueError(
             f"checkpoint {path} exists; pass resume=True to continue it (nothing is released "

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privkernels import checkpoint
 from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
     check_array,
@@ -112,7 +113,8 @@ def fit(
         it (each device its rows, against all inputs); the mechanisms then run on
         one device. Beta-close only: replace-one fits refuse it (they run on one device).
       checkpoint_path, resume: the fitted model is saved there; ``resume=True``
-        returns the saved model without reading the data (same budget required).
+        returns the saved model without reading the data (same budget required). A
+        path that cannot be written is refused before any noise (`checkpoint.check_writable`).
       progress: accepted for the common contract (a fit is one solve).
       width: number of neurons m. reg: ridge lambda added after the mechanism (absolute;
         the default 0.1 was chosen with ``kernel_shift="auto"`` and ``fit_intercept=True``
@@ -164,6 +166,8 @@ def fit(
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if resume:
         return _resume(ck, x, y, epsilon, delta, neighbouring=neighbouring, solver=solver)
+    if ck is not None:
+        checkpoint.check_writable(ck)  # before the release, not when the model is saved
     if ck is not None and ck.exists():
         raise ValueError(
             f"checkpoint {ck} exists; pass resume=True to return the saved model or delete it"
