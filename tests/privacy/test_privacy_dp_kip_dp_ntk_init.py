@@ -465,3 +465,35 @@ def test_a_failure_after_the_start_resumes_without_a_second_release(digits, tmp_
     assert calls == 0 and done.steps_done == full.steps_done
     np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
     assert done.report == full.report
+
+
+def test_an_older_checkpoint_keeps_the_re_run_report_at_once(digits, tmp_path):
+    """Resuming a checkpoint written without the start's report re-runs that release once and
+    writes its report before anything else can fail, so a second resume runs DP-NTK no more."""
+    import privkernels.dp_kip.fitting as fitting
+    from privkernels import checkpoint
+    from privkernels.dp_kip.fitting import CHECKPOINT_FORMAT
+
+    x, y = digits
+    kw = dict(SMALL, epsilon=2.0, init=INIT)
+    full = dp_kip.fit(jax.random.key(3), x, y, **kw)
+    ck = tmp_path / "kip.npz"
+    dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck, max_steps=3)
+    arrays, meta = checkpoint.load(ck, format=CHECKPOINT_FORMAT)
+    del meta["init_report"]
+    checkpoint.save(ck, arrays, meta)
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("featurisation")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fitting, "make_trainer", out_of_memory)
+        with pytest.raises(MemoryError):
+            _resume_counting_dp_ntk(x, y, kw, ck)
+    _, meta = checkpoint.load(ck, format=CHECKPOINT_FORMAT)
+    assert meta["steps_done"] == 3
+    assert PrivacyReport.from_dict(meta["init_report"]).mechanisms == full.report.mechanisms[:1]
+    calls, done = _resume_counting_dp_ntk(x, y, kw, ck)
+    assert calls == 0 and done.steps_done == full.steps_done
+    np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
+    assert done.report == full.report

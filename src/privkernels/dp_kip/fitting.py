@@ -170,8 +170,8 @@ def fit(
     history = _new_history(test is not None, diagnostics)
     if resume:
         state, history = _load_checkpoint(ck, state, cfg)
-    elif init_report is not None:  # the start is released: a failure from here on resumes
-        _save(ck, state, cfg, history, init_report)
+    if init_report is not None:  # the start's record is kept at once (an older checkpoint's
+        _save(ck, state, cfg, history, init_report)  # too): a failure from here on resumes
     targets = target_rows(spec, cfg, mesh, stop_at - int(state.step), int(data[0].shape[0]))
     if targets == "repr":  # the fixed feature map of every row, once (not at every step)
         data = (target_repr(spec, data[0], cfg.chunk_size), data[1])
