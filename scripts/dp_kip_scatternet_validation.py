@@ -55,7 +55,10 @@ blur, the same way. Round 15 (MNIST eps 10, on MNIST's own validation split) run
 transferred eps 10 choice and the choice at three times its learning rate, seeds 0 and 1 side
 by side; a lead of 0.15 (``--round15``; FMNIST's 0.3 scaled to MNIST's validation error)
 replaces it. Round 16 (MNIST eps 1, the same way, ``--round16``) runs the transferred eps 1
-choice and the choice with lr 0.1. The rows of every run are in
+choice and the choice with lr 0.1. Rounds 17 (FMNIST, ``--round17``, lead 0.3) and 18
+(MNIST, ``--round18``, lead 0.15) run the eps 10 choice and two candidates that decay Adam's
+step size by a half cosine (``lr_schedule=cosine``, lr 0.01 and 0.03); each process computes
+its DP-NTK start once (`memo_starts`). The rows of every run are in
 ``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
 
