@@ -402,7 +402,7 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             y_test=None,
             neighbouring=relation if eps else "replace-one",
             init=_init(hp),
-            optimizer=_optimizer(hp, int(hp["epochs"]) * max(1, round(len(y) / batch))),
+            optimizer=_optimizer(hp, dp_kip.planned_steps(batch / len(y), int(hp["epochs"]))),
             learn_labels=bool(hp.get("learn_labels", False)),
             **({"chunk_size": int(hp["chunk_size"])} if "chunk_size" in hp else {}),
             **rate,

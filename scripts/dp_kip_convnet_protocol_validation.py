@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -48,6 +47,7 @@ import optax
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import validation_split  # noqa: E402
+from benchmarks.start_memo import patched  # noqa: E402
 from privkernels import data, dp_kip, evaluation  # noqa: E402
 from privkernels.dp_kip.smoothing import smooth_updates  # noqa: E402
 
@@ -98,47 +98,21 @@ VARIANTS = {"s1.0-lr0.1": (0.1, 1.0), "s1.5-lr0.1": (0.1, 1.5), "s2.0-lr0.1": (0
             "s1.0-lr0.03": (0.03, 1.0), "s1.5-lr0.03": (0.03, 1.5)}  # fmt: skip
 
 
-def _cached_start(path: str, real_start: Any) -> tuple[Any, dict[bytes, Any]]:
-    """`dp_ntk_start` computed once per fit key and kept in ``path`` (a pickle of
-    ``{key bytes: (start, report)}``): the same key gives the same start, so reusing
-    it equals recomputing it. A validation-time shortcut, not a library path.
-    Returns the wrapper and its cache."""
-    cache = {}
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            cache = pickle.load(f)
-
-    def start(k: Any, *args: Any, **kw: Any) -> Any:
-        raw = np.asarray(jax.random.key_data(k)).tobytes()
-        if raw not in cache:
-            cache[raw] = real_start(k, *args, **kw)
-            with open(path, "wb") as f:
-                pickle.dump(cache, f)
-        return cache[raw]
-
-    return start, cache
-
-
 def variants(
     out: str, dataset: str, eps: float, init: dp_kip.DPNTKInit, key: int, only: str = ""
 ) -> None:
     """One DP-NTK start (key ``key``), then DP-KIP with each of `VARIANTS`; supports saved."""
-    from privkernels.dp_kip import fitting
 
     data_split = split(dataset)
     tag = f"eps{eps:g}-f{init.budget_fraction:g}-it{init.iterations}-key{key}"
     tag += "" if init.d_code == 5 else f"-code{init.d_code}"
     tag += "-centered" if init.centered else ""
-    real_start = fitting.dp_ntk_start
-    fitting.dp_ntk_start, cache = _cached_start(f"{out}/start-{dataset}-{tag}.pkl", real_start)
-    try:
+    with patched(f"{out}/start-{dataset}-{tag}.pkl") as memo:  # one start, kept on disk
         for name, (lr, sigma) in VARIANTS.items():
             if not only or name in only.split(","):
                 distil(out, f"{tag}-{name}", key, eps, init, data_split, lr, sigma)
-        ((start, _),) = cache.values()
-        np.savez(f"{out}/support-{tag}-start.npz", x=start, y=dp_kip.support_labels(10, 10))
-    finally:
-        fitting.dp_ntk_start = real_start
+    ((start, _),) = memo.values()
+    np.savez(f"{out}/support-{tag}-start.npz", x=start, y=dp_kip.support_labels(10, 10))
 
 
 #: name -> train_convnet keyword arguments. (A ConvNet step takes about 0.27 s on

@@ -58,14 +58,13 @@ replaces it. Round 16 (MNIST eps 1, the same way, ``--round16``) runs the transf
 choice and the choice with lr 0.1. Rounds 17 (FMNIST, ``--round17``, lead 0.3) and 18
 (MNIST, ``--round18``, lead 0.15) run the eps 10 choice and two candidates that decay Adam's
 step size by a half cosine (``lr_schedule=cosine``, lr 0.01 and 0.03); each process computes
-its DP-NTK start once (`memo_starts`). Round 19 (MNIST eps 1, ``--round19``, lead 0.15)
-runs the eps 1 choice and round 18's change on it (the cosine, at lr 0.03 and 0.1). The
-rows of every run are in ``benchmarks/results/dp-kip-scatternet-validation.md``.
+its DP-NTK start once (`benchmarks.start_memo`). Round 19 (MNIST eps 1, ``--round19``,
+lead 0.15) runs the eps 1 choice and round 18's change on it (the cosine, at lr 0.03 and
+0.1). The rows of every run are in ``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -73,14 +72,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import jax
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import release_key, validation_split  # noqa: E402
 from benchmarks.dp_kip_tables import _fit, _hp, _preprocess  # noqa: E402
 from benchmarks.registry import RunContext  # noqa: E402
+from benchmarks.start_memo import patched  # noqa: E402
 from privkernels import data, dp_kip  # noqa: E402
 
 #: the Table 3 start (budget share, iterations) and update smoothing; replace-one
@@ -264,34 +261,6 @@ ROUNDS = {
 }
 
 
-def _digest(value: object) -> str:
-    """A stable text of one argument: arrays by dtype, shape and SHA-256 of their bytes."""
-    if isinstance(value, np.ndarray | jax.Array):
-        arr = np.ascontiguousarray(np.asarray(value))
-        return f"{arr.dtype}{arr.shape}:{hashlib.sha256(arr.tobytes()).hexdigest()}"
-    return repr(value)
-
-
-def memo_starts() -> None:
-    """Compute each DP-NTK start once per process: every setting of a run shares the fit key,
-    the data and the start's options, and the start is a pure function of them, so reusing
-    it equals recomputing it (a validation-time shortcut, not a library path; the memo is
-    keyed by the key's bits and a digest of every other argument but ``progress``)."""
-    from privkernels.dp_kip import fitting
-
-    real, memo = fitting.dp_ntk_start, {}
-
-    def start(key: Any, *args: Any, **kw: Any) -> Any:
-        parts = [_digest(np.asarray(jax.random.key_data(key)))] + [_digest(a) for a in args]
-        parts += [f"{k}={_digest(v)}" for k, v in sorted(kw.items()) if k != "progress"]
-        if (sig := "|".join(parts)) not in memo:
-            memo[sig] = real(key, *args, **kw)
-        support, report = memo[sig]
-        return np.array(support, copy=True), report
-
-    fitting.dp_ntk_start = start
-
-
 def setting_hp(name: str, dataset: str, eps: float) -> dict[str, object]:
     """The benchmark's quick-profile hyper-parameters with the setting's options."""
     ctx = RunContext(profile="quick", seeds=(0,), data_dir=None, out=Path("."),
@@ -336,26 +305,31 @@ def main() -> None:
     tr = data.load(dataset, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
     fit_idx, val_idx = validation_split(len(tr.y))
     key = release_key(seed, eps, "scatternet-validation", dataset)
-    memo_starts()
-    for name in names:
-        hp = setting_hp(name, dataset, eps)
-        x = _preprocess(tr.x[fit_idx], str(hp["preprocess"]))
-        xv = _preprocess(tr.x[val_idx], str(hp["preprocess"]))
-        t0 = time.perf_counter()
-        res = _fit(key, x, tr.y[fit_idx], None, None, tr.n_classes, "scatternet", eps, 10, hp)
-        acc = dp_kip.accuracy(res, xv, tr.y[val_idx])
-        row = dict(
-            dataset=dataset,
-            epsilon=eps,
-            seed=seed,
-            setting=name,
-            val_acc=round(100 * float(acc), 2),
-            steps=res.steps_done,
-            eps_spent=round(res.report.epsilon, 4),
-            relation=hp["relation"],
-            seconds=round(time.perf_counter() - t0, 1),
-        )
-        print(json.dumps(row), flush=True)
+    with patched():  # the settings share the fit key and the data: one DP-NTK start
+        for name in names:
+            print(json.dumps(_row(name, dataset, eps, seed, key, tr, fit_idx, val_idx)), flush=True)
+
+
+def _row(name: str, dataset: str, eps: float, seed: int, key: Any, tr: Any, fit_idx: Any,
+         val_idx: Any) -> dict[str, object]:  # fmt: skip
+    """One setting's fit and its validation accuracy, as a JSON-ready row."""
+    hp = setting_hp(name, dataset, eps)
+    x = _preprocess(tr.x[fit_idx], str(hp["preprocess"]))
+    xv = _preprocess(tr.x[val_idx], str(hp["preprocess"]))
+    t0 = time.perf_counter()
+    res = _fit(key, x, tr.y[fit_idx], None, None, tr.n_classes, "scatternet", eps, 10, hp)
+    acc = dp_kip.accuracy(res, xv, tr.y[val_idx])
+    return dict(
+        dataset=dataset,
+        epsilon=eps,
+        seed=seed,
+        setting=name,
+        val_acc=round(100 * float(acc), 2),
+        steps=res.steps_done,
+        eps_spent=round(res.report.epsilon, 4),
+        relation=hp["relation"],
+        seconds=round(time.perf_counter() - t0, 1),
+    )
 
 
 if __name__ == "__main__":

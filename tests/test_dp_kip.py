@@ -334,6 +334,27 @@ def test_sampler_inclusion_rate_and_epsilon_matches_dp_accounting():
     assert res.report.private
 
 
+@pytest.mark.parametrize(
+    "kw, q",
+    [
+        (dict(n=200, batch_size=20), 0.1),
+        (dict(n=50_000, batch_size=20_000), 0.4),  # 1 / q = 2.5: rounds to 2
+        (dict(n=60_000, batch_size=60_000), 1.0),
+        (dict(n=100, batch_size=30, neighbouring="add-remove", sampling_rate=0.03), 0.03),
+    ],
+)
+def test_planned_steps_is_the_count_configure_plans(kw, q):
+    """``dp_kip.planned_steps`` (for a caller's step-size schedule) counts what `configure`
+    plans and accounts, under either relation; bad rates and epochs are refused."""
+    cfg, plan, _ = dp_kip.configure(
+        **kw, input_shape=(8, 8), n_classes=10, epsilon=2.0, epochs=3, clip_norm=1.0
+    )
+    assert dp_kip.planned_steps(q, 3) == cfg.planned_steps == plan.steps
+    for bad in (dict(sampling_rate=0.0), dict(sampling_rate=1.5), dict(epochs=0)):
+        with pytest.raises(ValueError):
+            dp_kip.planned_steps(**{"sampling_rate": q, "epochs": 3, **bad})
+
+
 # ------------------------------------------------------------------ initialisation
 
 

@@ -355,6 +355,11 @@ def test_checkpoint_resume_does_not_respend(digits, net, tmp_path, monkeypatch) 
     monkeypatch.setattr(fitting, "private_class_proportions", boom)
     monkeypatch.setattr(privacy, "gaussian_mechanism", boom)
     resume = dict(network=net, checkpoint_path=path, resume=True, progress=False)
+    probe = path.with_name(path.name + ".tmp.npz")  # where a save writes first
+    probe.mkdir()  # so no save could succeed: the resume is refused before any training
+    with pytest.raises(ValueError, match="cannot be written"):
+        dp_ntk.fit(None, None, None, epsilon=1.0, **resume)
+    probe.rmdir()
     resumed = dp_ntk.fit(None, None, None, epsilon=1.0, **resume)
     assert resumed.iteration == 6
     assert resumed.report == full.report  # same releases, nothing re-spent

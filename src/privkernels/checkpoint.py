@@ -15,6 +15,7 @@ trees of nested dicts such as flax parameters, without one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -72,12 +73,14 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
     A fit calls this before it draws any noise, so that a path it cannot write (a
     directory, a folder under a regular file, no permission) fails before a release and
     not at the first save. Probes as `save` writes: creates the missing folders and the
-    temporary file next to ``path``, then removes that file.
+    temporary file next to ``path``, then removes that file and the folders it created,
+    so a call refused later (bad input) leaves the file system as it was.
     """
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"checkpoint path {path} is a directory; give a file path")
     tmp = path.with_name(path.name + ".tmp.npz")
+    created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb"):
@@ -88,6 +91,10 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
             f"checkpoint path {path} cannot be written ({type(err).__name__}: {err.strerror}); "
             "nothing was run"
         ) from err
+    finally:
+        for d in created:  # innermost first; one another process filled stays
+            with contextlib.suppress(OSError):
+                d.rmdir()
     return path
 
 

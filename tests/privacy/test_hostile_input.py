@@ -551,8 +551,15 @@ def test_unwritable_checkpoint_path_is_refused_before_noise(fname, where, tmp_pa
 
 
 def test_check_writable_leaves_no_probe_behind(tmp_path):
-    """The probe creates the missing folders `save` would create and removes its file."""
-    from privkernels import checkpoint
+    """The probe writes where `save` would (creating the missing folders) and removes its
+    file and those folders: a fit refused afterwards for bad input leaves nothing behind."""
+    from privkernels import checkpoint, dp_kip
 
-    path = checkpoint.check_writable(tmp_path / "new" / "run.npz")
-    assert path.parent.is_dir() and list(path.parent.iterdir()) == []
+    path = checkpoint.check_writable(tmp_path / "new" / "deeper" / "run.npz")
+    assert path == tmp_path / "new" / "deeper" / "run.npz" and list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="epsilon"):
+        dp_kip.fit(KEY, np.zeros((20, 4), np.float32), np.zeros(20, np.int32), epsilon=-1.0,
+                   n_classes=2, checkpoint_path=path)  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+    checkpoint.save(path, {"a": np.zeros(2)}, {})  # save creates them when it writes
+    assert sorted(p.name for p in path.parent.iterdir()) == ["run.npz"]

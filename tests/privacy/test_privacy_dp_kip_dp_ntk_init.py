@@ -446,8 +446,10 @@ def test_a_resume_takes_the_saved_start_report_and_repeats_no_release(digits, tm
 
 def test_a_failure_after_the_start_resumes_without_a_second_release(digits, tmp_path):
     """The checkpoint is written as soon as the start is released (step 0): a run that
-    fails after it (here an out-of-memory error building the trainer) resumes from it."""
+    fails after it (here an out-of-memory error building the trainer) resumes from it, and a
+    resume that fails the same way leaves the checkpoint as it was (no second write)."""
     import privkernels.dp_kip.fitting as fitting
+    from privkernels import checkpoint
 
     x, y = digits
     kw = dict(SMALL, epsilon=2.0, init=INIT)
@@ -461,6 +463,11 @@ def test_a_failure_after_the_start_resumes_without_a_second_release(digits, tmp_
         mp.setattr(fitting, "make_trainer", out_of_memory)
         with pytest.raises(MemoryError):
             dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck)
+        written, saves = ck.read_bytes(), []  # a resume that finds the start's record
+        mp.setattr(checkpoint, "save", lambda *a, **k: saves.append(a))  # does not rewrite it
+        with pytest.raises(MemoryError):
+            _resume_counting_dp_ntk(x, y, kw, ck)
+        assert saves == [] and ck.read_bytes() == written
     calls, done = _resume_counting_dp_ntk(x, y, kw, ck)
     assert calls == 0 and done.steps_done == full.steps_done
     np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)

@@ -22,7 +22,7 @@ Modules, one concept each:
 * `result` -- the release, ``save``/`load`, `predict`.
 
 Privacy: the Poisson-subsampled Gaussian mechanism composed over
-``epochs * round(1 / q)`` steps, calibrated and accounted by the privacy core
+``epochs * round(1 / q)`` steps (`planned_steps`), calibrated and accounted by the privacy core
 (`privkernels.privacy.dpsgd_plan`, PLD by default) under
 ``neighbouring="replace-one"`` (default; n public) or ``"add-remove"`` (a
 public sampling rate; n never used in the release). With ``init="dp_ntk"``
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from privkernels.dp_kip.clipped_sums import STRATEGIES
 from privkernels.dp_kip.dp_ntk_init import DPNTKInit
-from privkernels.dp_kip.fitting import configure, fit
+from privkernels.dp_kip.fitting import configure, fit, planned_steps
 from privkernels.dp_kip.grads import per_example_grads
 from privkernels.dp_kip.init import (
     INITS,
@@ -83,6 +83,7 @@ __all__ = [
     "make_kernel",
     "make_trainer",
     "per_example_grads",
+    "planned_steps",
     "predict",
     "predict_labels",
     "smooth_images",

@@ -159,7 +159,7 @@ def fit(
     if run["dp_init"] is not None:  # everything that can refuse, before that release
         _check_before_release(run)
     spec, corrupted, init_fn, init_line = _start(cfg, init, k_corrupt, k_kernel, run["dp_init"])
-    start, init_report = _private_start(
+    start, init_report, released = _private_start(
         run, k_init, epsilon, delta, mesh, progress, ck if resume else None
     )
     if start is not None:  # the DP-NTK report says where the support starts
@@ -170,8 +170,8 @@ def fit(
     history = _new_history(test is not None, diagnostics)
     if resume:
         state, history = _load_checkpoint(ck, state, cfg)
-    if init_report is not None:  # the start's record is kept at once (an older checkpoint's
-        _save(ck, state, cfg, history, init_report)  # too): a failure from here on resumes
+    if released:  # a fresh release's record is kept at once (an older checkpoint's too):
+        _save(ck, state, cfg, history, init_report)  # a failure from here on resumes
     targets = target_rows(spec, cfg, mesh, stop_at - int(state.step), int(data[0].shape[0]))
     if targets == "repr":  # the fixed feature map of every row, once (not at every step)
         data = (target_repr(spec, data[0], cfg.chunk_size), data[1])
@@ -264,8 +264,9 @@ def _private_start(
     mesh: Any,
     progress: bool,
     resume_from: Path | None = None,
-) -> tuple[np.ndarray | None, PrivacyReport | None]:
-    """``init="dp_ntk"``: the DP-NTK start and its report (its share of the budget); else None.
+) -> tuple[np.ndarray | None, PrivacyReport | None, bool]:
+    """``init="dp_ntk"``: the DP-NTK start, its report (its share of the budget) and whether
+    the release ran in this call (so `fit` writes its record once); else ``None, None, False``.
 
     A resumed run whose checkpoint holds the start's report (checkpoints since 2026-11-27)
     takes that report and a zero placeholder (the checkpoint's state holds the support), so
@@ -274,17 +275,18 @@ def _private_start(
     """
     dp_init = run["dp_init"]
     if dp_init is None:
-        return None, None
+        return None, None, False
     cfg = run["config"]
     _, ntk_budget = split_budget(as_budget(epsilon, delta), dp_init)
     saved = None if resume_from is None else _saved_start_report(resume_from, cfg, ntk_budget)
     if saved is not None:
-        return np.zeros((cfg.n_support, *cfg.input_shape), np.float32), saved
-    return dp_ntk_start(
+        return np.zeros((cfg.n_support, *cfg.input_shape), np.float32), saved, False
+    start, report = dp_ntk_start(
         key, run["x"], run["y"], n_classes=cfg.n_classes,
         labels=support_labels(cfg.n_classes, cfg.support_per_class), budget=ntk_budget,
         spec=dp_init, mesh=mesh, progress=progress, neighbouring=cfg.neighbouring,
     )  # fmt: skip
+    return start, report, True
 
 
 def _saved_start_report(path: Path, cfg: DPKIPConfig, share: Budget | None) -> PrivacyReport | None:
@@ -419,7 +421,7 @@ def configure(
       support_per_class: distilled points per class (``m = spc * c``).
       batch_size: expected Poisson batch size, the public normaliser of the noisy sum;
         None: ``min(500, n)`` (replace-one; add-remove needs it given).
-      epochs: ``steps = epochs * round(1 / q)``.
+      epochs: ``steps = epochs * round(1 / q)`` (`planned_steps`).
       learning_rate: Adam step size (unless ``optimizer`` is given).
       relative_reg, jitter: ridge ``lambda = (relative_reg + jitter) tr(K_ss) / m`` (eq. 3).
       clip_norm: per-example L2 bound ``C``.
@@ -477,7 +479,7 @@ def configure(
         corrupted=args["corrupt_fraction"] > 0,
         grad_method=grad_method,
     )
-    steps_per_epoch = max(1, round(1.0 / q))
+    steps_per_epoch = planned_steps(q, 1)
     epochs = check_int(epochs, "epochs", minimum=1)
     plan = None
     if budget is not None:
@@ -537,6 +539,18 @@ def configure(
 
 #: placeholder e-NTK parameters for the validation-time kernel probe (shapes only)
 _ENTK_PROBE = "probe"
+
+
+def planned_steps(sampling_rate: float, epochs: int) -> int:
+    """The number of DP-SGD steps (Alg. 1's ``T``) of ``epochs`` epochs at Poisson rate ``q``:
+    ``epochs * max(1, round(1 / q))``, one epoch being ``1 / q`` expected batches.
+
+    A function of public numbers only, as `configure` uses it; a caller building a step-size
+    schedule for ``fit(optimizer=...)`` gets the same count from here (``q = batch_size / n``
+    under replace-one, the public ``sampling_rate`` under add-remove).
+    """
+    q = check_sampling_rate(sampling_rate)
+    return check_int(epochs, "epochs", minimum=1) * max(1, round(1.0 / q))
 
 
 def _check_settings(args: dict[str, Any], n: int, private: bool) -> tuple[float, str]:

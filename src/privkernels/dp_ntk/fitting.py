@@ -125,7 +125,8 @@ def fit(
         iterations, at the end and on ``KeyboardInterrupt``; ``resume=True``
         continues it WITHOUT reading the data again (its budget must equal the
         checkpoint's; ``iterations`` may extend the run). A path that cannot be
-        written is refused before the release (`checkpoint.check_writable`).
+        written is refused before the release, and on resume before any training
+        (`checkpoint.check_writable`).
       progress: a progress bar with the loss.
       network: flax module whose e-NTK is the kernel; default `default_network`
         (``fc_1l(800)`` with layer norm, one output per class: the paper's MNIST
@@ -447,9 +448,11 @@ def _resume(
     callback: Callable[[int, float], None] | None,
     neighbouring: str = "replace-one",
 ) -> DPNTKResult:
-    """Continue a checkpointed run from the saved release alone (the data is never read)."""
+    """Continue a checkpointed run from the saved release alone (the data is never read).
+    A checkpoint that could not be saved again is refused before any training."""
     if path is None or not path.exists():
         raise ValueError(f"resume=True needs an existing checkpoint_path, got {path}")
+    checkpoint.check_writable(path)  # not at the first save after the training
     if x is not None or y is not None:
         raise ValueError(
             "resume=True continues from the checkpoint alone and never reads data: pass x=None, y=None"
