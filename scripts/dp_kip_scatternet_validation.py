@@ -60,7 +60,9 @@ choice and the choice with lr 0.1. Rounds 17 (FMNIST, ``--round17``, lead 0.3) a
 step size by a half cosine (``lr_schedule=cosine``, lr 0.01 and 0.03); each process computes
 its DP-NTK start once (`benchmarks.start_memo`). Round 19 (MNIST eps 1, ``--round19``,
 lead 0.15) runs the eps 1 choice and round 18's change on it (the cosine, at lr 0.03 and
-0.1). The rows of every run are in ``benchmarks/results/dp-kip-scatternet-validation.md``.
+0.1). Round 20 (FMNIST eps 10, ``--round20``, lead 0.3) runs the eps 10 choice's cosine at
+lr 0.1 against the choice's earlier rows. The rows of every run are in
+``benchmarks/results/dp-kip-scatternet-validation.md``.
 """
 
 from __future__ import annotations
@@ -217,6 +219,11 @@ SETTINGS: dict[str, dict[str, str]] = {
         learn_labels="1",
         lr_schedule="cosine",
     ),  # fmt: skip
+    # round 20 (FMNIST eps 10, 2026-11-27, written before its runs, after round 19's results):
+    # the eps 10 choice with the cosine at ten times its lr (round 17 tried one and three times)
+    "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine": dict(
+        DP_NTK, epochs="40", lr="0.1", relation="add-remove", lr_schedule="cosine"
+    ),
 }
 
 #: round 12's choice and candidates (FMNIST eps 10), in the rule's order
@@ -248,6 +255,11 @@ ROUND19 = (
     "dp_ntk start (add-remove), epochs 40, lr 0.03, batch 5000, learned labels, cosine",
     "dp_ntk start (add-remove), epochs 40, lr 0.1, batch 5000, learned labels, cosine",
 )
+#: round 20 (FMNIST eps 10): the choice (its rows from rounds 8 and 17) and one candidate
+ROUND20 = (
+    "dp_ntk start (add-remove), epochs 40, lr 0.01",
+    "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine",
+)
 #: ``--roundN`` -> (the round's names, the lead its rule asks for). MNIST's 0.15 is FMNIST's
 #: 0.3 scaled by the binomial standard error of a 10,000-row validation accuracy at each
 #: dataset's level (about 0.16 points at 97.3%, 0.35 at 86%).
@@ -258,6 +270,7 @@ ROUNDS = {
     "round17": (ROUND17, 0.3),
     "round18": (ROUND17, 0.15),
     "round19": (ROUND19, 0.15),
+    "round20": (ROUND20, 0.3),
 }
 
 
