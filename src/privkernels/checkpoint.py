@@ -29,6 +29,7 @@ import numpy as np
 __all__ = [
     "save",
     "check_writable",
+    "check_new",
     "load",
     "flatten_tree",
     "unflatten_like",
@@ -96,6 +97,16 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
             with contextlib.suppress(OSError):
                 d.rmdir()
     return path
+
+
+def check_new(path: Path, resume_does: str) -> None:
+    """A fresh fit's checkpoint ``path``: writable (`check_writable`) and not an existing file,
+    which the fit would overwrite; else ``ValueError`` naming what ``resume=True`` does."""
+    check_writable(path)
+    if path.exists():
+        raise ValueError(
+            f"checkpoint {path} exists; pass resume=True to {resume_does} or delete it"
+        )
 
 
 def load(

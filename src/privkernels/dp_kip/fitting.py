@@ -648,14 +648,14 @@ def _check_checkpoint_args(path: Path | None, resume: bool) -> None:
         if resume:
             raise ValueError("resume=True needs checkpoint_path")
         return
-    checkpoint.check_writable(path)  # before any noise, not at the first save
-    if resume and not path.is_file():
-        raise ValueError(f"resume=True but checkpoint {path} does not exist")
-    if not resume and path.exists():
-        raise ValueError(
-            f"checkpoint {path} exists; pass resume=True to continue it (a fresh run would not "
-            "count the steps already taken) or delete it"
+    if not resume:  # before any noise, not at the first save
+        checkpoint.check_new(
+            path, "continue it (a fresh run would not count the steps already taken)"
         )
+        return
+    checkpoint.check_writable(path)
+    if not path.is_file():
+        raise ValueError(f"resume=True but checkpoint {path} does not exist")
 
 
 def _new_history(has_test: bool, diagnostics: bool) -> dict[str, list[Any]]:

@@ -158,7 +158,8 @@ def fit(
     if resume:
         return _resume(ck, x, y, epsilon, delta, network, generator, iterations, checkpoint_every,
                        progress, callback, neighbouring)  # fmt: skip
-    _check_fresh(ck)
+    if ck is not None:  # before the release, not at the first save
+        checkpoint.check_new(ck, "continue it (nothing is released again)")
     key = check_key(key)
     n_classes, inferred = infer_n_classes(y, n_classes)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
@@ -422,16 +423,6 @@ def _save(path: Path | None, result: DPNTKResult, state: TrainState) -> None:
     arrays["train_key"] = key_data
     meta = {**release_meta(result, CHECKPOINT_FORMAT), "typed_key": typed}
     checkpoint.save(path, arrays, meta)
-
-
-def _check_fresh(path: Path | None) -> None:
-    if path is not None:
-        checkpoint.check_writable(path)  # before the release, not at the first save
-    if path is not None and path.exists():
-        raise ValueError(
-            f"checkpoint {path} exists; pass resume=True to continue it (nothing is released "
-            "again) or delete it"
-        )
 
 
 def _resume(

@@ -166,12 +166,8 @@ def fit(
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if resume:
         return _resume(ck, x, y, epsilon, delta, neighbouring=neighbouring, solver=solver)
-    if ck is not None:
-        checkpoint.check_writable(ck)  # before the release, not when the model is saved
-    if ck is not None and ck.exists():
-        raise ValueError(
-            f"checkpoint {ck} exists; pass resume=True to return the saved model or delete it"
-        )
+    if ck is not None:  # before the release, not when the model is saved
+        checkpoint.check_new(ck, "return the saved model")
     key = check_key(key)
     budget = as_budget(epsilon, delta)
     if solver not in ("ridge", "kernel-mean"):
