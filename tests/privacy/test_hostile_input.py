@@ -550,6 +550,18 @@ def test_unwritable_checkpoint_path_is_refused_before_noise(fname, where, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing written
 
 
+@pytest.mark.parametrize("fname", ["dp_ntk.fit", "dp_kip.fit", "dp_ntk_regression.fit"])
+def test_an_existing_checkpoint_is_not_overwritten_by_a_fresh_fit(fname, tmp_path, monkeypatch):
+    """A fresh fit (``resume=False``) refuses a path that holds a file, before any noise,
+    and names ``resume=True`` (`checkpoint.check_new`); the file is left as it was."""
+    path = tmp_path / "run.npz"
+    path.write_bytes(b"an earlier run")
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="exists; pass resume=True to "):
+        METHODS[fname](checkpoint_path=path)
+    assert path.read_bytes() == b"an earlier run" and list(tmp_path.iterdir()) == [path]
+
+
 def test_check_writable_leaves_no_probe_behind(tmp_path):
     """The probe writes where `save` would (creating the missing folders) and removes its
     file and those folders: a fit refused afterwards for bad input leaves nothing behind."""
