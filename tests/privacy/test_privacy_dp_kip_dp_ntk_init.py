@@ -463,11 +463,13 @@ def test_a_failure_after_the_start_resumes_without_a_second_release(digits, tmp_
         mp.setattr(fitting, "make_trainer", out_of_memory)
         with pytest.raises(MemoryError):
             dp_kip.fit(jax.random.key(3), x, y, **kw, checkpoint_path=ck)
-        written, saves = ck.read_bytes(), []  # a resume that finds the start's record
-        mp.setattr(checkpoint, "save", lambda *a, **k: saves.append(a))  # does not rewrite it
+        written, saves, loads = ck.read_bytes(), [], []  # a resume that finds the start's
+        mp.setattr(checkpoint, "save", lambda *a, **k: saves.append(a))  # record does not
+        real_load = checkpoint.load  # rewrite it, and reads the checkpoint once
+        mp.setattr(checkpoint, "load", lambda *a, **k: loads.append(a) or real_load(*a, **k))
         with pytest.raises(MemoryError):
             _resume_counting_dp_ntk(x, y, kw, ck)
-        assert saves == [] and ck.read_bytes() == written
+        assert saves == [] and ck.read_bytes() == written and len(loads) == 1
     calls, done = _resume_counting_dp_ntk(x, y, kw, ck)
     assert calls == 0 and done.steps_done == full.steps_done
     np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)

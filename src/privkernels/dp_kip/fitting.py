@@ -158,9 +158,10 @@ def fit(
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
     if run["dp_init"] is not None:  # everything that can refuse, before that release
         _check_before_release(run)
+    saved = _read_checkpoint(ck, cfg) if resume else None  # read once, checked before noise
     spec, corrupted, init_fn, init_line = _start(cfg, init, k_corrupt, k_kernel, run["dp_init"])
     start, init_report, released = _private_start(
-        run, k_init, epsilon, delta, mesh, progress, ck if resume else None
+        run, k_init, epsilon, delta, mesh, progress, None if saved is None else saved[1]
     )
     if start is not None:  # the DP-NTK report says where the support starts
         init_fn, init_line = (lambda *_: jnp.asarray(start)), ""
@@ -168,8 +169,8 @@ def fit(
     state = initial_state(cfg, params, run["optimizer"], corrupted)
     stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
     history = _new_history(test is not None, diagnostics)
-    if resume:
-        state, history = _load_checkpoint(ck, state, cfg)
+    if saved is not None:  # the checkpoint's state and history replace the fresh ones
+        state, history = checkpoint.unflatten_like(state, saved[0], "state"), saved[1]["history"]
     if released:  # a fresh release's record is kept at once (an older checkpoint's too):
         _save(ck, state, cfg, history, init_report)  # a failure from here on resumes
     targets = target_rows(spec, cfg, mesh, stop_at - int(state.step), int(data[0].shape[0]))
@@ -237,7 +238,7 @@ def _check_before_release(run: dict[str, Any]) -> None:
 
     The optimizer is traced on a zero support (``jax.eval_shape``) and the input rank must
     suit DP-NTK's default generators. A resumed checkpoint is checked against this call by
-    `_saved_start_report`, also before any release.
+    `_read_checkpoint` and `_saved_start_report`, also before any release.
     """
     cfg = run["config"]
     if len(cfg.input_shape) not in (1, 2, 3):
@@ -263,7 +264,7 @@ def _private_start(
     delta: Any,
     mesh: Any,
     progress: bool,
-    resume_from: Path | None = None,
+    resumed_meta: Mapping[str, Any] | None = None,
 ) -> tuple[np.ndarray | None, PrivacyReport | None, bool]:
     """``init="dp_ntk"``: the DP-NTK start, its report (its share of the budget) and whether
     the release ran in this call (so `fit` writes its record once); else ``None, None, False``.
@@ -278,7 +279,7 @@ def _private_start(
         return None, None, False
     cfg = run["config"]
     _, ntk_budget = split_budget(as_budget(epsilon, delta), dp_init)
-    saved = None if resume_from is None else _saved_start_report(resume_from, cfg, ntk_budget)
+    saved = None if resumed_meta is None else _saved_start_report(resumed_meta, cfg, ntk_budget)
     if saved is not None:
         return np.zeros((cfg.n_support, *cfg.input_shape), np.float32), saved, False
     start, report = dp_ntk_start(
@@ -289,15 +290,16 @@ def _private_start(
     return start, report, True
 
 
-def _saved_start_report(path: Path, cfg: DPKIPConfig, share: Budget | None) -> PrivacyReport | None:
-    """The DP-NTK start's report a checkpoint keeps; None in one written before 2026-11-27.
+def _saved_start_report(
+    meta: Mapping[str, Any], cfg: DPKIPConfig, share: Budget | None
+) -> PrivacyReport | None:
+    """The DP-NTK start's report a checkpoint's ``meta`` keeps (`_read_checkpoint`); None in
+    one written before 2026-11-27.
 
-    Read with the fingerprint checked again, and refused (``ValueError``, nothing drawn)
-    unless it records exactly this call's ``share`` of the budget under this call's relation,
-    or no release for a non-private call: a resume never composes another release's record.
+    Refused (``ValueError``, nothing drawn) unless it records exactly this call's ``share`` of
+    the budget under this call's relation, or no release for a non-private call: a resume
+    never composes another release's record.
     """
-    _, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
-    _check_fingerprint(meta, cfg)
     if meta.get("init_report") is None:
         return None
     rep = PrivacyReport.from_dict(meta["init_report"])
@@ -814,14 +816,15 @@ def _save(
     checkpoint.save(path, checkpoint.flatten_tree("state", state), meta)
 
 
-def _load_checkpoint(
-    path: Path | None, template: State, cfg: DPKIPConfig
-) -> tuple[State, dict[str, list[Any]]]:
+def _read_checkpoint(
+    path: Path | None, cfg: DPKIPConfig
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A resumed run's checkpoint ``(arrays, meta)``, read once, its settings' fingerprint
+    checked against ``cfg`` (``ValueError`` otherwise) before any noise is drawn."""
     assert path is not None
     arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
     _check_fingerprint(meta, cfg)
-    state = checkpoint.unflatten_like(template, arrays, "state")
-    return state, meta["history"]
+    return arrays, meta
 
 
 def _check_fingerprint(meta: Mapping[str, Any], cfg: DPKIPConfig) -> None:
