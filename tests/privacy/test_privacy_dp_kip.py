@@ -382,6 +382,61 @@ def test_resume_with_a_different_budget_is_refused(interrupted, tmp_path):
         dp_kip.fit(jax.random.key(0), x, y, **kw)  # fresh run over an existing checkpoint
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"key": jax.random.key(1)},  # a fork of the run under other noise
+        {"diagnostics": True},  # un-noised entries the checkpoint's history lacks
+        {"x_test": np.zeros((4, 4), np.float32), "y_test": np.array([0, 1, 0, 1])},
+    ],
+    ids=["key", "diagnostics", "test-set"],
+)
+def test_a_resume_that_changes_the_run_is_refused_before_any_noise(
+    interrupted, tmp_path, monkeypatch, change
+):
+    """A resume continues the one run that wrote the checkpoint: another key, another
+    ``diagnostics`` or test set, or another optimizer is a ValueError raised before any random
+    draw (data-independent ones included), and the checkpoint is left as it was."""
+    from _privacy_helpers import forbid_noise
+
+    path, _ = interrupted
+    ck = _copy(path, tmp_path)
+    before = ck.read_bytes()
+    x, y, kw = _fit_kwargs(ck)
+    key = change.pop("key", jax.random.key(0))
+    forbid_noise(monkeypatch)  # NoiseDrawn (a BaseException) if anything is drawn first
+    with pytest.raises(ValueError, match="key|history"):
+        dp_kip.fit(key, x, y, resume=True, **{**kw, **change})
+    assert ck.read_bytes() == before
+
+
+def test_a_resume_with_another_custom_optimizer_is_refused_before_any_noise(tmp_path, monkeypatch):
+    """The fingerprint records only that an optimizer was given; a checkpoint whose optimizer
+    state does not fit this call's optimizer is refused before any random draw."""
+    from _privacy_helpers import forbid_noise
+
+    x, y, kw = _fit_kwargs(tmp_path / "o.npz", optimizer=optax.sgd(0.1))
+    dp_kip.fit(jax.random.key(0), x, y, max_steps=4, **kw)
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="checkpoint has no entry"):
+        dp_kip.fit(jax.random.key(0), x, y, resume=True, **{**kw, "optimizer": optax.adam(0.1)})
+
+
+def test_a_resume_keeps_the_diagnostics_it_was_started_with(tmp_path):
+    """A run started with ``diagnostics=True`` resumes only with them on, so its un-noised history
+    never passes on without this call's PrivacyLeakWarning and report note; resumed that way,
+    the history continues and both are there."""
+    x, y, kw = _fit_kwargs(tmp_path / "d.npz", diagnostics=True)
+    with pytest.warns(privacy.PrivacyLeakWarning):
+        dp_kip.fit(jax.random.key(0), x, y, max_steps=4, **kw)
+    with pytest.raises(ValueError, match="history"):
+        dp_kip.fit(jax.random.key(0), x, y, resume=True, **{**kw, "diagnostics": False})
+    with pytest.warns(privacy.PrivacyLeakWarning):
+        full = dp_kip.fit(jax.random.key(0), x, y, resume=True, **kw)
+    assert full.steps_done == 8 and len(full.history["train_loss"]) == 2
+    assert any("diagnostics" in n for n in full.report.notes)
+
+
 @pytest.mark.slow
 def test_resumed_run_equals_uninterrupted_run(interrupted, tmp_path):
     """Interrupted + resumed gives the same support set and report as one uninterrupted run (the

@@ -398,3 +398,21 @@ def test_truncated_laplace_audit_catches_quarter_scale():
     res = _tlap_audit(jax.random.key(50), scale_factor=0.25)
     assert not res.passed, res.summary()
     assert res.epsilon_lower_bound > 2.0
+
+
+def test_a_resume_never_hands_back_another_beta_or_an_unproven_report(tmp_path):
+    """Resuming returns the saved model only under the guarantee asked for: beta is what the
+    beta-close relation hides, so another beta is refused; a report marked unproven comes back
+    only with ``allow_unproven=True``, as a fresh fit at that budget would require."""
+    x = np.random.default_rng(4).normal(size=(20, 3)).astype(np.float32)
+    ck = tmp_path / "unproven.npz"
+    kw = dict(epsilon=4.0, checkpoint_path=ck)  # eps_alpha = 2 >= 1: outside Lemma D.1
+    saved = reg.fit(jax.random.key(0), x, np.arange(20) % 2, n_classes=2, allow_unproven=True,
+                    **kw)  # fmt: skip
+    assert not saved.report.proven
+    with pytest.raises(ValueError, match="unproven"):
+        reg.fit(jax.random.key(0), None, None, resume=True, **kw)
+    with pytest.raises(ValueError, match="beta"):
+        reg.fit(jax.random.key(0), None, None, resume=True, beta=1e-2, allow_unproven=True, **kw)
+    back = reg.fit(jax.random.key(0), None, None, resume=True, allow_unproven=True, **kw)
+    assert back.report.to_dict() == saved.report.to_dict()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -133,8 +135,9 @@ def fit(
         and ``y`` may be global arrays sharded over the mesh.
       checkpoint_path, resume: an ``.npz`` written after every epoch and on
         ``KeyboardInterrupt`` (with ``init="dp_ntk"`` also as soon as the start is
-        released, with its report); ``resume=True`` continues it (same settings). A path
-        that cannot be written is refused before any noise (`checkpoint.check_writable`).
+        released, with its report); ``resume=True`` continues it (same settings, key,
+        optimizer, ``diagnostics`` and test set; otherwise ``ValueError`` before any noise).
+        A path that cannot be written is refused before any noise (`checkpoint.check_writable`).
       progress: a progress bar over steps.
       kernel ... grad_method: the run's settings, documented in `configure`.
       x_test, y_test: optional *public* test set, evaluated every ``eval_every`` epochs.
@@ -158,7 +161,10 @@ def fit(
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
     if run["dp_init"] is not None:  # everything that can refuse, before that release
         _check_before_release(run)
-    saved = _read_checkpoint(ck, cfg) if resume else None  # read once, checked before noise
+    history = _new_history(test is not None, diagnostics)
+    saved = (  # read once and checked whole (settings, key, history, state) before noise
+        _read_checkpoint(ck, cfg, key, run["optimizer"], history) if resume else None
+    )
     spec, corrupted, init_fn, init_line = _start(cfg, init, k_corrupt, k_kernel, run["dp_init"])
     start, init_report, released = _private_start(
         run, k_init, epsilon, delta, mesh, progress, None if saved is None else saved[1]
@@ -168,11 +174,11 @@ def fit(
     params = {"x": init_fn(k_init, cfg.n_support, cfg.input_shape)}
     state = initial_state(cfg, params, run["optimizer"], corrupted)
     stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
-    history = _new_history(test is not None, diagnostics)
     if saved is not None:  # the checkpoint's state and history replace the fresh ones
-        state, history = checkpoint.unflatten_like(state, saved[0], "state"), saved[1]["history"]
+        state, history = saved[0], saved[1]["history"]
+    save = functools.partial(_save, ck, cfg=cfg, init_report=init_report, key=key)
     if released:  # a fresh release's record is kept at once (an older checkpoint's too):
-        _save(ck, state, cfg, history, init_report)  # a failure from here on resumes
+        save(state, history)  # a failure from here on resumes
     targets = target_rows(spec, cfg, mesh, stop_at - int(state.step), int(data[0].shape[0]))
     if targets == "repr":  # the fixed feature map of every row, once (not at every step)
         data = (target_repr(spec, data[0], cfg.chunk_size), data[1])
@@ -185,9 +191,8 @@ def fit(
     )  # fmt: skip
     evaluate = None if test is None else _evaluator(spec, cfg, *test)
     state = _train(
-        trainer, state, data, k_train, stop_at=stop_at, history=history, checkpoint_path=ck,
+        trainer, state, data, k_train, stop_at=stop_at, history=history, save=save,
         evaluate=evaluate, eval_every=eval_every, progress=progress, diagnostics=diagnostics,
-        init_report=init_report,
     )  # fmt: skip
     steps_done = int(state.step)
     report = _report(cfg, run["plan"], steps_done, init_line, run["notes"], diagnostics)
@@ -692,15 +697,15 @@ def _train(
     *,
     stop_at: int,
     history: dict[str, list[Any]],
-    checkpoint_path: Path | None,
+    save: Callable[[State, dict[str, list[Any]]], None],
     evaluate: Any,
     eval_every: int,
     progress: bool,
     diagnostics: bool,
-    init_report: PrivacyReport | None = None,
 ) -> State:
     """Epoch loop: compiled scans (one per epoch; ``PROGRESS_UPDATES`` per epoch with a
-    progress bar), then history, evaluation and a checkpoint at every epoch's end.
+    progress bar), then history, evaluation and ``save(state, history)`` (the checkpoint,
+    `_save`) at every epoch's end.
 
     Step ``t`` draws its batch and noise from ``fold_in(k_train, t)`` whatever the
     segment it runs in, so the segmenting changes no result.
@@ -728,12 +733,12 @@ def _train(
             infos = []
             _log_epoch(history, state, epoch_info, cfg, t0, stop_at, evaluate, eval_every,
                        diagnostics)  # fmt: skip
-            _save(checkpoint_path, state, cfg, history, init_report)
+            save(state, history)
             if bar is not None and evaluate is not None:
                 if not math.isnan(history["test_accuracy"][-1]):
                     bar.set_postfix(test_acc=f"{history['test_accuracy'][-1]:.4f}")
     except KeyboardInterrupt:
-        _save(checkpoint_path, state, cfg, history, init_report)
+        save(state, history)
         raise
     finally:
         if bar is not None:
@@ -797,18 +802,22 @@ def _log_epoch(
 def _save(
     path: Path | None,
     state: State,
-    cfg: DPKIPConfig,
     history: dict[str, list[Any]],
-    init_report: PrivacyReport | None = None,
+    *,
+    cfg: DPKIPConfig,
+    init_report: PrivacyReport | None,
+    key: Any,
 ) -> None:
-    """The checkpoint: the state, and in its metadata the settings' fingerprint, the history
-    and the DP-NTK start's report (so a resume need not repeat that release)."""
+    """The checkpoint: the state, and in its metadata the settings' fingerprint, the key's
+    `_key_check`, the history and the DP-NTK start's report (so a resume need not repeat
+    that release)."""
     if path is None:
         return
     meta = {
         "format": CHECKPOINT_FORMAT,
         "fingerprint": cfg.fingerprint(),
         "config": cfg.to_dict(),
+        "key_check": _key_check(key),
         "history": history,
         "steps_done": int(state.step),
         "init_report": None if init_report is None else init_report.to_dict(),
@@ -816,15 +825,47 @@ def _save(
     checkpoint.save(path, checkpoint.flatten_tree("state", state), meta)
 
 
+def _key_check(key: Any) -> str:
+    """A one-way digest of ``key`` (SHA-256 of its bits, 16 hex digits): a checkpoint resumes
+    only under the key that wrote it, so a copy cannot be forked into runs with other noise."""
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    bits = np.asarray(jax.random.key_data(key) if typed else key, np.uint32)
+    return hashlib.sha256(bits.tobytes()).hexdigest()[:16]
+
+
 def _read_checkpoint(
-    path: Path | None, cfg: DPKIPConfig
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """A resumed run's checkpoint ``(arrays, meta)``, read once, its settings' fingerprint
-    checked against ``cfg`` (``ValueError`` otherwise) before any noise is drawn."""
+    path: Path | None,
+    cfg: DPKIPConfig,
+    key: Any,
+    optimizer: Any,
+    history: Mapping[str, Any],
+) -> tuple[State, dict[str, Any]]:
+    """A resumed run's checkpoint ``(state, meta)``, read once and checked before any noise
+    is drawn (``ValueError`` otherwise): the settings' fingerprint against ``cfg``, the key
+    (`_key_check`; a checkpoint written before 2026-11-27 has none), the history's entries
+    against this call's ``history`` (so un-noised ``diagnostics`` never pass on unannounced,
+    and a changed ``diagnostics`` or test set does not fail after noisy steps), and the state
+    against ``optimizer``'s (restored into a data-independent template)."""
     assert path is not None
     arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
     _check_fingerprint(meta, cfg)
-    return arrays, meta
+    if meta.get("key_check", _key_check(key)) != _key_check(key):
+        raise ValueError(
+            "the checkpoint was written by a run with another key: resume with the key of "
+            "the run that wrote it (each key gives other noise; a resume continues one run)"
+        )
+    saved_history = meta.get("history") or {}
+    if sorted(saved_history) != sorted(history):
+        raise ValueError(
+            f"the checkpoint's history records {sorted(saved_history)}, this call would record "
+            f"{sorted(history)}: resume with the diagnostics and x_test/y_test of the run "
+            "that wrote it"
+        )
+    shape = (cfg.n_support, *cfg.input_shape)
+    template = initial_state(
+        cfg, {"x": jnp.zeros(shape, jnp.float32)}, optimizer, np.zeros(shape, bool)
+    )
+    return checkpoint.unflatten_like(template, arrays, "state"), meta
 
 
 def _check_fingerprint(meta: Mapping[str, Any], cfg: DPKIPConfig) -> None:

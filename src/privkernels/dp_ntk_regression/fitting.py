@@ -113,8 +113,10 @@ def fit(
         it (each device its rows, against all inputs); the mechanisms then run on
         one device. Beta-close only: replace-one fits refuse it (they run on one device).
       checkpoint_path, resume: the fitted model is saved there; ``resume=True``
-        returns the saved model without reading the data (same budget required). A
-        path that cannot be written is refused before any noise (`checkpoint.check_writable`).
+        returns the saved model without reading the data (same budget, relation, solver
+        and, under beta-close, ``beta`` required; an unproven report only with
+        ``allow_unproven``). A path that cannot be written is refused before any noise
+        (`checkpoint.check_writable`).
       progress: accepted for the common contract (a fit is one solve).
       width: number of neurons m. reg: ridge lambda added after the mechanism (absolute;
         the default 0.1 was chosen with ``kernel_shift="auto"`` and ``fit_intercept=True``
@@ -165,7 +167,8 @@ def fit(
     check_neighbouring(neighbouring, (BETA_CLOSE, REPLACE_ONE))  # a resume too
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if resume:
-        return _resume(ck, x, y, epsilon, delta, neighbouring=neighbouring, solver=solver)
+        return _resume(ck, x, y, epsilon, delta, neighbouring=neighbouring, solver=solver,
+                       beta=beta, allow_unproven=allow_unproven)  # fmt: skip
     if ck is not None:  # before the release, not when the model is saved
         checkpoint.check_new(ck, "return the saved model")
     key = check_key(key)
@@ -639,9 +642,10 @@ def _private_report(
 
 
 def _resume(path: Path | None, x: Any, y: Any, epsilon: Any, delta: Any, *, neighbouring: Any,
-            solver: Any) -> DPNTKRegressionModel:  # fmt: skip
-    """Return the saved model without reading the data (its budget, relation and solver
-    must be the ones asked for)."""
+            solver: Any, beta: Any, allow_unproven: bool) -> DPNTKRegressionModel:  # fmt: skip
+    """Return the saved model without reading the data (its budget, relation, ``beta`` under
+    beta-close, and solver must be the ones asked for; a report marked unproven is returned
+    only with ``allow_unproven``)."""
     if path is None or not path.exists():
         raise ValueError(f"resume=True needs an existing checkpoint_path, got {path}")
     if x is not None or y is not None:
@@ -667,5 +671,17 @@ def _resume(path: Path | None, x: Any, y: Any, epsilon: Any, delta: Any, *, neig
         raise ValueError(
             f"the saved model was fitted with neighbouring={saved[0]!r}, solver={saved[1]!r}; "
             f"got neighbouring={neighbouring!r}, solver={solver!r}"
+        )
+    if neighbouring == BETA_CLOSE and not math.isclose(
+        float(beta), float(model.config.beta), rel_tol=1e-9
+    ):  # beta is what the relation hides: another beta is another guarantee
+        raise ValueError(
+            f"the saved model protects beta={model.config.beta:g}-close neighbours; got "
+            f"beta={beta!r}"
+        )
+    if not model.report.proven and not allow_unproven:
+        raise ValueError(
+            "the saved model's report is marked unproven (eps_alpha >= 1, outside Lemma D.1); "
+            "pass allow_unproven=True to accept it, as a fresh fit would require"
         )
     return model
