@@ -108,6 +108,12 @@ def test_generator_arrays_and_frames(tmp_path):
         DPNTKGenerator(classes=list(range(10)), iterations=2, random_state=0).fit(x, y)
     back = load(g.save(tmp_path / "g.npz"))
     np.testing.assert_array_equal(back.sample(50, random_state=3)[0], xs)
+    import pickle
+
+    assert g._key is not None  # the fitted generator holds its fit key in memory ...
+    copy = pickle.loads(pickle.dumps(g))  # ... and a pickle leaves it out (the noise's source)
+    assert getattr(copy, "_key", None) is None
+    np.testing.assert_array_equal(copy.sample(50, random_state=3)[0], xs)
     df = pd.DataFrame(
         {
             "a": np.arange(100) % 7,

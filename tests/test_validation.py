@@ -77,3 +77,24 @@ def test_check_int_and_key() -> None:
         v.check_key(0)
     v.check_key(jax.random.key(0))
     v.check_key(jax.random.PRNGKey(0))
+
+
+def test_a_fresh_key_fills_every_bit_from_os_entropy(monkeypatch):
+    """``key_from_seed(None)`` takes all of the key's bits from ``os.urandom`` (not a 31-bit
+    seed that a search against a released, key-derived value could find)."""
+    import os
+
+    calls = []
+    real = os.urandom
+
+    def spy(n):
+        calls.append(n)
+        return real(n)
+
+    monkeypatch.setattr(v.os, "urandom", spy)
+    keys = [np.asarray(jax.random.key_data(v.key_from_seed(None))) for _ in range(4)]
+    width = np.asarray(jax.random.key_data(jax.random.key(0))).size
+    assert calls == [4 * width] * 4  # every 32-bit word of every key from the OS
+    assert len({k.tobytes() for k in keys}) == 4
+    assert any(int(k.ravel()[0]) != 0 for k in keys)  # an int seed leaves the high word 0
+    assert np.asarray(jax.random.key_data(v.key_from_seed(7))).tolist() == [0, 7]

@@ -14,7 +14,14 @@ read from ``y`` with a `PrivacyLeakWarning` and a note in ``privacy_report_``.
 ``save(path)`` / ``load(path)`` write one ``.npz`` (no pickle) holding the
 release, its report (checked on load) and the estimator's parameters, except
 ``random_state``: the noise is a function of it, so it is a secret like a key
-(never publish a seed next to a release; a loaded estimator has ``random_state=None``).
+(never publish a seed next to a release; a loaded estimator has ``random_state=None``,
+and a pickled `DPNTKGenerator` leaves its fit key out). ``random_state=None`` fills the
+whole key from OS entropy; an int is for reproducing a run, not for a release: two fits
+with the same int on neighbouring datasets draw the same noise, so their difference is
+the un-noised difference of the data.
+Each ``fit`` is one release whose ``privacy_report_`` covers that fit alone: refitting,
+cross-validation and model selection (``GridSearchCV``) on private data spend the budget
+once per fit and choose by un-noised scores; no report composes them.
 ``verbose=False`` silences progress bars.
 """
 
@@ -206,6 +213,10 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
     clipped to norm ``fit_options["target_bound"]``, default 1). Inputs are mapped
     per record to the ball of radius ``input_bound`` (a bias coordinate is appended
     with ``fit_intercept``). Parameters as in `privkernels.dp_ntk_regression.fit`.
+    Under beta-close the fitted model keeps the privatized inputs ``model_.x_tilde``,
+    each close to its (mapped) training row (the input noise is scaled to ``beta``,
+    1e-6 by default): do not publish a
+    beta-close model where the records themselves are secret; use replace-one.
     Attributes after ``fit``: ``model_``, ``privacy_report_``, ``n_features_in_``.
     """
 
@@ -445,6 +456,13 @@ class DPNTKGenerator(_DPEstimator):
                          **(self.fit_options or {}))  # fmt: skip
         self._finish(res)
         self.synth_ = _ArraySynth(self.synth_)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle / joblib / deepcopy state without the fit key (the fit's noise is a function
+        of it): an unpickled copy samples from fresh entropy, as a `load`-ed one does."""
+        state = dict(super().__getstate__())
+        state.pop("_key", None)
+        return state
 
     def _sample_key(self, random_state: Any) -> Any:
         import jax

@@ -487,9 +487,9 @@ class TabularSchema:
                 if canon is not None and canon in levels:
                     codes[j] = levels[canon]
                 elif unknown == "error":
-                    raise ValueError(
-                        f"column {c.name!r}: value {t!r} ({int(counts[j])} rows) is not in the public "
-                        f"category list {list(c.categories)[:10]}..."
+                    raise ValueError(  # the column only: no private value, no count
+                        f"column {c.name!r}: a value is not in the public category list "
+                        f"{list(c.categories)[:10]}...; fix the schema or pass unknown='zero'"
                     )
                 else:
                     unseen.setdefault(c.name, {})[t] = int(counts[j])

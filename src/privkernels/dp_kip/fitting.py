@@ -162,8 +162,9 @@ def fit(
     if run["dp_init"] is not None:  # everything that can refuse, before that release
         _check_before_release(run)
     history = _new_history(test is not None, diagnostics)
+    key_check = None if ck is None else _key_check(key)
     saved = (  # read once and checked whole (settings, key, history, state) before noise
-        _read_checkpoint(ck, cfg, key, run["optimizer"], history) if resume else None
+        _read_checkpoint(ck, cfg, key_check, run["optimizer"], history) if resume else None
     )
     spec, corrupted, init_fn, init_line = _start(cfg, init, k_corrupt, k_kernel, run["dp_init"])
     start, init_report, released = _private_start(
@@ -176,7 +177,7 @@ def fit(
     stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
     if saved is not None:  # the checkpoint's state and history replace the fresh ones
         state, history = saved[0], saved[1]["history"]
-    save = functools.partial(_save, ck, cfg=cfg, init_report=init_report, key=key)
+    save = functools.partial(_save, ck, cfg=cfg, init_report=init_report, key_check=key_check)
     if released:  # a fresh release's record is kept at once (an older checkpoint's too):
         save(state, history)  # a failure from here on resumes
     targets = target_rows(spec, cfg, mesh, stop_at - int(state.step), int(data[0].shape[0]))
@@ -806,7 +807,7 @@ def _save(
     *,
     cfg: DPKIPConfig,
     init_report: PrivacyReport | None,
-    key: Any,
+    key_check: str | None,
 ) -> None:
     """The checkpoint: the state, and in its metadata the settings' fingerprint, the key's
     `_key_check`, the history and the DP-NTK start's report (so a resume need not repeat
@@ -817,7 +818,7 @@ def _save(
         "format": CHECKPOINT_FORMAT,
         "fingerprint": cfg.fingerprint(),
         "config": cfg.to_dict(),
-        "key_check": _key_check(key),
+        "key_check": key_check,
         "history": history,
         "steps_done": int(state.step),
         "init_report": None if init_report is None else init_report.to_dict(),
@@ -825,18 +826,25 @@ def _save(
     checkpoint.save(path, checkpoint.flatten_tree("state", state), meta)
 
 
+#: PBKDF2-SHA256 rounds of `_key_check` (about 0.1 s once per fit with a checkpoint): a key
+#: made from a small int seed is not found from a checkpoint by trying seeds at hash speed
+KEY_CHECK_ROUNDS = 200_000
+
+
 def _key_check(key: Any) -> str:
-    """A one-way digest of ``key`` (SHA-256 of its bits, 16 hex digits): a checkpoint resumes
-    only under the key that wrote it, so a copy cannot be forked into runs with other noise."""
+    """A deliberately slow one-way digest of ``key`` (PBKDF2 over its bits, 16 hex digits): a
+    checkpoint resumes only under the key that wrote it, so a copy cannot be forked into runs
+    with other noise. As secret as the key's entropy allows (fresh keys: 64 bits)."""
     typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
     bits = np.asarray(jax.random.key_data(key) if typed else key, np.uint32)
-    return hashlib.sha256(bits.tobytes()).hexdigest()[:16]
+    salt = b"privkernels.dp_kip.checkpoint key"
+    return hashlib.pbkdf2_hmac("sha256", bits.tobytes(), salt, KEY_CHECK_ROUNDS).hex()[:16]
 
 
 def _read_checkpoint(
     path: Path | None,
     cfg: DPKIPConfig,
-    key: Any,
+    key_check: str | None,
     optimizer: Any,
     history: Mapping[str, Any],
 ) -> tuple[State, dict[str, Any]]:
@@ -849,7 +857,7 @@ def _read_checkpoint(
     assert path is not None
     arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
     _check_fingerprint(meta, cfg)
-    if meta.get("key_check", _key_check(key)) != _key_check(key):
+    if meta.get("key_check", key_check) != key_check:
         raise ValueError(
             "the checkpoint was written by a run with another key: resume with the key of "
             "the run that wrote it (each key gives other noise; a resume continues one run)"
