@@ -194,3 +194,17 @@ def test_saved_estimator_never_holds_the_seed(tmp_path):
     assert meta["estimator"]["params"]["random_state"] is None
     assert "1234" not in json.dumps(meta)
     assert load(path).random_state is None
+
+
+def test_a_sample_seed_equal_to_the_fit_seed_draws_no_fit_key():
+    """``sample(random_state=s)`` with the fit's own ``s``: none of the sampler's keys is one of
+    the fit's keys (unfolded, ``split(key(s))[0]`` would be the fit's embedding key)."""
+    import jax
+
+    def bits(k):
+        return tuple(np.asarray(jax.random.key_data(k)).ravel().tolist())
+
+    fit_keys = {bits(k) for k in jax.random.split(jax.random.key(0), 4)}
+    sample_key = DPNTKGenerator(random_state=0)._sample_key(0)
+    assert {bits(k) for k in jax.random.split(sample_key)}.isdisjoint(fit_keys)
+    assert bits(jax.random.split(jax.random.key(0))[0]) in fit_keys  # what the fold prevents

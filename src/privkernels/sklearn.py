@@ -371,6 +371,10 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
 # --------------------------------------------------------------------------- DP-NTK
 
 
+#: folded into a ``sample(random_state=...)`` key (far above any split count of a fit)
+SAMPLE_TAG = 0x53414D50
+
+
 class DPNTKGenerator(_DPEstimator):
     """Private synthetic data (DP-NTK): ``fit(X, y)``, then ``sample(n)`` / ``sample_df(n)``.
 
@@ -465,10 +469,13 @@ class DPNTKGenerator(_DPEstimator):
         return state
 
     def _sample_key(self, random_state: Any) -> Any:
+        """The key of one ``sample`` call. A given ``random_state`` is folded with
+        `SAMPLE_TAG`, so even the fit's own seed gives draws unrelated to the fit's noise
+        keys (``split(k, 2)[0]`` equals ``split(k, 4)[0]``, the fit's embedding key)."""
         import jax
 
         if random_state is not None:
-            return key_from_seed(random_state)
+            return jax.random.fold_in(key_from_seed(random_state), SAMPLE_TAG)
         self._n_sampled = getattr(self, "_n_sampled", 0) + 1
         base = getattr(self, "_key", None)
         return jax.random.fold_in(

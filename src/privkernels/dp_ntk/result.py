@@ -238,7 +238,9 @@ def sample(
     Labels are drawn uniformly over the classes (``label_mode="uniform"``) or
     from the released noisy class proportions (``"released"``), unless given.
     Tabular categorical heads are turned into exact one-hots when
-    ``discretize_categorical``.
+    ``discretize_categorical``. ``key`` must not be the fit's key: ``split(key)[0]`` is
+    then the fit's embedding key (``split(k, 2)[0] == split(k, 4)[0]``), so the labels
+    drawn would be bits of the noise keys; take e.g. ``fold_in(fit_key, tag)`` or a fresh key.
     """
     key = check_key(key)
     n = check_int(n, "n", minimum=1)
