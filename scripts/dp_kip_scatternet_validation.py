@@ -243,6 +243,24 @@ SETTINGS: dict[str, dict[str, str]] = {
         relation="add-remove",
         lr_schedule="cosine",
     ),  # fmt: skip
+    # round 22 (FMNIST eps 10, 2026-11-27, written after round 21's results, before its runs):
+    # round 20's candidate with a larger share for the DP-NTK start (round 21: 10% lost 0.12)
+    "dp_ntk start (add-remove, fraction 0.3), epochs 40, lr 0.1, cosine": dict(
+        DP_NTK,
+        init_fraction="0.3",
+        epochs="40",
+        lr="0.1",
+        relation="add-remove",
+        lr_schedule="cosine",
+    ),  # fmt: skip
+    "dp_ntk start (add-remove, fraction 0.4), epochs 40, lr 0.1, cosine": dict(
+        DP_NTK,
+        init_fraction="0.4",
+        epochs="40",
+        lr="0.1",
+        relation="add-remove",
+        lr_schedule="cosine",
+    ),  # fmt: skip
 }
 
 #: round 12's choice and candidates (FMNIST eps 10), in the rule's order
@@ -285,6 +303,12 @@ ROUND21 = (
     "dp_ntk start (add-remove, fraction 0.1), epochs 40, lr 0.1, cosine",
     "dp_ntk start (add-remove, fraction 0.1), epochs 80, lr 0.1, cosine",
 )
+#: round 22 (FMNIST eps 10): the choice (its rows from rounds 8 and 17) and two candidates
+ROUND22 = (
+    "dp_ntk start (add-remove), epochs 40, lr 0.01",
+    "dp_ntk start (add-remove, fraction 0.3), epochs 40, lr 0.1, cosine",
+    "dp_ntk start (add-remove, fraction 0.4), epochs 40, lr 0.1, cosine",
+)
 #: ``--roundN`` -> (the round's names, the lead its rule asks for). MNIST's 0.15 is FMNIST's
 #: 0.3 scaled by the binomial standard error of a 10,000-row validation accuracy at each
 #: dataset's level (about 0.16 points at 97.3%, 0.35 at 86%).
@@ -297,6 +321,7 @@ ROUNDS = {
     "round19": (ROUND19, 0.15),
     "round20": (ROUND20, 0.3),
     "round21": (ROUND21, 0.3),
+    "round22": (ROUND22, 0.3),
 }
 
 
