@@ -261,6 +261,15 @@ SETTINGS: dict[str, dict[str, str]] = {
         relation="add-remove",
         lr_schedule="cosine",
     ),  # fmt: skip
+    # round 23 (FMNIST eps 10, 2026-11-27, written after round 22's results, before its runs):
+    # round 20's candidate with a narrower blur (a parabola through rounds 13/8/14's blur
+    # rows, 0 / 1.0 / 1.5 pixels, peaks near 0.7)
+    "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine, smooth 0.7": dict(
+        DP_NTK, smooth="0.7", epochs="40", lr="0.1", relation="add-remove", lr_schedule="cosine"
+    ),
+    "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine, smooth 0.5": dict(
+        DP_NTK, smooth="0.5", epochs="40", lr="0.1", relation="add-remove", lr_schedule="cosine"
+    ),
 }
 
 #: round 12's choice and candidates (FMNIST eps 10), in the rule's order
@@ -309,6 +318,12 @@ ROUND22 = (
     "dp_ntk start (add-remove, fraction 0.3), epochs 40, lr 0.1, cosine",
     "dp_ntk start (add-remove, fraction 0.4), epochs 40, lr 0.1, cosine",
 )
+#: round 23 (FMNIST eps 10): the choice (its rows from rounds 8 and 17) and two candidates
+ROUND23 = (
+    "dp_ntk start (add-remove), epochs 40, lr 0.01",
+    "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine, smooth 0.7",
+    "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine, smooth 0.5",
+)
 #: ``--roundN`` -> (the round's names, the lead its rule asks for). MNIST's 0.15 is FMNIST's
 #: 0.3 scaled by the binomial standard error of a 10,000-row validation accuracy at each
 #: dataset's level (about 0.16 points at 97.3%, 0.35 at 86%).
@@ -322,6 +337,7 @@ ROUNDS = {
     "round20": (ROUND20, 0.3),
     "round21": (ROUND21, 0.3),
     "round22": (ROUND22, 0.3),
+    "round23": (ROUND23, 0.3),
 }
 
 
