@@ -106,6 +106,9 @@ def test_generator_arrays_and_frames(tmp_path):
     np.testing.assert_array_equal(g.sample(50, random_state=3)[0], xs)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         DPNTKGenerator(classes=list(range(10)), iterations=2, random_state=0).fit(x, y)
+    with pytest.raises(ValueError, match="holds 49 values per row; X has 64") as err:
+        DPNTKGenerator(classes=list(range(10)), image_shape=(7, 7)).fit(x / 16.0, y)
+    assert str(len(x) * 64) not in str(err.value)  # no size that names n
     back = load(g.save(tmp_path / "g.npz"))
     np.testing.assert_array_equal(back.sample(50, random_state=3)[0], xs)
     import pickle

@@ -454,6 +454,11 @@ class DPNTKGenerator(_DPEstimator):
         X, y = validate_data(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y)
         shape = tuple(self.image_shape) if self.image_shape is not None else (X.shape[1],)
+        if int(np.prod(shape)) != X.shape[1]:  # before numpy's reshape error, which names n
+            raise ValueError(
+                f"image_shape {shape} holds {int(np.prod(shape))} values per row; X has "
+                f"{X.shape[1]} columns"
+            )
         opts = {k: v for k, v in opts.items() if v is not None}
         res = dp_ntk.fit(self._key, X.reshape((X.shape[0], *shape)), codes, epsilon=self.epsilon,
                          delta=self.delta, n_classes=len(self.classes_), **opts,
