@@ -84,6 +84,9 @@ from privkernels import data, dp_kip  # noqa: E402
 
 #: the Table 3 start (budget share, iterations) and update smoothing; replace-one
 DP_NTK = dict(init="dp_ntk", init_fraction="0.2", init_iterations="1000", smooth="1.0")
+#: round 20's candidate, the base of rounds 21-23: the FMNIST eps 10 choice with the cosine
+#: at lr 0.1
+ROUND20_CANDIDATE = dict(DP_NTK, epochs="40", lr="0.1", relation="add-remove", lr_schedule="cosine")
 #: name -> the ``--set`` options of ``dp-kip-table2`` that differ from its quick
 #: profile (read by the benchmark's own `_hp`); written down before any of them ran.
 SETTINGS: dict[str, dict[str, str]] = {
@@ -221,54 +224,32 @@ SETTINGS: dict[str, dict[str, str]] = {
     ),  # fmt: skip
     # round 20 (FMNIST eps 10, 2026-11-27, written before its runs, after round 19's results):
     # the eps 10 choice with the cosine at ten times its lr (round 17 tried one and three times)
-    "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine": dict(
-        DP_NTK, epochs="40", lr="0.1", relation="add-remove", lr_schedule="cosine"
-    ),
+    "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine": ROUND20_CANDIDATE,
     # round 21 (FMNIST eps 10, 2026-11-27, written before its runs): round 20's candidate with
     # 10% of the budget for the DP-NTK start instead of 20% (DP-SGD gets eps 9 instead of 8),
     # and the same with twice the epochs
     "dp_ntk start (add-remove, fraction 0.1), epochs 40, lr 0.1, cosine": dict(
-        DP_NTK,
-        init_fraction="0.1",
-        epochs="40",
-        lr="0.1",
-        relation="add-remove",
-        lr_schedule="cosine",
-    ),  # fmt: skip
+        ROUND20_CANDIDATE, init_fraction="0.1"
+    ),
     "dp_ntk start (add-remove, fraction 0.1), epochs 80, lr 0.1, cosine": dict(
-        DP_NTK,
-        init_fraction="0.1",
-        epochs="80",
-        lr="0.1",
-        relation="add-remove",
-        lr_schedule="cosine",
-    ),  # fmt: skip
+        ROUND20_CANDIDATE, init_fraction="0.1", epochs="80"
+    ),
     # round 22 (FMNIST eps 10, 2026-11-27, written after round 21's results, before its runs):
     # round 20's candidate with a larger share for the DP-NTK start (round 21: 10% lost 0.12)
     "dp_ntk start (add-remove, fraction 0.3), epochs 40, lr 0.1, cosine": dict(
-        DP_NTK,
-        init_fraction="0.3",
-        epochs="40",
-        lr="0.1",
-        relation="add-remove",
-        lr_schedule="cosine",
-    ),  # fmt: skip
+        ROUND20_CANDIDATE, init_fraction="0.3"
+    ),
     "dp_ntk start (add-remove, fraction 0.4), epochs 40, lr 0.1, cosine": dict(
-        DP_NTK,
-        init_fraction="0.4",
-        epochs="40",
-        lr="0.1",
-        relation="add-remove",
-        lr_schedule="cosine",
-    ),  # fmt: skip
+        ROUND20_CANDIDATE, init_fraction="0.4"
+    ),
     # round 23 (FMNIST eps 10, 2026-11-27, written after round 22's results, before its runs):
     # round 20's candidate with a narrower blur (a parabola through rounds 13/8/14's blur
     # rows, 0 / 1.0 / 1.5 pixels, peaks near 0.7)
     "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine, smooth 0.7": dict(
-        DP_NTK, smooth="0.7", epochs="40", lr="0.1", relation="add-remove", lr_schedule="cosine"
+        ROUND20_CANDIDATE, smooth="0.7"
     ),
     "dp_ntk start (add-remove), epochs 40, lr 0.1, cosine, smooth 0.5": dict(
-        DP_NTK, smooth="0.5", epochs="40", lr="0.1", relation="add-remove", lr_schedule="cosine"
+        ROUND20_CANDIDATE, smooth="0.5"
     ),
 }
 

@@ -172,11 +172,12 @@ def fit(
     )
     if start is not None:  # the DP-NTK report says where the support starts
         init_fn, init_line = (lambda *_: jnp.asarray(start)), ""
-    params = {"x": init_fn(k_init, cfg.n_support, cfg.input_shape)}
-    state = initial_state(cfg, params, run["optimizer"], corrupted)
-    stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
-    if saved is not None:  # the checkpoint's state and history replace the fresh ones
+    if saved is not None:  # the checkpoint's state and history, restored by _read_checkpoint
         state, history = saved[0], saved[1]["history"]
+    else:
+        params = {"x": init_fn(k_init, cfg.n_support, cfg.input_shape)}
+        state = initial_state(cfg, params, run["optimizer"], corrupted)
+    stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
     save = functools.partial(_save, ck, cfg=cfg, init_report=init_report, key_check=key_check)
     if released:  # a fresh release's record is kept at once (an older checkpoint's too):
         save(state, history)  # a failure from here on resumes
@@ -835,8 +836,7 @@ def _key_check(key: Any) -> str:
     """A deliberately slow one-way digest of ``key`` (PBKDF2 over its bits, 16 hex digits): a
     checkpoint resumes only under the key that wrote it, so a copy cannot be forked into runs
     with other noise. As secret as the key's entropy allows (fresh keys: 64 bits)."""
-    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    bits = np.asarray(jax.random.key_data(key) if typed else key, np.uint32)
+    bits = np.asarray(checkpoint.key_to_array(key)[0], np.uint32)
     salt = b"privkernels.dp_kip.checkpoint key"
     return hashlib.pbkdf2_hmac("sha256", bits.tobytes(), salt, KEY_CHECK_ROUNDS).hex()[:16]
 
