@@ -122,3 +122,17 @@ def test_group_norm_standardises_each_group_per_position():
         scatternet_features(x, group_norm=4)
     with pytest.raises(ValueError, match="group_norm"):
         scatternet_features(x, group_norm=81)
+
+
+def test_group_norm_vjp_batched_over_cotangents_compiles_and_matches_a_loop():
+    """Input-space clipping batches per-example cotangents through the feature map's VJP
+    (`vmap` under `jit`). jaxlib 0.10.2's CPU compiler crashed on that program for the 6-D
+    group view on an AMD EPYC without AVX-512 (a segmentation fault, fixed by the 3-D view);
+    the batched VJP must compile and equal one VJP per cotangent."""
+    x = jax.random.normal(jax.random.key(0), (3, 16, 16))
+    cts = jax.random.normal(jax.random.key(1), (2, 3, 81 * 4 * 4))
+    _, vjp = jax.vjp(lambda a: scatternet_features(a, group_norm=27), x)
+    batched = np.asarray(jax.jit(jax.vmap(lambda c: vjp(c)[0]))(cts))
+    looped = np.stack([np.asarray(vjp(c)[0]) for c in cts])
+    assert batched.shape == (2, 3, 16, 16) and np.all(np.isfinite(batched))
+    np.testing.assert_allclose(batched, looped, rtol=1e-4, atol=1e-5)

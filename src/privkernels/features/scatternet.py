@@ -86,11 +86,19 @@ GROUP_NORM_EPS = 1e-5
 
 
 def _group_standardize(maps: jax.Array, groups: int) -> jax.Array:
-    """``(b, C, K, h', w')`` -> same shape, standardised over each group of ``K / groups`` channels."""
+    """``(b, C, K, h', w')`` -> same shape, standardised over each group of ``K / groups`` channels.
+
+    Computed on a 3-D view ``(b C groups, K / groups, h' w')``. The 6-D view
+    ``(b, C, groups, K / groups, h', w')`` makes the same reductions, but jaxlib 0.10.2's
+    CPU compiler crashes (segmentation fault) on ``vmap`` of its VJP on some x86 CPUs
+    (seen on an AMD EPYC without AVX-512), which is how input-space clipping batches
+    per-example gradients through this map. The two views agree to float32 rounding
+    (inside a whole DP-KIP step XLA may order the sums differently).
+    """
     b, c, k, hh, ww = maps.shape
-    g = maps.reshape(b, c, groups, k // groups, hh, ww)
-    mean = jnp.mean(g, axis=3, keepdims=True)
-    var = jnp.mean(jnp.square(g - mean), axis=3, keepdims=True)
+    g = maps.reshape(b * c * groups, k // groups, hh * ww)
+    mean = jnp.mean(g, axis=1, keepdims=True)
+    var = jnp.mean(jnp.square(g - mean), axis=1, keepdims=True)
     return ((g - mean) * jax.lax.rsqrt(var + GROUP_NORM_EPS)).reshape(maps.shape)
 
 
