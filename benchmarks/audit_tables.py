@@ -57,7 +57,8 @@ def _row(
     }
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+def _timed(fn: Callable[..., Any]) -> tuple[Any, float]:
+    """``fn()`` and its wall-clock seconds (``fn``'s parameters, if any, have defaults)."""
     t0 = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t0
@@ -125,7 +126,7 @@ def _dpsgd_step(trials: int, conf: float) -> list[dict[str, Any]]:
 
     sigma = privacy.gaussian_sigma(EPS, DELTA)
     real_sum = privacy.noisy_clipped_sum
-    variants = (
+    variants: tuple[tuple[str, dict[str, Any], bool], ...] = (
         ("real", {}, True),
         (
             "broken: sigma / 4",
@@ -256,7 +257,7 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
         return np.asarray(e, np.float64)
 
     base = exact(x, y)
-    best = (-1.0, None, None)
+    best: tuple[float, Any, Any] = (-1.0, None, None)
     for _ in range(16):  # adversary: the replacement that moves the embedding most
         for lab in range(c):
             x2, y2 = x.copy(), y.copy()
@@ -277,7 +278,7 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
     )
     for variant, sig_s, sens_s, expect in variants:
 
-        def release(k, ds, sig_s=sig_s, sens_s=sens_s):
+        def broken(k, ds, sig_s=sig_s, sens_s=sens_s):
             xx, yy = ds
             emb, _ = dp_ntk.private_embedding(
                 k, xx, yy, n_classes=c, epsilon=None, network=net, params=params
@@ -285,15 +286,14 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
             noisy = real_mech(k, emb, sensitivity=2.0 / n * sens_s, sigma=sigma * sig_s)
             return jnp.vdot(noisy.ravel(), jnp.asarray(u, noisy.dtype))
 
-        if variant == "real":  # the unmodified public function
+        def unmodified(k, ds):  # the public function as it is
+            xx, yy = ds
+            emb, _ = dp_ntk.private_embedding(
+                k, xx, yy, n_classes=c, epsilon=EPS, delta=DELTA, network=net, params=params
+            )
+            return jnp.vdot(emb.ravel(), jnp.asarray(u, emb.dtype))
 
-            def release(k, ds):  # noqa: F811
-                xx, yy = ds
-                emb, _ = dp_ntk.private_embedding(
-                    k, xx, yy, n_classes=c, epsilon=EPS, delta=DELTA, network=net, params=params
-                )
-                return jnp.vdot(emb.ravel(), jnp.asarray(u, emb.dtype))
-
+        release = unmodified if variant == "real" else broken
         res, sec = _audit(4, release, (x, y), (x2, y2), np.ones(1), trials, conf)
         ideal = audit.gaussian_audit_epsilon(diff / (2.0 / n * sens_s * sigma * sig_s), DELTA)
         rows.append(

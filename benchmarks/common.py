@@ -109,7 +109,7 @@ def write_results(
     """Write ``name.json`` (rows + machine + meta) and ``name.md``; return both paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {
+    payload: dict[str, Any] = {
         "table": name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(),

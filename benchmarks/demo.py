@@ -89,7 +89,7 @@ def demo_dp_kip(key: Any, xtr, ytr, xte, yte, *, epsilon: float, delta: float, o
     from privkernels import dp_kip
 
     xtr, xte = xtr * 2.0 - 1.0, xte * 2.0 - 1.0
-    settings = dict(
+    settings: dict[str, Any] = dict(
         kernel="fc_ntk",
         support_per_class=5,
         delta=delta,

@@ -271,6 +271,7 @@ def _images(
 
 
 def _hp(ctx: RunContext, dataset: str, kernel: str, eps: float | None, spc: int) -> dict[str, Any]:
+    hp: dict[str, Any]
     if ctx.profile == "paper":
         hp = dict(
             _PAPER_HP.get(
@@ -372,7 +373,11 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
 
     batch = min(int(hp["batch_size"]), len(y))
     relation = hp.get("relation", "add-remove")
-    rate = {"sampling_rate": batch / len(y)} if relation == "add-remove" and eps else {}
+    extra: dict[str, Any] = {}  # fit's defaults unless the run sets them
+    if relation == "add-remove" and eps:
+        extra["sampling_rate"] = batch / len(y)
+    if "chunk_size" in hp:
+        extra["chunk_size"] = int(hp["chunk_size"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return dp_kip.fit(
@@ -404,8 +409,7 @@ def _fit(key: Any, x, y, xte, yte, n_classes, kernel, eps, spc, hp, corrupt=0.0)
             init=_init(hp),
             optimizer=_optimizer(hp, dp_kip.planned_steps(batch / len(y), int(hp["epochs"]))),
             learn_labels=bool(hp.get("learn_labels", False)),
-            **({"chunk_size": int(hp["chunk_size"])} if "chunk_size" in hp else {}),
-            **rate,
+            **extra,
         )
 
 

@@ -82,7 +82,8 @@ def train_mlp(
     def epoch(p: Any, s: Any, idx: jax.Array, mask: jax.Array, k_noise: jax.Array) -> Any:
         def body(carry: Any, step_in: Any) -> Any:
             i, m, k = step_in
-            return step(*carry, xd[i], yd[i], m, k), None
+            p_i, s_i = carry
+            return step(p_i, s_i, xd[i], yd[i], m, k), None
 
         return jax.lax.scan(body, (p, s), (idx, mask, k_noise))[0]
 

@@ -121,8 +121,11 @@ def _block(out: Any) -> Any:
     return jax.block_until_ready(out)
 
 
-def _time(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
-    """First call (compile + run) then ``repeats`` (>= 5) timed calls.
+def _time(fn: Callable[..., Any], repeats: int) -> dict[str, float]:
+    """First call (compile + run) then ``repeats`` (>= 5) timed calls of ``fn()``.
+
+    ``fn`` takes no arguments; its parameters, if any, have defaults (a loop
+    variable bound as ``lambda c=c: ...``).
 
     ``median_s`` / ``min_s``: wall clock; ``cpu_s``: median process CPU time
     (all threads) -- on a shared, oversubscribed machine the wall clock includes
@@ -634,7 +637,7 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
     # what bounds the step: the generator network alone, and the e-NTK part alone
-    gen_only = jax.jit(jax.grad(lambda g, zz, oh: jnp.sum(gen.apply(g, zz, oh) ** 2)))
+    gen_only = jax.jit(jax.grad(lambda g, zz, oh: jnp.sum(jnp.asarray(gen.apply(g, zz, oh)) ** 2)))
     t_g = _time(lambda: gen_only(gparams, z, onehot), reps)
     rows.append(
         _row(
@@ -968,7 +971,7 @@ def _loop_sampler_draw_time(lfac: np.ndarray, draws: int, repeats: int) -> float
 
     def run() -> None:
         for _ in range(draws):
-            g = lfac @ rng.standard_normal(n).astype(np.float32)
+            g = lfac @ np.asarray(rng.standard_normal(n), np.float32)
             acc[...] += np.outer(g, g)
 
     t = _time(run, repeats)

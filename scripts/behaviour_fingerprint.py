@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from typing import Any
 
 import jax
 import numpy as np
@@ -36,7 +37,7 @@ def _kip(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
 
     out = {}
     xs = x * 2.0 - 1.0
-    runs = {
+    runs: dict[str, dict[str, Any]] = {
         "kip_fcntk": dict(kernel="fc_ntk", epochs=2, clip_norm=0.1),
         "kip_scatter_feature": dict(
             kernel="scatternet", epochs=1, clip_norm=0.01, clip_space="feature"
@@ -130,7 +131,7 @@ def main() -> int:
     x, y = _digits()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        arrays = {**_kip(x, y), **_ntk(x, y), **_reg(x, y)}
+        arrays: dict[str, Any] = {**_kip(x, y), **_ntk(x, y), **_reg(x, y)}
     np.savez(args.out, **arrays)
     if args.compare:
         old = np.load(args.compare)

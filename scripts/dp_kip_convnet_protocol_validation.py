@@ -118,7 +118,7 @@ def variants(
 #: name -> train_convnet keyword arguments. (A ConvNet step takes about 0.27 s on
 #: 2 CPU cores, so the search is small: augmentation on/off, shift only vs affine,
 #: 150 / 300 / 600 steps, AdamW weight decay.)
-PROTOCOLS = {
+PROTOCOLS: dict[str, dict[str, Any]] = {
     "adam 300 steps (before)": {"steps": 300},
     "shift 2px, 300 steps": {"steps": 300, "augment": evaluation.Augment(shift=2)},
     "affine (2px, 15deg, 10%), 300 steps": {

@@ -43,12 +43,15 @@ def main() -> None:
     xv, yv = 2 * tr.x[val_idx] - 1, tr.y[val_idx]
     spec = DPNTKInit()
     kip_budget, ntk_budget = split_budget(Budget(EPS, DELTA), spec)
+    assert kip_budget is not None and ntk_budget is not None  # a budget was given
     labels = dp_kip.support_labels(10, 10)
     t0 = time.perf_counter()
     start, _ = dp_ntk_start(jax.random.key(SEED), x, y, n_classes=10, labels=labels,
                             budget=ntk_budget, spec=spec)  # fmt: skip
     print(f"DP-NTK start: {time.perf_counter() - t0:.0f} s", flush=True)
-    rows = [("DP-NTK start only (no DP-KIP)", None, _convnet(start, labels, xv, yv), 0.0)]
+    rows: list[tuple[str, float | None, float, float]] = [
+        ("DP-NTK start only (no DP-KIP)", None, _convnet(start, labels, xv, yv), 0.0)
+    ]
     variants = {
         "adam(0.1)": optax.adam(0.1),
         "adam(0.1) + smooth_updates(0.5)": optax.chain(optax.adam(0.1), smooth_updates(0.5)),
@@ -75,8 +78,8 @@ def main() -> None:
                              _convnet(sm, labels, xv, yv), sec))  # fmt: skip
                 print(rows[-1], flush=True)
     print("\n| variant | KRR val acc | ConvNet val acc | DP-KIP seconds |\n|---|---|---|---|")
-    for name, krr, conv, sec in rows:
-        k = "-" if krr is None else f"{100 * krr:.2f}"
+    for name, krr_or_none, conv, sec in rows:
+        k = "-" if krr_or_none is None else f"{100 * krr_or_none:.2f}"
         print(f"| {name} | {k} | {100 * conv:.2f} | {sec:.0f} |")
 
 

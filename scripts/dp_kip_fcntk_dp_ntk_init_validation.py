@@ -46,10 +46,11 @@ from privkernels.dp_kip.dp_ntk_init import DPNTKInit, dp_ntk_start, split_budget
 from privkernels.privacy import Budget  # noqa: E402
 
 DELTA, SEED = 1e-5, 0
-DEFAULTS = (10, 500, 1e-6, 300)  # epochs, batch size, ridge, DP-NTK generator iterations
+# epochs, batch size, ridge, DP-NTK generator iterations
+DEFAULTS: tuple[Any, ...] = (10, 500, 1e-6, 300)
 # (preprocessing, start fraction or None for N(0, I), DP-KIP learning rate, clip norm
 #  [, epochs (10)[, batch size (500)[, ridge (1e-6)[, generator iterations (300)]]]])
-SETTINGS = [
+SETTINGS: list[tuple[Any, ...]] = [
     ("std", None, 3e-2, 1e-1),  # the benchmarks' FC-NTK setting (replace-one here)
     ("2x-1", 0.1, 3e-2, 1e-1),
     ("2x-1", 0.1, 1e-2, 1e-1),
@@ -126,7 +127,8 @@ def main() -> None:
     chosen = [int(i) for i in opts["only"].split(",")] if "only" in opts else range(len(SETTINGS))
     ds, cache = args[0], opts.get("cache")  # --cache=DIR keeps the starts between runs
     smooth = float(opts.get("smooth", 0.0))
-    relation, seed = opts.get("relation", "replace-one"), int(opts.get("seed", SEED))
+    relation: Any = opts.get("relation", "replace-one")  # fit refuses any other value
+    seed = int(opts.get("seed", SEED))
     k_start, k_fit = _keys(seed)
     tag = ("" if relation == "replace-one" else "-ar") + ("" if seed == SEED else f"-s{seed}")
     tr = data.load(ds, data_dir=os.environ.get("PRIVKERNELS_DATA"), split="train")
@@ -137,7 +139,8 @@ def main() -> None:
     for i in chosen:
         prep, frac, lr, clip, epochs, batch, reg, iters = _row(i)
         x = _prep(raw, prep)
-        budget, init, t_start = Budget(eps, DELTA), "gaussian", 0.0
+        budget, t_start = Budget(eps, DELTA), 0.0
+        init: Any = "gaussian"
         if frac is not None:
             rng = (-1.0, 1.0) if prep == "2x-1" else "standardized"
             spec = DPNTKInit(budget_fraction=frac, data_range=rng, iterations=iters)
@@ -154,7 +157,9 @@ def main() -> None:
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rate = {"sampling_rate": batch / len(fit_idx)} if relation == "add-remove" else {}
+            rate: dict[str, Any] = (
+                {"sampling_rate": batch / len(fit_idx)} if relation == "add-remove" else {}
+            )
             res = dp_kip.fit(
                 k_fit, x[fit_idx], y[fit_idx], kernel="fc_ntk",
                 support_per_class=10, epsilon=budget.epsilon, delta=budget.delta,

@@ -349,14 +349,14 @@ def setting_hp(name: str, dataset: str, eps: float) -> dict[str, object]:
     return _hp(ctx, dataset, "scatternet", eps, 10)
 
 
-def decide(rows: list[dict[str, object]], names: tuple[str, ...] = ROUND12,
+def decide(rows: list[dict[str, Any]], names: tuple[str, ...] = ROUND12,
            lead: float = 0.3) -> dict[str, object]:  # fmt: skip
     """The rule on validation rows: ``names[0]`` is the choice; a candidate with both seeds
     replaces it only if its two-seed mean leads the choice's by ``lead`` (the best if several).
     Returns the means, the winner (or None) and the winner's ``--set`` options."""
     acc: dict[str, dict[int, float]] = {}
     for r in rows:
-        acc.setdefault(str(r["setting"]), {})[int(r["seed"])] = float(r["val_acc"])  # type: ignore[call-overload]
+        acc.setdefault(str(r["setting"]), {})[int(r["seed"])] = float(r["val_acc"])
     means = {n: round(sum(acc[n].values()) / 2, 3) for n in names if set(acc.get(n, {})) == {0, 1}}
     if names[0] not in means:
         return dict(means=means, winner=None, why="the choice lacks a seed")
@@ -378,7 +378,7 @@ def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
     dataset, eps = args[0], float(args[1])
-    names = opts["only"].split("|") if "only" in opts else list(SETTINGS)
+    names = tuple(opts["only"].split("|")) if "only" in opts else tuple(SETTINGS)
     unknown = [n for n in names if n not in SETTINGS]
     if unknown:
         raise SystemExit(f"unknown settings {unknown}; one of {list(SETTINGS)}")

@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import jax
 
@@ -66,7 +67,7 @@ def main() -> None:
 
     inputs = make_inputs()
     configs = [(d, w, b) for d in DEPTHS for w in W_STDS for b in B_STDS]
-    arrays: dict[str, np.ndarray] = dict(inputs)
+    arrays: dict[str, Any] = dict(inputs)
     for i, (d, w, b) in enumerate(configs):
         for p, (n1, n2) in enumerate(PAIRS):
             arrays[f"k_{i}_{p}"] = nt_kernel(inputs[n1], inputs[n2], d, w, b)
@@ -99,13 +100,13 @@ def main() -> None:
         for p, (n1, n2) in enumerate(PAIRS):
             ours = np.asarray(fc_ntk_kernel(inputs[n1], inputs[n2], depth=d, W_std=w, b_std=b))
             ref = arrays[f"k_{i}_{p}"]
-            err = np.abs(ours - ref)
+            diff = np.abs(ours - ref)
             # Entries that are exactly 0 in exact arithmetic (anti-parallel rows,
             # b_std = 0) carry neural-tangents' rounding noise (arccos near -1 is
             # only sqrt(eps) accurate): judge those relative to the matrix scale.
             big = np.abs(ref) >= 1e-6 * np.abs(ref).max()
-            worst_rel = max(worst_rel, float(np.max(err[big] / np.abs(ref[big]))))
-            worst_scaled = max(worst_scaled, float(err.max() / np.abs(ref).max()))
+            worst_rel = max(worst_rel, float(np.max(diff[big] / np.abs(ref[big]))))
+            worst_scaled = max(worst_scaled, float(diff.max() / np.abs(ref).max()))
     print(
         f"closed form vs neural-tangents: max relative error {worst_rel:.3e} "
         f"(entries >= 1e-6 max|K|), max |err| / max|K| {worst_scaled:.3e}"

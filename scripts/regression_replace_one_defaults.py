@@ -52,7 +52,7 @@ def main() -> None:
         acc = float(np.mean(R.predict_labels(m, x[val_idx]) == y[val_idx]))
         rows.append((feats, factor, eps, acc, time.perf_counter() - t0))
         print(rows[-1], flush=True)
-    mean = {}
+    mean: dict[tuple[int, float], list[float]] = {}
     for feats, factor, _, acc, _ in rows:
         mean.setdefault((feats, factor), []).append(acc)
     best = max(mean, key=lambda k: np.mean(mean[k]))

@@ -22,6 +22,7 @@ import os
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -30,7 +31,7 @@ from sklearn.datasets import load_digits
 from privkernels import data
 from privkernels import dp_ntk_regression as R
 
-CANDIDATES = {
+CANDIDATES: dict[str, dict[str, Any]] = {
     "ridge (D=1024, factor 0.125, intercept)": dict(solver="ridge"),
     "kernel-mean, intercept": dict(solver="kernel-mean", fit_intercept=True),
     "kernel-mean, no intercept": dict(solver="kernel-mean", fit_intercept=False),
@@ -82,13 +83,13 @@ def main() -> None:
     for name, val, test in _datasets(a.data_dir):
         lines += [f"## {name}: validation ({len(val[1])} fit / {len(val[3])} validation rows)", "",
                   "| candidate | eps 1 | eps 10 | mean |", "|---|---|---|---|"]  # fmt: skip
-        means = {}
+        means: dict[str, float] = {}
         for cand, kw in CANDIDATES.items():
             acc = [np.mean([_accuracy(val, kw, e, s) for s in SEEDS]) for e in EPSILONS]
             means[cand] = float(np.mean(acc))
             lines.append(f"| {cand} | {acc[0]:.4f} | {acc[1]:.4f} | {means[cand]:.4f} |")
             print(name, cand, acc, flush=True)
-        best = max(means, key=means.get)
+        best = max(means, key=means.__getitem__)
         lines += ["", f"Chosen: **{best}**.", "",
                   f"Test ({len(test[1])} training rows / {len(test[3])} test rows), per seed:", "",
                   "| candidate | epsilon | seeds | mean |", "|---|---|---|---|"]  # fmt: skip
