@@ -276,6 +276,14 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
         ("broken: sigma / 4", 0.25, 1.0, False),
         ("broken: sensitivity 2/n^2 instead of 2/n", 1.0, 1.0 / n, False),
     )
+
+    def unmodified(k, ds):  # the public function as it is
+        xx, yy = ds
+        emb, _ = dp_ntk.private_embedding(
+            k, xx, yy, n_classes=c, epsilon=EPS, delta=DELTA, network=net, params=params
+        )
+        return jnp.vdot(emb.ravel(), jnp.asarray(u, emb.dtype))
+
     for variant, sig_s, sens_s, expect in variants:
 
         def broken(k, ds, sig_s=sig_s, sens_s=sens_s):
@@ -285,13 +293,6 @@ def _dp_ntk(trials: int, conf: float) -> list[dict[str, Any]]:
             )
             noisy = real_mech(k, emb, sensitivity=2.0 / n * sens_s, sigma=sigma * sig_s)
             return jnp.vdot(noisy.ravel(), jnp.asarray(u, noisy.dtype))
-
-        def unmodified(k, ds):  # the public function as it is
-            xx, yy = ds
-            emb, _ = dp_ntk.private_embedding(
-                k, xx, yy, n_classes=c, epsilon=EPS, delta=DELTA, network=net, params=params
-            )
-            return jnp.vdot(emb.ravel(), jnp.asarray(u, emb.dtype))
 
         release = unmodified if variant == "real" else broken
         res, sec = _audit(4, release, (x, y), (x2, y2), np.ones(1), trials, conf)
