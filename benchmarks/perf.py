@@ -1014,7 +1014,12 @@ def bench_gsm(
                 weights=w,
             )
         )
-        t_ours = _time(lambda: gaussian_sampling_mechanism(jax.random.key(1), kmat, k), reps)
+        t_ours = _time(
+            lambda: gaussian_sampling_mechanism(
+                jax.random.key(1), kmat, k, epsilon=0.5, delta=1e-5
+            ),
+            reps,
+        )
         # loop sampler: numpy Cholesky factor once (eigh if that fails), then k draws in a Python loop
         t0 = time.perf_counter()
         kn = np.asarray(kmat, np.float32)
@@ -1064,6 +1069,7 @@ def bench_gsm(
                     kernel_shift=shift,
                     fit_intercept=False,
                     n_classes=10,
+                    neighbouring="beta-close",
                 ).alpha
             ),
             reps,

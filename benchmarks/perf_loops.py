@@ -70,7 +70,8 @@ def _host_loop(trainer: Any, state: Any, xd: Any, yd: Any, key: Any, count: int,
 
     cfg = trainer.config
     n = int(xd.shape[0]) - 1
-    k_batch, k_noise = step_keys(key, 0, count)
+    digest = None if trainer.plan is None else trainer.plan.digest
+    k_batch, k_noise = step_keys(key, 0, count, digest)
     for t in range(count):
         sched = poisson_schedule(
             k_batch[t : t + 1], n, cfg.sampling_rate, min_pad=min_pad,

@@ -115,6 +115,7 @@ def _reg(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
         kernel_shift=5.0,
         reg=5.0,
         fit_intercept=False,
+        neighbouring="beta-close",  # the paper's Alg. 2 (the default is replace-one)
     )
     return {
         "reg_alpha": np.asarray(model.alpha),

@@ -7,10 +7,13 @@ working tree is never touched), and runs the project's default test command
 (``python -m pytest``, the README's, with ``-x`` to stop at the first failure)
 against the mutated copy. A mutation is *caught* when that run fails.
 
-The seven mutations are the planted bugs of the privacy-at-the-seams review;
-the default run must catch all of them. Usage (about 5-15 min)::
+The first nine mutations are the planted bugs of the privacy-at-the-seams review,
+the last eight those of "private by default" (N1-N6 and the tuning plan); the
+default run must catch all of them. Usage (each mutant runs the suite with -x;
+``--select`` restricts it to some test paths)::
 
     python scripts/mutation_check.py [--out benchmarks/results/mutation-check.md] [--only NAME]
+        [--select tests/privacy]
 
 A mutation whose text no longer occurs in the source is reported as STALE (the
 code moved): update the mutation, never drop it.
@@ -45,8 +48,8 @@ MUTATIONS = (
     Mutation(
         "dp-ntk-noise-halved",
         "src/privkernels/dp_ntk/release.py",
-        "        sensitivity=2.0 / n,\n",
-        "        sensitivity=1.0 / n,\n",
+        'sens, extra, what = 2.0 / n, {"n": n}, RELEASED_MEAN',
+        'sens, extra, what = 1.0 / n, {"n": n}, RELEASED_MEAN',
         "DP-NTK embedding released with half the calibrated noise (sensitivity 1/n for 2/n)",
     ),
     Mutation(
@@ -80,8 +83,8 @@ MUTATIONS = (
     Mutation(
         "dp-kip-one-key-every-step",
         "src/privkernels/dp_kip/train.py",
-        "both = jax.vmap(lambda s: jax.random.split(jax.random.fold_in(k_train, s)))(steps)",
-        "both = jax.vmap(lambda s: jax.random.split(k_train))(steps)",
+        "both = jax.vmap(lambda s: jax.random.split(jax.random.fold_in(base, s)))(steps)",
+        "both = jax.vmap(lambda s: jax.random.split(base))(steps)",
         "every DP-KIP step uses the same key (same batch, same noise)",
     ),
     Mutation(
@@ -105,6 +108,63 @@ MUTATIONS = (
         "clipped = _sketch_rows(x, w, a, b)",
         "replace-one feature rows not clipped to norm 1 (the sensitivity bound no longer holds)",
     ),
+    # the seams of "private by default, end to end" (N1-N6, tuning)
+    Mutation(
+        "n1-seeded-key-unwarned",
+        "src/privkernels/privacy/keys.py",
+        "    if not looks_seeded(key):\n        return key, ()",
+        "    if True:\n        return key, ()",
+        "N1: a key made from a small int draws noise with no warning and no report note",
+    ),
+    Mutation(
+        "n2-dp-kip-batches-unbound",
+        "src/privkernels/dp_kip/train.py",
+        "    base = k_train if digest is None else fold_digest(k_train, (digest[0], digest[1]))",
+        "    base = k_train",
+        "N2: DP-KIP Poisson batches ignore the plan: one key at two budgets reuses the batches",
+    ),
+    Mutation(
+        "n3-gsm-key-without-budget",
+        "src/privkernels/privacy/mechanisms.py",
+        'key, "gaussian_sampling", epsilon=eps, delta=dlt, shift=shift, k=k,',
+        'key, "gaussian_sampling", k=k,',
+        "N3: Gaussian sampling key bound to (k, n) only: two budgets or shifts share Z",
+    ),
+    Mutation(
+        "n4-records-not-rederived",
+        "src/privkernels/privacy/report.py",
+        "        check_record(m, report.neighbouring)",
+        "        pass",
+        "N4: a loaded report's records are not re-derived (an edited sigma or q loads)",
+    ),
+    Mutation(
+        "n4-totals-unchecked",
+        "src/privkernels/privacy/report.py",
+        "        if abs(total - parts) > 1e-9 * max(abs(total), abs(parts), 1e-300):",
+        "        if False:",
+        "N4: a loaded report's total is not checked against its records (a smaller total loads)",
+    ),
+    Mutation(
+        "n5-clip-in-leaf-dtype",
+        "src/privkernels/privacy/clipping.py",
+        "return jnp.where(ok, leaf.astype(jnp.float32) * s, jnp.zeros((), jnp.float32))",
+        "return jnp.where(ok, leaf * s.astype(leaf.dtype), jnp.zeros((), leaf.dtype))",
+        "N5: the clip factor rounded to a bfloat16/float16 leaf's dtype (norms above C)",
+    ),
+    Mutation(
+        "n6-regression-default-beta-close",
+        "src/privkernels/dp_ntk_regression/fitting.py",
+        'neighbouring: Literal["replace-one", "beta-close"] = "replace-one",',
+        'neighbouring: Literal["replace-one", "beta-close"] = "beta-close",',
+        "N6: DP NTK regression defaults to the beta-close relation again",
+    ),
+    Mutation(
+        "tuning-events-unchecked",
+        "src/privkernels/tuning.py",
+        "    if not _same_events(events_of_report(_report_of(model)), planned):",
+        "    if False:",
+        "a search's fit may release other events than the plan accounted",
+    ),
 )
 
 
@@ -126,8 +186,9 @@ def _scratch_copy(dest: Path) -> None:
         shutil.copy2(src, out)
 
 
-def run_one(mut: Mutation, timeout: int) -> dict[str, object]:
-    """Apply ``mut`` in a scratch copy and run the default tests there."""
+def run_one(mut: Mutation, timeout: int, select: tuple[str, ...] = ()) -> dict[str, object]:
+    """Apply ``mut`` in a scratch copy and run the default tests there (or ``select``: test
+    paths, still under the default options and markers)."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mut.name}-") as tmp:
         dest = Path(tmp)
         _scratch_copy(dest)
@@ -137,7 +198,7 @@ def run_one(mut: Mutation, timeout: int) -> dict[str, object]:
             return {"name": mut.name, "verdict": "STALE", "first_failure": "", "seconds": 0.0}
         target.write_text(text.replace(mut.old, mut.new))
         env = {**os.environ, "PYTHONPATH": str(dest / "src")}
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *select]
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(
@@ -186,12 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write the Markdown table here too")
     parser.add_argument("--only", action="append", default=[], help="run only these mutations")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per mutant run")
+    parser.add_argument(
+        "--select", action="append", default=[],
+        help="run only these test paths per mutant (default: the whole default test run)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     _check_import_path()
     muts = [m for m in MUTATIONS if not args.only or m.name in args.only]
     rows = []
     for mut in muts:
-        row = run_one(mut, args.timeout)
+        row = run_one(mut, args.timeout, tuple(args.select))
         print(f"{row['name']}: {row['verdict']} ({row['seconds']} s) {row['first_failure']}")
         rows.append({**row, "why": mut.why})
     caught = sum(r["verdict"] == "CAUGHT" for r in rows)
@@ -199,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         "# mutation check: planted privacy bugs vs the default test run",
         "",
         f"Measured {time.strftime('%Y-%m-%dT%H:%M:%S%z')} on {platform.machine()} "
-        f"({os.cpu_count()} cores), `python -m pytest -x` per mutant.",
+        f"({os.cpu_count()} cores), `python -m pytest -x {' '.join(args.select)}`".rstrip()
+        + " per mutant.",
         "",
         f"**{caught}/{len(rows)} caught.**",
         "",

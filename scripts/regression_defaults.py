@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                         model = R.fit(
                             jax.random.key(seed), xtr, ytr, epsilon=1.0,
                             n_classes=int(ytr.max()) + 1, kernel_shift=shift, reg=reg,
-                            fit_intercept=intercept,
+                            fit_intercept=intercept, neighbouring="beta-close",
                         )  # fmt: skip
                     except ValueError:  # no private k at this n and shift (eq. (1))
                         vals.append(float("nan"))

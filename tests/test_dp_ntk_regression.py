@@ -45,6 +45,7 @@ def _unit_rows(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) ->
 # a few hundred here) keeps one compiled sampler for all tests.
 # eps_alpha = 4 is outside Lemma D.1's range: these mechanics tests opt in (report unproven)
 SMALL = dict(
+    neighbouring="beta-close",  # Alg. 2 of the paper, asked for explicitly (not the default)
     fit_intercept=False,  # the paper's model (no bias coordinate): shapes as in Alg. 2
     epsilon=8.0,
     delta=1e-2,
@@ -87,7 +88,15 @@ def test_kernel_matches_direct_loop_and_is_psd() -> None:
 def test_nonprivate_fit_is_ridge_on_direct_kernel(small_data) -> None:
     x, y = small_data
     model = R.fit(
-        jax.random.key(3), x, y, epsilon=None, width=8, reg=0.5, n_classes=3, fit_intercept=False
+        jax.random.key(3),
+        x,
+        y,
+        epsilon=None,
+        width=8,
+        reg=0.5,
+        n_classes=3,
+        fit_intercept=False,
+        neighbouring="beta-close",
     )
     kmat = _direct_kernel(x, x, np.asarray(model.weights))
     alpha = np.linalg.solve(kmat + 0.5 * np.eye(len(x)), np.eye(3)[y])
@@ -110,7 +119,11 @@ def test_kernel_mechanism_is_symmetric_psd_and_unbiased() -> None:
     keys = jax.random.split(jax.random.key(7), draws)
     # k = 4 <= n: explicit samples; k = 9 > n = 6: Bartlett (Wishart) path
     for k in (4, 9):
-        samples = jax.vmap(lambda kk, k=k: privacy.gaussian_sampling_mechanism(kk, kmat, k))(keys)
+        samples = jax.vmap(
+            lambda kk, k=k: privacy.gaussian_sampling_mechanism(
+                kk, kmat, k, epsilon=0.5, delta=1e-5
+            )
+        )(keys)
         samples = np.asarray(samples, np.float64)
         for s in samples[:20]:
             np.testing.assert_allclose(s, s.T, atol=1e-5)
@@ -131,8 +144,8 @@ def test_fit_uses_the_privacy_core_mechanism_on_k_plus_shift(small_data, monkeyp
     original = privacy.gaussian_sampling_mechanism
     calls: list[tuple] = []
 
-    def spy(key, kmat, k, **kw):
-        calls.append((np.asarray(kmat, np.float64), k))
+    def spy(key, kmat, k, **kw):  # the mechanism adds the shift itself (bound into its key)
+        calls.append((np.asarray(kmat, np.float64) + kw["shift"] * np.eye(len(kmat)), k))
         return original(key, kmat, k, **kw)
 
     monkeypatch.setattr(privacy, "gaussian_sampling_mechanism", spy)
@@ -316,7 +329,14 @@ def test_inputs_are_projected_to_the_ball() -> None:
     x[4:8] *= 0.1
     y = np.arange(12) % 2
     model = R.fit(
-        jax.random.key(1), x, y, epsilon=None, input_bound=2.0, width=4, fit_intercept=False
+        jax.random.key(1),
+        x,
+        y,
+        epsilon=None,
+        input_bound=2.0,
+        width=4,
+        fit_intercept=False,
+        neighbouring="beta-close",
     )
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     expected = x * np.minimum(1.0, 2.0 / norms)
@@ -333,10 +353,9 @@ def test_inputs_are_projected_to_the_ball() -> None:
 
 def test_float64_option_agrees_with_float32(small_data) -> None:
     x, y = small_data
-    m32 = R.fit(jax.random.key(2), x, y, epsilon=None, width=8, fit_intercept=False)
-    m64 = R.fit(
-        jax.random.key(2), x, y, epsilon=None, width=8, dtype="float64", fit_intercept=False
-    )
+    bc = dict(epsilon=None, width=8, fit_intercept=False, neighbouring="beta-close")
+    m32 = R.fit(jax.random.key(2), x, y, **bc)
+    m64 = R.fit(jax.random.key(2), x, y, dtype="float64", **bc)
     assert m64.alpha.dtype == jnp.float64 and m32.alpha.dtype == jnp.float32
     kmat = _direct_kernel(x, x, np.asarray(m64.weights))
     alpha = np.linalg.solve(kmat + 0.1 * np.eye(len(x)), np.eye(3)[y])
@@ -356,6 +375,7 @@ def test_smallest_eigenvalue_warns_and_is_exact(small_data) -> None:
         width=8,
         n_classes=1,
         fit_intercept=False,
+        neighbouring="beta-close",
     )
     expected = np.linalg.eigvalsh(_direct_kernel(x, x, np.asarray(model.weights)))[0] + 0.5
     assert lam == pytest.approx(expected, rel=1e-6, abs=1e-9)
@@ -363,7 +383,14 @@ def test_smallest_eigenvalue_warns_and_is_exact(small_data) -> None:
 
 def test_regression_targets_and_label_errors(small_data) -> None:
     x, y = small_data
-    model = R.fit(jax.random.key(0), x, x[:, 0].astype(np.float64), epsilon=None, width=8)
+    model = R.fit(
+        jax.random.key(0),
+        x,
+        x[:, 0].astype(np.float64),
+        epsilon=None,
+        width=8,
+        neighbouring="beta-close",
+    )
     assert R.predict(model, x).shape == (len(x),)
     with pytest.raises(ValueError, match="n_classes"):
         R.predict_labels(model, x)
@@ -378,23 +405,26 @@ def test_digits_accuracy() -> None:
     xd = (xd / 16.0).astype(np.float32)
     perm = np.random.default_rng(0).permutation(len(xd))
     tr, te = perm[:1000], perm[1000:1500]
-    base = R.fit(jax.random.key(0), xd[tr], yd[tr], epsilon=None)
+    base = R.fit(jax.random.key(0), xd[tr], yd[tr], epsilon=None, neighbouring="beta-close")
     acc = float(np.mean(np.asarray(R.predict_labels(base, xd[te])) == yd[te]))
     assert acc > 0.9, acc
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", PrivacyLeakWarning)  # nothing private is read without noise
-        # k = 300 of the samples allowed at eps = 1.8 (eps_alpha 0.9, inside Lemma D.1)
-        priv = R.fit(
-            jax.random.key(0),
-            xd[tr],
-            yd[tr],
-            n_classes=10,
-            epsilon=1.8,
-            delta=1e-5,
-            kernel_shift=5.0,
-            reg=5.0,
-            k=300,
-        )
-    assert priv.report.proven
-    acc_p = float(np.mean(np.asarray(R.predict_labels(priv, xd[te])) == yd[te]))
-    assert acc_p > 0.8, acc_p
+    accs = []
+    for seed in range(3):  # one key's accuracy spreads 0.71-0.90 (24 keys): a mean of three
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PrivacyLeakWarning)
+            # k = 300 of the samples allowed at eps = 1.8 (eps_alpha 0.9, inside Lemma D.1)
+            priv = R.fit(
+                jax.random.key(seed), xd[tr], yd[tr], n_classes=10, epsilon=1.8, delta=1e-5,
+                kernel_shift=5.0, reg=5.0, k=300, neighbouring="beta-close",
+            )  # fmt: skip
+        # nothing private is read without noise: the one warning is the relation's own
+        leaks = [
+            str(w.message)
+            for w in caught
+            if issubclass(w.category, PrivacyLeakWarning)
+            and not issubclass(w.category, privacy.SeededKeyWarning)  # key(0): a test's seed
+        ]
+        assert len(leaks) == 1 and "NOT standard differential privacy" in leaks[0]
+        assert priv.report.proven
+        accs.append(float(np.mean(np.asarray(R.predict_labels(priv, xd[te])) == yd[te])))
+    assert np.mean(accs) > 0.75, accs  # 24 keys: mean 0.83, sd 0.04

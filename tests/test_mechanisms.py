@@ -213,7 +213,7 @@ def _draws(kmat: np.ndarray, k: int, n_draws: int, seed: int = 0) -> np.ndarray:
     (``K`` is factored once; the sampler is batched over the keys)."""
     keys = jax.random.split(jax.random.key(seed), n_draws)
     km = jnp.asarray(kmat)
-    out = jax.vmap(lambda kk: gaussian_sampling_mechanism(kk, km, k))(keys)
+    out = jax.vmap(lambda kk: gaussian_sampling_mechanism(kk, km, k, epsilon=0.5, delta=1e-5))(keys)
     return np.asarray(out, np.float64)
 
 
@@ -242,16 +242,22 @@ def _force_eigh(monkeypatch) -> None:
 @pytest.mark.parametrize("k", [1, 5, 6, 10**6])
 def test_gsm_symmetric_psd_deterministic(k):
     kmat = _psd(5)
-    out = gaussian_sampling_mechanism(KEY, kmat, k)
+    out = gaussian_sampling_mechanism(KEY, kmat, k, epsilon=0.5, delta=1e-5)
     assert out.shape == (5, 5) and out.dtype == jnp.float32
     o = np.asarray(out)
     np.testing.assert_array_equal(o, o.T)
     assert np.linalg.eigvalsh(o.astype(np.float64)).min() >= -1e-5 * np.abs(o).max()
-    np.testing.assert_array_equal(o, np.asarray(gaussian_sampling_mechanism(KEY, kmat, k)))
-    other = np.asarray(gaussian_sampling_mechanism(jax.random.key(99), kmat, k))
+    np.testing.assert_array_equal(
+        o, np.asarray(gaussian_sampling_mechanism(KEY, kmat, k, epsilon=0.5, delta=1e-5))
+    )
+    other = np.asarray(
+        gaussian_sampling_mechanism(jax.random.key(99), kmat, k, epsilon=0.5, delta=1e-5)
+    )
     assert not np.array_equal(o, other)
     if k == 1:  # rank one: g g^T; a raw uint32 key works too
-        assert gaussian_sampling_mechanism(jax.random.PRNGKey(0), kmat, k).shape == (5, 5)
+        assert gaussian_sampling_mechanism(
+            jax.random.PRNGKey(0), kmat, k, epsilon=0.5, delta=1e-5
+        ).shape == (5, 5)
         assert np.linalg.matrix_rank(o.astype(np.float64), tol=1e-4 * np.abs(o).max()) == 1
 
 
@@ -345,7 +351,7 @@ def test_gsm_singular_psd_uses_exact_eigh_fallback(monkeypatch):
     assert not bool(mech._cholesky_factor(jnp.asarray(kmat))[1])  # Cholesky really fails
     eigh_calls = _count_calls(monkeypatch, "_eigh_factor")
     k = 4
-    out = np.asarray(gaussian_sampling_mechanism(KEY, kmat, k), np.float64)
+    out = np.asarray(gaussian_sampling_mechanism(KEY, kmat, k, epsilon=0.5, delta=1e-5), np.float64)
     assert len(eigh_calls) == 1
     np.testing.assert_array_equal(out, out.T)
     w = np.linalg.eigvalsh(out)
@@ -361,12 +367,16 @@ def test_gsm_singular_psd_uses_exact_eigh_fallback(monkeypatch):
 
 def test_gsm_rank_deficient_and_slightly_indefinite_input():
     kmat = _psd(5, rank=2)
-    out = np.asarray(gaussian_sampling_mechanism(KEY, kmat, 5), np.float64)
+    out = np.asarray(gaussian_sampling_mechanism(KEY, kmat, 5, epsilon=0.5, delta=1e-5), np.float64)
     w = np.linalg.eigvalsh(out)
     assert w.min() >= -1e-5 * w.max()
     assert np.sum(w > 1e-4 * w.max()) <= 2  # K~ lives in the range of K
     bumped = kmat - 1e-6 * np.eye(5, dtype=np.float32)  # rounding-level negative eigenvalues
-    assert np.all(np.isfinite(np.asarray(gaussian_sampling_mechanism(KEY, bumped, 5))))
+    assert np.all(
+        np.isfinite(
+            np.asarray(gaussian_sampling_mechanism(KEY, bumped, 5, epsilon=0.5, delta=1e-5))
+        )
+    )
 
 
 def _no_noise(monkeypatch) -> None:
@@ -393,16 +403,20 @@ def test_gsm_rejects_indefinite_matrix_before_noise(monkeypatch, k):
         indefinite,
     ):
         with pytest.raises(ValueError, match="positive semi-definite"):
-            gaussian_sampling_mechanism(KEY, bad, k)
+            gaussian_sampling_mechanism(KEY, bad, k, epsilon=0.5, delta=1e-5)
     # the tolerance: lambda_min = -0.05 and tol = psd_rtol * 5 * max|K|
     scale = float(np.abs(indefinite).max())
     with pytest.raises(ValueError, match="positive semi-definite"):
-        gaussian_sampling_mechanism(KEY, indefinite, k, psd_rtol=0.5 * 0.05 / (5 * scale))
+        gaussian_sampling_mechanism(
+            KEY, indefinite, k, psd_rtol=0.5 * 0.05 / (5 * scale), epsilon=0.5, delta=1e-5
+        )
     monkeypatch.undo()
-    out = gaussian_sampling_mechanism(KEY, indefinite, k, psd_rtol=2.0 * 0.05 / (5 * scale))
+    out = gaussian_sampling_mechanism(
+        KEY, indefinite, k, psd_rtol=2.0 * 0.05 / (5 * scale), epsilon=0.5, delta=1e-5
+    )
     assert np.all(np.isfinite(np.asarray(out)))  # within tolerance: clamped, released
     with pytest.raises(ValueError, match="psd_rtol"):
-        gaussian_sampling_mechanism(KEY, indefinite, k, psd_rtol=0.0)
+        gaussian_sampling_mechanism(KEY, indefinite, k, psd_rtol=0.0, epsilon=0.5, delta=1e-5)
 
 
 def test_gsm_one_compilation_serves_several_k():
@@ -411,12 +425,12 @@ def test_gsm_one_compilation_serves_several_k():
     if not hasattr(mech._gsm_wishart, "_cache_size"):
         pytest.skip("jax.jit objects expose no _cache_size in this JAX version")
     kmat = _psd(5, seed=9)
-    gaussian_sampling_mechanism(KEY, kmat, 6)
-    gaussian_sampling_mechanism(KEY, kmat, 3)
+    gaussian_sampling_mechanism(KEY, kmat, 6, epsilon=0.5, delta=1e-5)
+    gaussian_sampling_mechanism(KEY, kmat, 3, epsilon=0.5, delta=1e-5)
     before = (mech._gsm_wishart._cache_size(), mech._gsm_explicit._cache_size())
     for k in (7, 40, 1000, 10**6):
-        gaussian_sampling_mechanism(KEY, kmat, k)
-    gaussian_sampling_mechanism(KEY, kmat, 4)  # width 4 like k = 3
+        gaussian_sampling_mechanism(KEY, kmat, k, epsilon=0.5, delta=1e-5)
+    gaussian_sampling_mechanism(KEY, kmat, 4, epsilon=0.5, delta=1e-5)  # width 4 like k = 3
     assert (mech._gsm_wishart._cache_size(), mech._gsm_explicit._cache_size()) == before
     assert [mech._explicit_width(k, 10) for k in (1, 2, 3, 5, 8, 9, 10)] == [1, 2, 4, 8, 8, 10, 10]
 
@@ -431,7 +445,7 @@ def test_gsm_n2000_single_cholesky(monkeypatch):
     chol_calls = _count_calls(monkeypatch, "_cholesky_factor")
     eigh_calls = _count_calls(monkeypatch, "_eigh_factor")
     t0 = time.perf_counter()
-    out = gaussian_sampling_mechanism(KEY, kmat, k).block_until_ready()
+    out = gaussian_sampling_mechanism(KEY, kmat, k, epsilon=0.5, delta=1e-5).block_until_ready()
     seconds = time.perf_counter() - t0
     print(f"gaussian_sampling_mechanism n={n} k={k}: {seconds:.2f} s (incl. compile)")
     assert len(chol_calls) == 1 and len(eigh_calls) == 0
@@ -448,20 +462,20 @@ def test_gsm_n2000_single_cholesky(monkeypatch):
 def test_gsm_validation():
     kmat = _psd(4)
     with pytest.raises(ValueError, match="K"):
-        gaussian_sampling_mechanism(KEY, kmat[:3], 2)  # not square
+        gaussian_sampling_mechanism(KEY, kmat[:3], 2, epsilon=0.5, delta=1e-5)  # not square
     with pytest.raises(ValueError, match="K"):
-        gaussian_sampling_mechanism(KEY, kmat[0], 2)  # rank 1
+        gaussian_sampling_mechanism(KEY, kmat[0], 2, epsilon=0.5, delta=1e-5)  # rank 1
     bad = kmat.copy()
     bad[0, 1] += 1.0
     with pytest.raises(ValueError, match="symmetric"):
-        gaussian_sampling_mechanism(KEY, bad, 2)
+        gaussian_sampling_mechanism(KEY, bad, 2, epsilon=0.5, delta=1e-5)
     nan = kmat.copy()
     nan[1, 1] = np.nan
     with pytest.raises(ValueError, match="K"):
-        gaussian_sampling_mechanism(KEY, nan, 2)
+        gaussian_sampling_mechanism(KEY, nan, 2, epsilon=0.5, delta=1e-5)
     with pytest.raises(ValueError, match="k"):
-        gaussian_sampling_mechanism(KEY, kmat, 0)
+        gaussian_sampling_mechanism(KEY, kmat, 0, epsilon=0.5, delta=1e-5)
     with pytest.raises(TypeError, match="k"):
-        gaussian_sampling_mechanism(KEY, kmat, 2.5)
+        gaussian_sampling_mechanism(KEY, kmat, 2.5, epsilon=0.5, delta=1e-5)
     rec = mech.gaussian_sampling_record("K~", epsilon=0.5, delta=1e-5, k=10)
     assert rec.param_dict["k"] == 10 and rec.name == "gaussian_sampling"

@@ -16,15 +16,15 @@ SCRIPT = textwrap.dedent(
     logging.basicConfig(level=logging.INFO)  # a user who turned logging on sees no noise either
     import jax, numpy as np
     from sklearn.datasets import load_digits
-    from privkernels import dp_kip, dp_ntk
+    from privkernels import dp_kip, dp_ntk, fresh_key  # a release's key: no seed warning
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(np.float32).reshape(-1, 8, 8)
     for acc in ("pld", "rdp"):
         rel = dict(neighbouring="add-remove", sampling_rate=0.1) if acc == "rdp" else {}
-        dp_kip.fit(jax.random.key(0), x[:500] * 2 - 1, y[:500], epsilon=1.0, n_classes=10,
+        dp_kip.fit(fresh_key(), x[:500] * 2 - 1, y[:500], epsilon=1.0, n_classes=10,
                    kernel="fc_ntk", epochs=1, batch_size=50, support_per_class=1,
                    progress=False, accountant=acc, **rel)
-    dp_ntk.fit(jax.random.key(0), x[:500], y[:500], epsilon=1.0, n_classes=10,
+    dp_ntk.fit(fresh_key(), x[:500], y[:500], epsilon=1.0, n_classes=10,
                iterations=3, batch_size=50, progress=False)
     print("done")
     """

@@ -20,6 +20,12 @@ from privkernels.privacy.report import (
 
 
 def _rec(eps: float, delta: float, name: str = "gaussian", **params) -> MechanismRecord:
+    """A consistent record: a Gaussian release's sigma is the one its budget gives."""
+    if name == "gaussian":
+        sigma = accounting.gaussian_sigma(eps, delta)
+        return mechanisms.gaussian_record(
+            f"stat-{eps}", epsilon=eps, delta=delta, sensitivity=1.0, sigma=sigma, **params
+        )
     return MechanismRecord.make(
         name, f"stat-{eps}", eps, delta, sensitivity=1.0, accountant="analytic-gaussian", **params
     )
@@ -77,8 +83,9 @@ def test_zero_epsilon_report_is_valid():
 
 
 def test_json_round_trip():
+    sigma = accounting.gaussian_sigma(1.0, 1e-5)
     rec = mechanisms.gaussian_record(
-        "embedding", epsilon=1.0, delta=1e-5, sensitivity=0.5, sigma=3.7, shape=(4, 2)
+        "embedding", epsilon=1.0, delta=1e-5, sensitivity=0.5, sigma=sigma, shape=(4, 2)
     )
     tl = mechanisms.truncated_laplace_record("X~", epsilon=0.5, delta=1e-6, sensitivity=2.0)
     rep = PrivacyReport.from_mechanisms(
@@ -108,16 +115,12 @@ def test_record_builders_are_consistent_with_accounting():
 
 
 def test_from_dict_refuses_totals_that_are_not_the_sum_of_the_mechanisms():
-    rep = PrivacyReport.from_mechanisms(
-        [mechanisms.gaussian_record("a", epsilon=0.5, delta=1e-6, sensitivity=1.0, sigma=2.0),
-         mechanisms.gaussian_record("b", epsilon=0.5, delta=1e-6, sensitivity=1.0, sigma=2.0)],
-        REPLACE_ONE,
-    )  # fmt: skip
+    rep = PrivacyReport.from_mechanisms([_rec(0.5, 1e-6), _rec(0.5, 1e-6)], REPLACE_ONE)
     d = rep.to_dict()
     assert PrivacyReport.from_dict(d) == rep
     for key, value in (("epsilon", 0.01), ("delta", 1e-12)):
         edited = {**d, key: value}
-        with pytest.raises(ValueError, match="not the sum of its mechanisms"):
+        with pytest.raises(ValueError, match="not the basic composition of its mechanisms"):
             PrivacyReport.from_dict(edited)
 
 

@@ -96,7 +96,8 @@ _WORKER = textwrap.dedent(
     xr = x.reshape(37, -1)
     xr = xr / np.linalg.norm(xr, axis=1, keepdims=True)
     for m, tag in ((None, "single"), (mesh, "mesh")):
-        model = reg.fit(jax.random.key(6), xr, y, epsilon=0.8, kernel_shift=1.0, n_classes=3, mesh=m)
+        model = reg.fit(jax.random.key(6), xr, y, epsilon=0.8, kernel_shift=1.0, n_classes=3, mesh=m,
+                    neighbouring="beta-close")
         out[f"reg_alpha_{tag}"] = np.asarray(model.alpha)
         out[f"reg_xt_{tag}"] = np.asarray(model.x_tilde)
 

@@ -80,9 +80,12 @@ def test_check_int_and_key() -> None:
 
 
 def test_a_fresh_key_fills_every_bit_from_os_entropy(monkeypatch):
-    """``key_from_seed(None)`` takes all of the key's bits from ``os.urandom`` (not a 31-bit
-    seed that a search against a released, key-derived value could find)."""
+    """`fresh_key` takes all of the key's bits from ``os.urandom`` (not a 31-bit seed that a
+    search against a released, key-derived value could find); ``seed_keys(None)`` draws two
+    of them (noise, data-independent draws), an int seed one reproducible key, warned."""
     import os
+
+    from privkernels.privacy import keys as K
 
     calls = []
     real = os.urandom
@@ -91,10 +94,15 @@ def test_a_fresh_key_fills_every_bit_from_os_entropy(monkeypatch):
         calls.append(n)
         return real(n)
 
-    monkeypatch.setattr(v.os, "urandom", spy)
-    keys = [np.asarray(jax.random.key_data(v.key_from_seed(None))) for _ in range(4)]
+    monkeypatch.setattr(K.os, "urandom", spy)
+    keys = [np.asarray(jax.random.key_data(K.fresh_key())) for _ in range(4)]
     width = np.asarray(jax.random.key_data(jax.random.key(0))).size
     assert calls == [4 * width] * 4  # every 32-bit word of every key from the OS
     assert len({k.tobytes() for k in keys}) == 4
     assert any(int(k.ravel()[0]) != 0 for k in keys)  # an int seed leaves the high word 0
-    assert np.asarray(jax.random.key_data(v.key_from_seed(7))).tolist() == [0, 7]
+    calls.clear()
+    secret, public = K.seed_keys(None)
+    assert calls == [4 * width] * 2 and not K.looks_seeded(secret) and public is not None
+    with pytest.warns(K.SeededKeyWarning, match="random_state=7"):
+        seeded, none = K.seed_keys(7)
+    assert np.asarray(jax.random.key_data(seeded)).tolist() == [0, 7] and none is None

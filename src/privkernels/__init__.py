@@ -32,6 +32,7 @@ _SUBMODULES = (
     "privacy",
     "runtime",
     "sharding",
+    "tuning",
 )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "PrivacyReport",
     "PrivacyLeakWarning",
     "enable_compilation_cache",
+    "fresh_key",
     "__version__",
 ]
 
@@ -54,6 +56,10 @@ def __getattr__(name: str) -> Any:
         from privkernels.runtime import enable_compilation_cache
 
         return enable_compilation_cache
+    if name == "fresh_key":
+        from privkernels.privacy.keys import fresh_key
+
+        return fresh_key
     if name == "PrivacyLeakWarning":
         from privkernels.privacy.warnings import PrivacyLeakWarning
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Any
 
 import numpy as np
@@ -306,25 +305,6 @@ def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, b
 
     warn_privacy_leak("n_classes (inferred as max(y) + 1; pass n_classes explicitly)", stacklevel=4)
     return max(int(_label_range(arr)[1]) + 1, minimum), True
-
-
-def key_from_seed(seed: Any) -> Any:
-    """``jax.random.key(seed)`` for an int; fresh OS entropy for None; a key passes through.
-
-    The seed of a private release is a secret like the key (the noise is a function of it).
-    None fills every bit of the key from ``os.urandom`` (64 bits for threefry), so the key
-    cannot be found by searching seeds against a released, key-derived value (NTK weights,
-    sketches); an int seed has at most the bits its user gave it.
-    """
-    import jax
-
-    if seed is None:
-        shape = jax.random.key_data(jax.random.key(0)).shape  # the default implementation's
-        bits = np.frombuffer(os.urandom(4 * int(np.prod(shape))), np.uint32).reshape(shape)
-        return jax.random.wrap_key_data(jax.numpy.asarray(bits))
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return jax.random.key(int(seed))
-    return seed  # a jax key; the method that receives it checks it
 
 
 def check_key(key: Any, name: str = "key") -> Any:

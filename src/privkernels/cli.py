@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
-from privkernels._validation import key_from_seed
+from privkernels.privacy.keys import fresh_key, sampling_key, seed_keys, seeded_call, warn_seed
 
 __all__ = ["main"]
 
@@ -62,26 +63,74 @@ def _cmd_synth(a: argparse.Namespace) -> int:
     from privkernels.synth import fit_table, load_table_synth
 
     out = Path(a.out)
-    key = key_from_seed(a.seed)
-    import jax
-
-    k_fit, k_sample = jax.random.split(key)
-    if a.model:
+    if a.model:  # sampling only: post-processing, no release key
         model = load_table_synth(a.model)
+        k_sample = fresh_key() if a.seed is None else jax.random.key(a.seed)
     else:
         if a.data is None or a.schema is None:
             raise ValueError("synth needs DATA and --schema (or --model to sample a saved model)")
         schema = TabularSchema.load(a.schema)
         table = read_csv(a.data)
-        model = fit_table(k_fit, table, schema, epsilon=a.epsilon, delta=a.delta,
-                          iterations=a.iterations, progress=not a.quiet)  # fmt: skip
+        key, public_key = seed_keys(a.seed, name="--seed")
+        if a.tune:
+            model, report = _tuned_table(a, schema, table, key, public_key)
+        else:
+            with seeded_call():
+                model = fit_table(key, table, schema, epsilon=a.epsilon, delta=a.delta,
+                                  iterations=a.iterations, progress=not a.quiet,
+                                  public_key=public_key)  # fmt: skip
+            report = model.report
+        k_sample = sampling_key(key, public_key)
         model.save(out.with_name(out.name + ".model.npz"))
+    if a.model:
+        report = model.report
     n = a.n if a.n is not None else (len(next(iter(table.values()))) if not a.model else 1000)
     write_csv(model.sample(k_sample, n), out)
-    rp = _write_report(model.report, out)
+    rp = _write_report(report, out)
     print(f"wrote {n} synthetic rows to {out}; privacy report {rp}")
-    print(model.report.summary())
+    print(report.summary())
     return 0
+
+
+def _grid(spec: str, estimator: Any) -> dict[str, list[Any]]:
+    """``"name=v1,v2;name2=v3"`` as a parameter grid, names checked against ``estimator``."""
+    grid: dict[str, list[Any]] = {}
+    known = set(estimator.get_params())
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        name, sep, values = part.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or not values.strip():
+            raise ValueError(f"--tune takes name=v1,v2;name2=v3,...; got {part!r}")
+        if name not in known or name in ("epsilon", "delta", "random_state"):
+            raise ValueError(
+                f"--tune cannot vary {name!r}; it may vary {sorted(known - {'epsilon', 'delta', 'random_state'})}"
+            )
+        grid[name] = [_value(v.strip()) for v in values.split(",")]
+    if not grid:
+        raise ValueError("--tune needs at least one name=v1,v2")
+    return grid
+
+
+def _value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _tuned_table(a: argparse.Namespace, schema: Any, table: Any, key: Any,
+                 public_key: Any) -> tuple[Any, Any]:  # fmt: skip
+    """``synth --tune``: `PrivateSearchCV` over `DPNTKGenerator` s; the model and the search's report."""
+    from privkernels.sklearn import DPNTKGenerator, PrivateSearchCV
+
+    base = DPNTKGenerator(schema=schema, iterations=a.iterations, verbose=False)
+    search = PrivateSearchCV(base, _grid(a.tune, base), epsilon=a.epsilon, delta=a.delta,
+                             random_state=key if a.seed is not None else None)  # fmt: skip
+    with seeded_call():
+        search.fit(table)
+    return search.best_estimator_.synth_, search.privacy_report_
 
 
 def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -109,18 +158,38 @@ def _cmd_distill(a: argparse.Namespace) -> int:
     from privkernels.data.frames import write_csv
     from privkernels.sklearn import DPKIPClassifier
 
+    if a.tune and (a.classes is None or a.neighbouring != "add-remove"):  # before any read
+        raise ValueError(
+            "distill --tune needs --classes (a search reads no label without noise) and "
+            "--neighbouring add-remove with --batch-size and --sampling-rate (repeat-and-select "
+            "is accounted with RDP, which covers Poisson-sampled DP-SGD under add-remove)"
+        )
     x, y = _read_xy(a.data, a.label)
     classes = a.classes.split(",") if a.classes else None
     if classes is not None and np.asarray(y).dtype.kind in "iu":
         classes = [int(c) for c in classes]
     shape = tuple(int(s) for s in a.image_shape.split(",")) if a.image_shape else None
+    opts = {"neighbouring": a.neighbouring}
+    if a.sampling_rate is not None:
+        opts["sampling_rate"] = a.sampling_rate
     est = DPKIPClassifier(epsilon=a.epsilon, delta=a.delta, classes=classes, kernel=a.kernel,
                           support_per_class=a.support_per_class, epochs=a.epochs,
-                          image_shape=shape, random_state=a.seed, verbose=not a.quiet)  # fmt: skip
-    est.fit(
-        x.reshape(len(x), -1),
-        np.asarray(y).astype(str) if classes and isinstance(classes[0], str) else y,
-    )
+                          batch_size=a.batch_size, image_shape=shape, random_state=a.seed,
+                          verbose=not a.quiet and not a.tune, fit_options=opts)  # fmt: skip
+    grid = _grid(a.tune, est) if a.tune else None
+    warn_seed(a.seed, name="--seed")
+    labels = np.asarray(y).astype(str) if classes and isinstance(classes[0], str) else y
+    with seeded_call():
+        if grid is None:
+            est.fit(x.reshape(len(x), -1), labels)
+            report = est.privacy_report_
+        else:
+            from privkernels.sklearn import PrivateSearchCV
+
+            search = PrivateSearchCV(est, grid, epsilon=a.epsilon, delta=a.delta,
+                                     random_state=a.seed).fit(x.reshape(len(x), -1), labels)  # fmt: skip
+            est, report = search.best_estimator_, search.privacy_report_
+            print(f"chose {search.best_params_}")
     out = Path(a.out)
     if out.suffix == ".csv":
         cols = {f"x{i}": est.support_[:, i] for i in range(est.support_.shape[1])}
@@ -128,9 +197,9 @@ def _cmd_distill(a: argparse.Namespace) -> int:
         write_csv(cols, out)
     else:
         est.save(out)
-    rp = _write_report(est.privacy_report_, out)
+    rp = _write_report(report, out)
     print(f"wrote the private support set ({est.support_.shape[0]} rows) to {out}; report {rp}")
-    print(est.privacy_report_.summary())
+    print(report.summary())
     return 0
 
 
@@ -138,12 +207,37 @@ def _cmd_report(a: argparse.Namespace) -> int:
     from privkernels import checkpoint
     from privkernels.privacy.report import PrivacyReport
 
-    _, meta = checkpoint.load(a.file)
-    if "report" not in meta:
-        raise ValueError(f"{a.file} holds no privacy report")
-    report = PrivacyReport.from_dict(meta["report"])
+    if str(a.file).endswith(".json"):  # the <out>.privacy.json that synth and distill write
+        report = PrivacyReport.from_json(Path(a.file).read_text())
+    else:
+        _, meta = checkpoint.load(a.file)
+        if "report" not in meta:
+            raise ValueError(f"{a.file} holds no privacy report")
+        report = PrivacyReport.from_dict(meta["report"])
+        _load_checked(a.file, meta)  # the method's own checks (records against the config)
     print(report.to_json(indent=2) if a.json else report.summary())
     return 0
+
+
+def _load_checked(path: str, meta: dict[str, Any]) -> None:
+    """Load a result file with its method's loader, which checks the report against the
+    saved configuration (relation, sensitivities, budget shares): ``ValueError`` otherwise.
+    Checkpoints (resumable runs) are checked by the fit that resumes them."""
+    from privkernels import dp_kip, dp_ntk, dp_ntk_regression, synth
+    from privkernels import sklearn as est
+
+    if "estimator" in meta:
+        est.load(path)
+        return
+    loaders: dict[str, Callable[[str], Any]] = {
+        dp_kip.result.FORMAT: dp_kip.load,
+        dp_ntk.result.FORMAT: dp_ntk.load,
+        dp_ntk_regression.model.FORMAT: dp_ntk_regression.load,
+        synth.FORMAT: synth.load_table_synth,
+    }
+    loader = loaders.get(str(meta.get("format", "")))
+    if loader is not None:
+        loader(path)
 
 
 def _cmd_bench(rest: Sequence[str]) -> int:
@@ -185,6 +279,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     synth.add_argument("--iterations", type=int, default=None)
     synth.add_argument("--model", help="sample a saved <out>.model.npz instead of fitting")
+    for c in (synth, sub.choices["distill"]):
+        c.add_argument(
+            "--tune", metavar="GRID", default=None,
+            help="choose hyperparameters privately inside --epsilon (repeat-and-select, "
+            "PrivateSearchCV), e.g. 'iterations=200,500;d_code=5,10' (default: no search)",
+        )  # fmt: skip
     d = sub.choices["distill"]
     d.add_argument("--label", help="label column of a CSV")
     d.add_argument("--classes", help="public class values, comma-separated")
@@ -192,6 +292,13 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--support-per-class", type=int, default=10)
     d.add_argument("--epochs", type=int, default=10)
     d.add_argument("--image-shape", help="e.g. 28,28 (needed by scatternet / entk)")
+    d.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
+                   help="the neighbouring relation (default: replace-one; --tune needs "
+                   "add-remove with --batch-size and --sampling-rate)")  # fmt: skip
+    d.add_argument("--batch-size", type=int, default=None,
+                   help="expected Poisson batch size (default: min(500, n))")  # fmt: skip
+    d.add_argument("--sampling-rate", type=float, default=None,
+                   help="public Poisson rate (add-remove only; default: none)")  # fmt: skip
     r = sub.add_parser("report", help="print the privacy report of a saved file")
     r.add_argument("file")
     r.add_argument("--json", action="store_true")

@@ -8,17 +8,19 @@
   (a DataFrame with a public schema) or arrays in [0, 1] (images, scaled features).
 
 Conventions shared with the function API: ``fit`` draws all randomness from
-``random_state`` (an int, a ``jax.random.key`` or None for fresh entropy);
-class labels are taken from the public ``classes`` parameter when given, else
-read from ``y`` with a `PrivacyLeakWarning` and a note in ``privacy_report_``.
-``save(path)`` / ``load(path)`` write one ``.npz`` (no pickle) holding the
-release, its report (checked on load) and the estimator's parameters, except
-``random_state``: the noise is a function of it, so it is a secret like a key
-(never publish a seed next to a release; a loaded estimator has ``random_state=None``,
-and a pickled `DPNTKGenerator` leaves its fit key out). ``random_state=None`` fills the
-whole key from OS entropy; an int is for reproducing a run, not for a release: two fits
-with the same int on neighbouring datasets draw the same noise, so their difference is
-the un-noised difference of the data.
+``random_state``. None (the default, for a release) draws two independent keys from OS
+entropy, one for the noise and the Poisson batches and one for the data-independent
+draws (weights, sketches, inits), so nothing the fitted model keeps narrows down the
+noise key. An int (or a ``jax.random.key``) is for reproducing a run, not for a
+release: the noise is a function of it, so whoever guesses it recomputes the noise
+(an int raises a `privkernels.privacy.SeededKeyWarning` naming it, and the report
+notes it). Class labels are taken from the public ``classes`` parameter when given,
+else read from ``y`` with a `PrivacyLeakWarning` and a note in ``privacy_report_``.
+``save(path)`` / ``load(path)`` write one ``.npz`` (no pickle) holding the release,
+its report (checked on load) and the estimator's parameters except ``random_state``
+(a loaded estimator has ``random_state=None``); a fitted estimator pickles without
+its ``random_state`` and keys too. The default relation of every estimator is
+replace-one: whole records, labels included.
 Each ``fit`` is one release whose ``privacy_report_`` covers that fit alone: refitting,
 cross-validation and model selection (``GridSearchCV``) on private data spend the budget
 once per fit and choose by un-noised scores; no report composes them.
@@ -39,11 +41,23 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from privkernels import checkpoint
-from privkernels._validation import key_from_seed
+from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
+from privkernels.privacy.keys import SAMPLE_TAG, fresh_key, sampling_key, seed_keys, seeded_call
 from privkernels.privacy.report import PrivacyReport
 from privkernels.privacy.warnings import warn_privacy_leak
+from privkernels.search import PrivateSearchCV
 
-__all__ = ["DPKIPClassifier", "DPNTKClassifier", "DPNTKGenerator", "DPNTKRegressor", "load"]
+__all__ = [
+    "DPKIPClassifier",
+    "DPNTKClassifier",
+    "DPNTKGenerator",
+    "DPNTKRegressor",
+    "PrivateSearchCV",
+    "load",
+]
+
+#: Attributes that hold keys: never pickled with a fitted estimator.
+_KEY_ATTRS = ("_key", "_sample_base")
 
 #: Format of the estimator block added to a result file by ``save``.
 FORMAT = "privkernels.sklearn/1"
@@ -93,6 +107,32 @@ class _DPEstimator(BaseEstimator):
                 f"got {len(self.classes_)} class(es)"
             )
         return codes
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle / joblib / deepcopy state. A fitted estimator holds a release: its
+        ``random_state`` (the noise is a function of an int seed) and any key are left out,
+        as `save` leaves them out (the copy has ``random_state=None``)."""
+        state = dict(super().__getstate__())
+        if hasattr(self, self._result_attr):
+            state["random_state"] = None
+            for name in _KEY_ATTRS:
+                state.pop(name, None)
+        return state
+
+    def _keys(self) -> tuple[Any, Any]:
+        """``(key, public_key)`` of a fit (`privkernels.privacy.keys.seed_keys`), or the pair
+        a `PrivateSearchCV` run hands this fit (consumed once)."""
+        given = self.__dict__.pop("_search_keys", None)
+        return given if given is not None else seed_keys(self.random_state)
+
+    def _relation(self) -> str:
+        """The neighbouring relation of this estimator's release."""
+        return str((self.fit_options or {}).get("neighbouring", "replace-one"))
+
+    def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
+        """The `privkernels.privacy.accounting.SelectionEvent` s a fit at ``budget`` on
+        ``n_train`` rows of ``row_shape`` records (planning a `PrivateSearchCV`; no data)."""
+        raise ValueError(f"{type(self).__name__} cannot be tuned privately")
 
     def _finish(self, result: Any) -> None:
         if getattr(self, "_classes_inferred", False):
@@ -164,7 +204,7 @@ class _RegressionBase(_DPEstimator):
         kernel_shift: float | str = "auto",
         input_bound: float = 1.0,
         beta: float = 1e-6,
-        neighbouring: str = "beta-close",
+        neighbouring: str = "replace-one",
         random_state: Any = None,
         fit_options: dict[str, Any] | None = None,
     ) -> None:
@@ -186,15 +226,28 @@ class _RegressionBase(_DPEstimator):
         if X.shape[0] < 2:
             raise ValueError(f"n_samples = {X.shape[0]}: a fit needs at least 2 samples")
 
-        self.model_ = R.fit(
-            key_from_seed(self.random_state), np.asarray(X, np.float32), y, epsilon=self.epsilon,
-            delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
-            fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
-            input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
-            **(self.fit_options or {}),
-        )  # fmt: skip
+        key, public_key = self._keys()
+        with seeded_call():
+            self.model_ = R.fit(
+                key, np.asarray(X, np.float32), y, epsilon=self.epsilon,
+                delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
+                fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
+                input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
+                public_key=public_key, **(self.fit_options or {}),
+            )  # fmt: skip
 
     _result_attr = "model_"
+
+    def _relation(self) -> str:
+        return str(self.neighbouring)
+
+    def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
+        if self.neighbouring != "replace-one":
+            raise ValueError(
+                "a beta-close fit (Gaussian sampling, truncated Laplace) has no RDP bound and "
+                "cannot be tuned privately: tune with neighbouring='replace-one'"
+            )
+        return [SelectionEvent("gaussian", gaussian_sigma(budget.epsilon, budget.delta))]
 
     @staticmethod
     def _load_result(path: Any) -> Any:
@@ -206,17 +259,16 @@ class _RegressionBase(_DPEstimator):
 class DPNTKRegressor(RegressorMixin, _RegressionBase):
     """Private kernel ridge regression with the quadratic NTK (DP NTK regression).
 
-    The default guarantee is the paper's beta-close relation (Def. 4.1): a feature
-    change of at most ``beta`` in one record; the targets are not protected.
-    ``neighbouring="replace-one"`` gives standard (epsilon, delta)-DP for replacing a
-    whole record, targets included (sufficient-statistics perturbation; targets
+    The default guarantee is standard replace-one (epsilon, delta)-DP: replacing a
+    whole record, target included (sufficient-statistics perturbation; targets
     clipped to norm ``fit_options["target_bound"]``, default 1). Inputs are mapped
     per record to the ball of radius ``input_bound`` (a bias coordinate is appended
     with ``fit_intercept``). Parameters as in `privkernels.dp_ntk_regression.fit`.
-    Under beta-close the fitted model keeps the privatized inputs ``model_.x_tilde``,
-    each close to its (mapped) training row (the input noise is scaled to ``beta``,
-    1e-6 by default): do not publish a
-    beta-close model where the records themselves are secret; use replace-one.
+    ``neighbouring="beta-close"`` is the paper's relation (Def. 4.1), asked for
+    explicitly: it hides a feature change of at most ``beta`` in one record, the
+    targets are not protected, and the fitted model keeps the privatized inputs
+    ``model_.x_tilde``, each within about ``beta`` (1e-6 by default) of its training
+    row, so it raises a `PrivacyLeakWarning` at fit and its report says so first.
     Attributes after ``fit``: ``model_``, ``privacy_report_``, ``n_features_in_``.
     """
 
@@ -243,14 +295,14 @@ class DPNTKClassifier(ClassifierMixin, _RegressionBase):
     """DP NTK regression on one-hot targets (Sec. 6.1), argmax as the class.
 
     ``classes``: the public label values (class ``i`` is ``classes[i]``); None reads
-    them from ``y`` (`PrivacyLeakWarning`; noted in the report; under beta-close the
-    labels are not protected anyway). Otherwise as `DPNTKRegressor`.
+    them from ``y`` (`PrivacyLeakWarning`; noted in the report). Otherwise as
+    `DPNTKRegressor` (replace-one by default, labels included).
     """
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
                  kernel_shift: float | str = "auto", input_bound: float = 1.0, beta: float = 1e-6,
-                 neighbouring: str = "beta-close", random_state: Any = None,
+                 neighbouring: str = "replace-one", random_state: Any = None,
                  fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
         super().__init__(epsilon, delta, width=width, reg=reg, fit_intercept=fit_intercept,
                          kernel_shift=kernel_shift, input_bound=input_bound, beta=beta,
@@ -330,16 +382,45 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
 
         X, y = validate_data(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y, minimum=2)
-        res = dp_kip.fit(
-            key_from_seed(self.random_state), self._shape(X), codes, epsilon=self.epsilon, delta=self.delta,
-            n_classes=len(self.classes_), kernel=self.kernel,  # type: ignore[arg-type]
-            support_per_class=self.support_per_class, epochs=self.epochs,
-            batch_size=self.batch_size, learning_rate=self.learning_rate,
-            clip_norm=self.clip_norm, relative_reg=self.relative_reg, progress=bool(self.verbose),
-            **(self.fit_options or {}),
-        )  # fmt: skip
+        key, public_key = self._keys()
+        with seeded_call():
+            res = dp_kip.fit(
+                key, self._shape(X), codes, epsilon=self.epsilon, delta=self.delta,
+                n_classes=len(self.classes_), kernel=self.kernel,  # type: ignore[arg-type]
+                support_per_class=self.support_per_class, epochs=self.epochs,
+                batch_size=self.batch_size, learning_rate=self.learning_rate,
+                clip_norm=self.clip_norm, relative_reg=self.relative_reg,
+                progress=bool(self.verbose), public_key=public_key, **(self.fit_options or {}),
+            )  # fmt: skip
         self._finish(res)
         return self
+
+    def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
+        from privkernels import dp_kip
+
+        opts = dict(self.fit_options or {})
+        if opts.get("neighbouring", "replace-one") != "add-remove":
+            raise ValueError(
+                "DP-KIP is tuned under add-remove only (dp-accounting's RDP accountant, which "
+                "repeat-and-select needs, supports Poisson-sampled DP-SGD under add-remove): "
+                "pass fit_options={'neighbouring': 'add-remove', 'sampling_rate': q} and a "
+                "batch_size"
+            )
+        if str(opts.get("init", "gaussian")).startswith("dp_ntk"):
+            raise ValueError("init='dp_ntk' (a second release) is not supported in a search")
+        shape = tuple(self.image_shape) if self.image_shape is not None else tuple(row_shape)
+        keep = ("neighbouring", "sampling_rate", "accountant", "kernel_options", "learn_labels",
+                "clip_space", "chunk_size", "grad_method", "jitter")  # fmt: skip
+        _, plan, _ = dp_kip.configure(
+            n=n_train, input_shape=shape, n_classes=len(self.classes or ()), epsilon=budget.epsilon,
+            delta=budget.delta, kernel=self.kernel, support_per_class=self.support_per_class,
+            batch_size=self.batch_size, epochs=self.epochs, learning_rate=self.learning_rate,
+            clip_norm=self.clip_norm, relative_reg=self.relative_reg,
+            **{k: v for k, v in opts.items() if k in keep},
+        )  # fmt: skip
+        if plan is None:  # pragma: no cover - a search always has a budget
+            raise ValueError("a search needs a private fit (epsilon is None)")
+        return [SelectionEvent("dpsgd", plan.noise_multiplier, plan.sampling_rate, plan.steps)]
 
     @property
     def support_(self) -> np.ndarray:
@@ -369,10 +450,6 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
 
 
 # --------------------------------------------------------------------------- DP-NTK
-
-
-#: folded into a ``sample(random_state=...)`` key (far above any split count of a fit)
-SAMPLE_TAG = 0x53414D50
 
 
 class DPNTKGenerator(_DPEstimator):
@@ -429,24 +506,27 @@ class DPNTKGenerator(_DPEstimator):
     def fit(self, X: Any, y: Any = None) -> DPNTKGenerator:
         from privkernels.synth import fit_table
 
-        self._key = key_from_seed(self.random_state)
+        key, public_key = self._keys()
+        self._sample_base = sampling_key(key, public_key)
         opts: dict[str, Any] = dict(label_mode=self.label_mode, iterations=self.iterations,
                                     d_code=self.d_code, batch_size=self.batch_size,
-                                    progress=bool(self.verbose))  # fmt: skip
+                                    progress=bool(self.verbose), public_key=public_key)  # fmt: skip
         if hasattr(X, "columns") or isinstance(X, dict):
             table = X
             schema = self._schema(X if y is None else _with_label(X, y, self.label or "label"))
             if y is not None:
                 table = _with_label(X, y, schema.label)
-            self.synth_: Any = fit_table(self._key, table, schema, epsilon=self.epsilon,
-                                    delta=self.delta, **opts, **(self.fit_options or {}))  # fmt: skip
+            with seeded_call():
+                self.synth_: Any = fit_table(key, table, schema, epsilon=self.epsilon,
+                                             delta=self.delta, **opts, **(self.fit_options or {}))  # fmt: skip
             self.schema_ = schema
         else:
-            self._fit_arrays(X, y, opts)
+            with seeded_call():
+                self._fit_arrays(key, X, y, opts)
         self._n_sampled = 0
         return self
 
-    def _fit_arrays(self, X: Any, y: Any, opts: dict[str, Any]) -> None:
+    def _fit_arrays(self, key: Any, X: Any, y: Any, opts: dict[str, Any]) -> None:
         from privkernels import dp_ntk
 
         if y is None:
@@ -460,31 +540,33 @@ class DPNTKGenerator(_DPEstimator):
                 f"{X.shape[1]} columns"
             )
         opts = {k: v for k, v in opts.items() if v is not None}
-        res = dp_ntk.fit(self._key, X.reshape((X.shape[0], *shape)), codes, epsilon=self.epsilon,
+        res = dp_ntk.fit(key, X.reshape((X.shape[0], *shape)), codes, epsilon=self.epsilon,
                          delta=self.delta, n_classes=len(self.classes_), **opts,
                          **(self.fit_options or {}))  # fmt: skip
         self._finish(res)
         self.synth_ = _ArraySynth(self.synth_)
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle / joblib / deepcopy state without the fit key (the fit's noise is a function
-        of it): an unpickled copy samples from fresh entropy, as a `load`-ed one does."""
-        state = dict(super().__getstate__())
-        state.pop("_key", None)
-        return state
+    def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
+        opts = dict(self.fit_options or {})
+        two = self.label_mode == "released" or opts.get("neighbouring") == "add-remove"
+        if self.classes is not None and len(self.classes) == 1:
+            two = opts.get("neighbouring") == "add-remove"
+        parts = budget.split(*opts.get("split", (0.9, 0.1))) if two else (budget,)
+        return [SelectionEvent("gaussian", gaussian_sigma(p.epsilon, p.delta)) for p in parts]
 
     def _sample_key(self, random_state: Any) -> Any:
-        """The key of one ``sample`` call. A given ``random_state`` is folded with
-        `SAMPLE_TAG`, so even the fit's own seed gives draws unrelated to the fit's noise
-        keys (``split(k, 2)[0]`` equals ``split(k, 4)[0]``, the fit's embedding key)."""
+        """The key of one ``sample`` call: sampling is post-processing, drawn from a stream
+        apart from the fit's noise keys. A given ``random_state`` is folded with
+        `SAMPLE_TAG`; otherwise the fit's sampling stream (`_sample_base`) with a counter,
+        or fresh entropy for a loaded or unpickled copy."""
         import jax
 
         if random_state is not None:
-            return jax.random.fold_in(key_from_seed(random_state), SAMPLE_TAG)
+            return jax.random.fold_in(_seed_key(random_state), SAMPLE_TAG)
         self._n_sampled = getattr(self, "_n_sampled", 0) + 1
-        base = getattr(self, "_key", None)
+        base = getattr(self, "_sample_base", None)
         return jax.random.fold_in(
-            base if base is not None else key_from_seed(None), 10_000 + self._n_sampled
+            base if base is not None else fresh_key(), 10_000 + self._n_sampled
         )
 
     def sample(self, n: int, *, random_state: Any = None) -> tuple[np.ndarray, np.ndarray]:
@@ -523,6 +605,17 @@ class DPNTKGenerator(_DPEstimator):
         super()._restore(arrays, meta, result)
         if not isinstance(result, _ArraySynth):
             self.schema_ = result.schema
+
+
+def _seed_key(seed: Any) -> Any:
+    """A ``sample`` key from ``random_state`` (an int, a key or None); not a release key."""
+    import jax
+
+    if seed is None:
+        return fresh_key()
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return jax.random.key(int(seed))
+    return seed
 
 
 @dataclasses.dataclass(frozen=True)

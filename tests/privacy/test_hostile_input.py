@@ -160,6 +160,7 @@ def run_regression_fit(**over):
         kernel_shift=0.5,
         width=8,
         n_classes=2,
+        neighbouring="beta-close",  # Alg. 2's own parameters are checked here
     )
     kw.update(over)
     kw["x"] = _resolve_x(kw["x"], X_TAB)
@@ -412,25 +413,41 @@ CORE_CASES = [
     # Gaussian sampling mechanism
     (
         "gaussian_sampling-not-square",
-        lambda: privacy.gaussian_sampling_mechanism(KEY, jnp.ones((2, 3)), 4),
+        lambda: privacy.gaussian_sampling_mechanism(
+            KEY, jnp.ones((2, 3)), 4, epsilon=0.5, delta=1e-5
+        ),
     ),
     (
         "gaussian_sampling-rank1",
-        lambda: privacy.gaussian_sampling_mechanism(KEY, jnp.ones((3,)), 4),
+        lambda: privacy.gaussian_sampling_mechanism(
+            KEY, jnp.ones((3,)), 4, epsilon=0.5, delta=1e-5
+        ),
     ),
     (
         "gaussian_sampling-nan",
-        lambda: privacy.gaussian_sampling_mechanism(KEY, _K.at[0, 0].set(jnp.nan), 4),
+        lambda: privacy.gaussian_sampling_mechanism(
+            KEY, _K.at[0, 0].set(jnp.nan), 4, epsilon=0.5, delta=1e-5
+        ),
     ),
     (
         "gaussian_sampling-asymmetric",
-        lambda: privacy.gaussian_sampling_mechanism(KEY, _K.at[0, 1].set(5.0), 4),
+        lambda: privacy.gaussian_sampling_mechanism(
+            KEY, _K.at[0, 1].set(5.0), 4, epsilon=0.5, delta=1e-5
+        ),
     ),
-    ("gaussian_sampling-k-zero", lambda: privacy.gaussian_sampling_mechanism(KEY, _K, 0)),
-    ("gaussian_sampling-k-float", lambda: privacy.gaussian_sampling_mechanism(KEY, _K, 2.5)),
+    (
+        "gaussian_sampling-k-zero",
+        lambda: privacy.gaussian_sampling_mechanism(KEY, _K, 0, epsilon=0.5, delta=1e-5),
+    ),
+    (
+        "gaussian_sampling-k-float",
+        lambda: privacy.gaussian_sampling_mechanism(KEY, _K, 2.5, epsilon=0.5, delta=1e-5),
+    ),
     (
         "gaussian_sampling-empty",
-        lambda: privacy.gaussian_sampling_mechanism(KEY, jnp.zeros((0, 0)), 4),
+        lambda: privacy.gaussian_sampling_mechanism(
+            KEY, jnp.zeros((0, 0)), 4, epsilon=0.5, delta=1e-5
+        ),
     ),
     # clipping / noisy sum
     ("clip_per_example-clip-zero", lambda: privacy.clip_per_example(_G, 0.0)),
@@ -517,7 +534,7 @@ def test_gaussian_sampling_rejects_non_psd_matrix(monkeypatch):
     for kmat in (-jnp.eye(3), jnp.asarray([[1.0, 2.0], [2.0, 1.0]])):  # eigenvalues -1 (and 3)
         for k in (2, 4):
             with pytest.raises(ValueError, match="positive semi-definite"):
-                privacy.gaussian_sampling_mechanism(KEY, kmat, k)
+                privacy.gaussian_sampling_mechanism(KEY, kmat, k, epsilon=0.5, delta=1e-5)
 
 
 def test_gaussian_mechanism_float64_input_consistent():

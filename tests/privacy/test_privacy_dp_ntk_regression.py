@@ -151,7 +151,8 @@ def test_fit_refuses_k_above_the_private_maximum():
     """fit with k larger than max_k (the broken variant at the method level) raises ValueError."""
     x = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
     y = np.array([0, 1, 0, 1, 0, 1])
-    kw = dict(epsilon=0.8, delta=1e-5, beta=1e-6, kernel_shift=0.5, width=16)
+    kw = dict(epsilon=0.8, delta=1e-5, beta=1e-6, kernel_shift=0.5, width=16,
+              neighbouring="beta-close")  # fmt: skip
     model = reg.fit(jax.random.key(0), x, y, **kw)
     rec = model.report.mechanisms[0]
     assert 1 <= model.k == rec.param_dict["k_max"]
@@ -183,6 +184,7 @@ def test_fit_calls_the_mechanisms_with_the_stated_parameters(monkeypatch, fit_in
         kernel_shift=0.5,
         width=16,
         split=(0.25, 0.75),
+        neighbouring="beta-close",
         fit_intercept=fit_intercept,
     )
     assert len(tl) == 1 and len(gs) == 1
@@ -283,7 +285,7 @@ def _gs_audit(key, k, m_scale=1.0, trials=20_000, batch_size=None):
     s2 = jnp.diag(jnp.asarray([1 / (1 + m), 1.0], jnp.float32))
 
     def mech(kk, sigma):
-        return privacy.gaussian_sampling_mechanism(kk, sigma, k)
+        return privacy.gaussian_sampling_mechanism(kk, sigma, k, epsilon=0.5, delta=1e-5)
 
     return audit.audit_gaussian_release(
         key,
@@ -305,9 +307,9 @@ def test_gaussian_sampling_output_distribution(gs_path, k):
     (k <= n) and the Bartlett/Wishart path (k > n), on both factorization paths: KS tests with
     fixed keys."""
     sig = jnp.asarray([[2.0, 0.5], [0.5, 1.0]], jnp.float32)
-    out = jax.vmap(lambda kk: privacy.gaussian_sampling_mechanism(kk, sig, k))(
-        jax.random.split(jax.random.key(3), 3000)
-    )
+    out = jax.vmap(
+        lambda kk: privacy.gaussian_sampling_mechanism(kk, sig, k, epsilon=0.5, delta=1e-5)
+    )(jax.random.split(jax.random.key(3), 3000))
     out = np.asarray(out, np.float64)
     np.testing.assert_allclose(out, np.swapaxes(out, 1, 2), atol=1e-5)
     assert np.all(np.linalg.eigvalsh(out) > -1e-5)
@@ -406,7 +408,7 @@ def test_a_resume_never_hands_back_another_beta_or_an_unproven_report(tmp_path):
     only with ``allow_unproven=True``, as a fresh fit at that budget would require."""
     x = np.random.default_rng(4).normal(size=(20, 3)).astype(np.float32)
     ck = tmp_path / "unproven.npz"
-    kw = dict(epsilon=4.0, checkpoint_path=ck)  # eps_alpha = 2 >= 1: outside Lemma D.1
+    kw = dict(epsilon=4.0, checkpoint_path=ck, neighbouring="beta-close")  # eps_alpha = 2 >= 1
     saved = reg.fit(jax.random.key(0), x, np.arange(20) % 2, n_classes=2, allow_unproven=True,
                     **kw)  # fmt: skip
     assert not saved.report.proven

@@ -155,11 +155,13 @@ def test_resume_never_hands_back_another_relation_or_solver(tmp_path, asked):
     """A saved beta-close fit (labels unprotected) is refused on a replace-one resume."""
     x = np.random.default_rng(2).normal(size=(20, 3)).astype(np.float32)
     ck = tmp_path / "beta.npz"
-    reg.fit(jax.random.key(0), x, np.arange(20) % 2, epsilon=0.5, n_classes=2, checkpoint_path=ck)
+    reg.fit(jax.random.key(0), x, np.arange(20) % 2, epsilon=0.5, n_classes=2, checkpoint_path=ck,
+            neighbouring="beta-close")  # fmt: skip
     with pytest.raises(ValueError, match="neighbouring='beta-close'"):
         reg.fit(jax.random.key(0), None, None, epsilon=0.5, checkpoint_path=ck, resume=True,
                 neighbouring="replace-one", **asked)  # fmt: skip
-    back = reg.fit(jax.random.key(0), None, None, epsilon=0.5, checkpoint_path=ck, resume=True)
+    back = reg.fit(jax.random.key(0), None, None, epsilon=0.5, checkpoint_path=ck, resume=True,
+                   neighbouring="beta-close")  # fmt: skip
     assert back.config.neighbouring == "beta-close"
 
 

@@ -22,6 +22,7 @@ from _privacy_helpers import forbid_noise
 from privkernels import PrivacyLeakWarning, dp_kip, dp_ntk, features, privacy
 from privkernels import dp_ntk_regression as reg
 from privkernels.privacy.mechanisms import truncated_laplace_bound
+from privkernels.privacy.warnings import SeededKeyWarning
 
 # --------------------------------------------------------------------------- F1
 
@@ -200,7 +201,8 @@ def test_f3_regression_two_budgets_one_key_do_not_reveal_the_inputs():
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     y = np.arange(30) % 2
     key = jax.random.key(3)
-    kw = dict(delta=1e-5, kernel_shift=1.0, reg=1.0, width=16, n_classes=2, fit_intercept=False)
+    kw = dict(delta=1e-5, kernel_shift=1.0, reg=1.0, width=16, n_classes=2, fit_intercept=False,
+              neighbouring="beta-close")  # fmt: skip
     m1 = reg.fit(key, x, y, epsilon=0.5, **kw)
     m2 = reg.fit(key, x, y, epsilon=1.5, **kw)
     l1 = m1.report.mechanisms[1].param_dict["scale"]
@@ -379,6 +381,7 @@ def test_f6_dp_kip_inferred_n_classes_warns_and_is_noted():
     assert any("n_classes was inferred" in n for n in res.report.notes)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
+        warnings.simplefilter("ignore", SeededKeyWarning)  # the tests' int keys
         res = dp_kip.fit(
             jax.random.key(0),
             x,
@@ -434,6 +437,7 @@ def test_f7_eta_min_violation_is_refused_before_noise(monkeypatch):
             beta=1e-9,
             width=8,
             n_classes=2,
+            neighbouring="beta-close",
         )
 
 
@@ -452,6 +456,7 @@ def test_f7_eta_min_that_holds_is_accepted():
         beta=1e-9,
         width=8,
         n_classes=2,
+        neighbouring="beta-close",
     )
     assert model.report.proven
 
@@ -461,7 +466,7 @@ def test_f8_eps_alpha_at_least_one_needs_an_explicit_opt_in(monkeypatch):
     with allow_unproven=True the report is marked unproven."""
     x = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
     y = np.arange(10) % 2
-    kw = dict(delta=1e-5, kernel_shift=1.0, width=8, n_classes=2)
+    kw = dict(delta=1e-5, kernel_shift=1.0, width=8, n_classes=2, neighbouring="beta-close")
     with monkeypatch.context() as mp:
         forbid_noise(mp)
         with pytest.raises(ValueError, match="allow_unproven"):

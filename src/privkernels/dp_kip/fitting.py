@@ -51,11 +51,13 @@ from privkernels.dp_kip.train import (
 from privkernels.privacy.accounting import DPSGD_RELATIONS, check_relation, check_sampling_rate
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.dpsgd import DPSGDPlan, dpsgd_plan
+from privkernels.privacy.keys import release_key
 from privkernels.privacy.report import (
     PrivacyReport,
     check_neighbouring,
     compose,
     non_private_report,
+    with_notes,
 )
 from privkernels.privacy.warnings import warn_privacy_leak
 
@@ -119,12 +121,17 @@ def fit(
     eval_every: int = 1,
     diagnostics: bool = False,
     max_steps: int | None = None,
+    public_key: Any = None,
 ) -> DPKIPResult:
     """Distil ``(x, y)`` into ``support_per_class`` points per class with DP-KIP (Alg. 1).
 
     Args:
-      key: ``jax.random.key``; split into support init, corruption mask, kernel
-        parameters (e-NTK) and training (step ``t``: ``fold_in(k_train, t)``).
+      key: ``jax.random.key`` of the release; split into support init (and the DP-NTK
+        start), corruption mask, kernel parameters (e-NTK) and training (step ``t``:
+        ``fold_in(fold_digest(k_train, plan.digest), t)``: batches and noise bound to the
+        plan). A key that visibly comes from a small int draws reproducible, not secret,
+        noise (`privkernels.privacy.SeededKeyWarning`, report note; use
+        `privkernels.fresh_key`).
       x: ``(n, *input_shape)`` float private inputs; y: ``(n,)`` int labels.
       epsilon, delta: target budget; ``epsilon=None``: the non-private KIP baseline.
       n_classes: number of classes; None reads ``max(y) + 1`` with a
@@ -144,6 +151,10 @@ def fit(
       diagnostics: record the un-noised loss, clip fraction and batch sizes
         (NOT private: ``PrivacyLeakWarning``).
       max_steps: stop after this many steps in total; the report covers them.
+      public_key: the key of the data-independent draws (Gaussian support init,
+        corruption mask, e-NTK parameters), independent of ``key`` (a fresh key: the
+        saved mask and parameters then say nothing about the noise key); None derives
+        them from ``key``.
 
     Returns:
       `DPKIPResult`.
@@ -151,7 +162,7 @@ def fit(
     Raises:
       ValueError: on bad input (TypeError on wrong kinds), before any noise is drawn.
     """
-    key = check_key(key)
+    key, seeded = release_key(key)
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     _check_checkpoint_args(ck, resume)
     run = _prepare(
@@ -159,10 +170,13 @@ def fit(
     )
     cfg, data, test = run["config"], run["data"], run["test"]
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
+    k_support = k_init  # the Gaussian start (the DP-NTK start draws its noise from k_init)
+    if public_key is not None:
+        k_support, k_corrupt, k_kernel = jax.random.split(check_key(public_key, "public_key"), 3)
     if run["dp_init"] is not None:  # everything that can refuse, before that release
         _check_before_release(run)
     history = _new_history(test is not None, diagnostics)
-    key_check = None if ck is None else _key_check(key)
+    key_check = None if ck is None else _key_check(key, public_key)
     saved = (  # read once and checked whole (settings, key, history, state) before noise
         _read_checkpoint(ck, cfg, key_check, run["optimizer"], history) if resume else None
     )
@@ -175,7 +189,7 @@ def fit(
     if saved is not None:  # the checkpoint's state and history, restored by _read_checkpoint
         state, history = saved[0], saved[1]["history"]
     else:
-        params = {"x": init_fn(k_init, cfg.n_support, cfg.input_shape)}
+        params = {"x": init_fn(k_support, cfg.n_support, cfg.input_shape)}
         state = initial_state(cfg, params, run["optimizer"], corrupted)
     stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
     save = functools.partial(_save, ck, cfg=cfg, init_report=init_report, key_check=key_check)
@@ -200,6 +214,7 @@ def fit(
     report = _report(cfg, run["plan"], steps_done, init_line, run["notes"], diagnostics)
     if init_report is not None:
         report = compose(init_report, report)
+    report = with_notes(report, seeded)
     return DPKIPResult(
         support_x=np.asarray(state.params["x"]),
         support_y=support_labels(cfg.n_classes, cfg.support_per_class),
@@ -832,11 +847,13 @@ def _save(
 KEY_CHECK_ROUNDS = 200_000
 
 
-def _key_check(key: Any) -> str:
-    """A deliberately slow one-way digest of ``key`` (PBKDF2 over its bits, 16 hex digits): a
-    checkpoint resumes only under the key that wrote it, so a copy cannot be forked into runs
-    with other noise. As secret as the key's entropy allows (fresh keys: 64 bits)."""
-    bits = np.asarray(checkpoint.key_to_array(key)[0], np.uint32)
+def _key_check(key: Any, public_key: Any = None) -> str:
+    """A deliberately slow one-way digest of ``key`` (and ``public_key`` when given; PBKDF2 over
+    their bits, 16 hex digits): a checkpoint resumes only under the keys that wrote it, so a
+    copy cannot be forked into runs with other noise. As secret as the key's entropy allows
+    (fresh keys: 64 bits)."""
+    given = [k for k in (key, public_key) if k is not None]
+    bits = np.concatenate([np.asarray(checkpoint.key_to_array(k)[0], np.uint32) for k in given])
     salt = b"privkernels.dp_kip.checkpoint key"
     return hashlib.pbkdf2_hmac("sha256", bits.tobytes(), salt, KEY_CHECK_ROUNDS).hex()[:16]
 

@@ -35,6 +35,7 @@ from privkernels.dp_kip.clipped_sums import clipped_sum_fn
 from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.dp_kip.krr import support_repr
 from privkernels.privacy.dpsgd import DPSGDPlan, add_dpsgd_noise
+from privkernels.privacy.keys import fold_digest
 from privkernels.privacy.sampling import poisson_schedule
 
 __all__ = [
@@ -145,10 +146,20 @@ class Trainer(NamedTuple):
     targets: str = "inputs"
 
 
-def step_keys(k_train: Any, start: int, count: int) -> tuple[jax.Array, jax.Array]:
-    """``(sampling keys, noise keys)`` ``(count,)`` of steps ``start .. start + count - 1``."""
+def step_keys(
+    k_train: Any, start: int, count: int, digest: tuple[int, int] | None
+) -> tuple[jax.Array, jax.Array]:
+    """``(sampling keys, noise keys)`` ``(count,)`` of steps ``start .. start + count - 1``.
+
+    Both come from ``fold_digest(k_train, digest)`` with ``digest`` the plan's parameter
+    digest (`DPSGDPlan.digest`: q, sigma, steps, C, relation, budget), so one key at two
+    budgets draws independent Poisson batches as well as independent noise: two releases
+    over the same batches with independent noise are one release at a smaller sigma.
+    ``digest=None`` (the non-private baseline: nothing to protect) uses ``k_train`` itself.
+    """
+    base = k_train if digest is None else fold_digest(k_train, (digest[0], digest[1]))
     steps = jnp.arange(start, start + count, dtype=jnp.uint32)
-    both = jax.vmap(lambda s: jax.random.split(jax.random.fold_in(k_train, s)))(steps)
+    both = jax.vmap(lambda s: jax.random.split(jax.random.fold_in(base, s)))(steps)
     return both[:, 0], both[:, 1]
 
 
@@ -389,9 +400,10 @@ def make_trainer(
     if mesh is not None and targets != "inputs":
         raise ValueError("with a mesh the rows must be inputs (targets='inputs')")
     hyper = _hyper(config, plan)
+    digest = None if plan is None else plan.digest
     step, scan = _compiled(config, spec, optimizer, cacheable, mesh, targets)
     if mesh is not None:
-        run_mesh = _mesh_runner(scan, config, hyper, n, min_pad, mesh)
+        run_mesh = _mesh_runner(scan, config, hyper, n, min_pad, mesh, digest)
         return Trainer(config, spec, plan, lambda s, b, k: step(s, b, k, hyper), run_mesh, targets)
 
     def train_step(state: State, batch: Batch, key: Any) -> tuple[State, StepInfo]:
@@ -400,7 +412,7 @@ def make_trainer(
     def run_steps(
         state: State, x: jax.Array, y: jax.Array, k_train: Any, count: int
     ) -> tuple[State, StepInfo]:
-        k_batch, k_noise = step_keys(k_train, int(state.step), count)
+        k_batch, k_noise = step_keys(k_train, int(state.step), count, digest)
         sched = poisson_schedule(
             k_batch,
             n,
@@ -421,6 +433,7 @@ def _mesh_runner(
     n: int,
     min_pad: int,
     mesh: Any,
+    digest: tuple[int, int] | None,
 ) -> Callable[..., tuple[State, StepInfo]]:
     """``run_steps`` over a mesh: Poisson inclusion drawn ahead, sharded by rows."""
     from jax.sharding import NamedSharding
@@ -434,7 +447,7 @@ def _mesh_runner(
     def run_steps(
         state: State, x: jax.Array, y: jax.Array, k_train: Any, count: int
     ) -> tuple[State, StepInfo]:
-        k_batch, k_noise = step_keys(k_train, int(to_host(state.step)), count)
+        k_batch, k_noise = step_keys(k_train, int(to_host(state.step)), count, digest)
         include, _ = poisson_inclusion(k_batch, n, config.sampling_rate)
         inc = np.zeros((count, int(x.shape[0])), bool)
         inc[:, :n] = np.asarray(include)  # padding rows are never sampled

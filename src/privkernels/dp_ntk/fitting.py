@@ -47,7 +47,8 @@ from privkernels.dp_ntk.train import (
 )
 from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
 from privkernels.privacy.budget import Budget, as_budget
-from privkernels.privacy.report import PrivacyReport, check_neighbouring, compose
+from privkernels.privacy.keys import release_key
+from privkernels.privacy.report import PrivacyReport, check_neighbouring, compose, with_notes
 
 __all__ = ["fit", "default_generator", "CHECKPOINT_FORMAT"]
 
@@ -104,11 +105,16 @@ def fit(
     method: str = "auto",
     checkpoint_every: int | None = None,
     callback: Callable[[int, float], None] | None = None,
+    public_key: jax.Array | None = None,
 ) -> DPNTKResult:
     """Train a DP-NTK generator (Algorithm 1).
 
     Args:
-      key: JAX PRNG key; split into (release, label release, generator init, training).
+      key: JAX PRNG key of the release: split into (embedding, label release,
+        generator init, training). A key that visibly comes from a small int
+        (``jax.random.key(0)``) draws reproducible, not secret, noise: a
+        `privkernels.privacy.SeededKeyWarning` and a report note say so (use
+        `privkernels.fresh_key` for a release).
       x: ``(n, *data_shape)`` private examples; y: ``(n,)`` int labels. Not read
         when resuming (may be None then).
       epsilon, delta: total budget; ``epsilon=None`` -> non-private baseline.
@@ -147,6 +153,11 @@ def fit(
       chunk_size, method: passed to the feature core.
       checkpoint_every: checkpoint interval in iterations (also the scan length).
       callback: ``callback(iteration, loss)`` after each iteration.
+      public_key: the key of the data-independent draws (e-NTK weights, generator
+        init and training: everything the result keeps), independent of the noise
+        key (a fresh key: the saved weights then say nothing about ``key``). None
+        derives them from ``key`` (split siblings of the noise keys: one-way, but a
+        guess of a seeded ``key`` can be checked against them).
 
     Returns:
       `DPNTKResult`.
@@ -160,7 +171,7 @@ def fit(
                        progress, callback, neighbouring)  # fmt: skip
     if ck is not None:  # before the release, not at the first save
         checkpoint.check_new(ck, "continue it (nothing is released again)")
-    key = check_key(key)
+    key, seeded = release_key(key)
     n_classes, inferred = infer_n_classes(y, n_classes)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)
@@ -171,12 +182,16 @@ def fit(
     _check_generator_range(x, generator)
     groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else groups
     k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
-    if ntk_params is None:  # same split as private_embedding uses internally
-        ntk_params = _init_ntk(jax.random.split(k_emb)[0], network, cfg.data_shape)
+    k_ntk = jax.random.split(k_emb)[0]  # private_embedding's own split (weights, noise)
+    if public_key is not None:  # data-independent draws from their own stream
+        k_ntk, k_gen, k_train = jax.random.split(check_key(public_key, "public_key"), 3)
+    if ntk_params is None:
+        ntk_params = _init_ntk(k_ntk, network, cfg.data_shape)
     gparams = _init_generator(k_gen, generator, cfg, network, ntk_params)  # refuses before noise
     noisy_emb, proportions, report = _release(
         k_emb, k_lab, x, y_np, budget, cfg, network, ntk_params, inferred, mesh, neighbouring
     )
+    report = with_notes(report, seeded)
     del x, y, y_np  # everything below is post-processing
     state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), k_train, jnp.int32(0))
     result = DPNTKResult(generator, gparams, network, ntk_params, noisy_emb, proportions, report,

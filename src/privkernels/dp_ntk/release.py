@@ -28,8 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privkernels._validation import check_array, check_int, check_key, check_labels
-from privkernels.privacy.budget import as_budget
+from privkernels._validation import check_array, check_int, check_labels
+from privkernels.privacy.budget import Budget, as_budget
+from privkernels.privacy.keys import release_key
 from privkernels.privacy.release import gaussian_release
 from privkernels.privacy.report import (
     ADD_REMOVE,
@@ -50,6 +51,7 @@ __all__ = [
     "NTK_PARAMS_NOTE",
     "N_PUBLIC_NOTE",
     "RELEASED_MEAN",
+    "check_release_records",
     "RELEASED_SUMS",
     "RELEASED_N",
 ]
@@ -177,7 +179,7 @@ def private_embedding(
     Raises:
       ValueError: on bad input (and TypeError on wrong kinds), before any noise is drawn.
     """
-    key = check_key(key)
+    key, seeded = release_key(key)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)
     neighbouring = check_neighbouring(neighbouring, DP_NTK_RELATIONS)
@@ -220,7 +222,9 @@ def private_embedding(
         released=f"{what} ({emb.shape[0]}, {n_classes})",
         **extra,
     )
-    report = PrivacyReport.from_mechanisms([record], neighbouring, data_independent=public)
+    report = PrivacyReport.from_mechanisms(
+        [record], neighbouring, data_independent=public, notes=seeded
+    )
     return jnp.asarray(noisy, jnp.float32), report
 
 
@@ -241,7 +245,7 @@ def private_class_proportions(
     Returns:
       ``(proportions (n_classes,) float64 summing to 1, PrivacyReport)``.
     """
-    key = check_key(key)
+    key, seeded = release_key(key)
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     y_np = check_labels(y, n_classes, "y")
     budget = as_budget(epsilon, delta)
@@ -262,7 +266,7 @@ def private_class_proportions(
     total = clipped.sum()
     out = clipped / total if total > 0 else np.full(n_classes, 1.0 / n_classes)
     return out, PrivacyReport.from_mechanisms(
-        [record], REPLACE_ONE, data_independent=(N_PUBLIC_NOTE,)
+        [record], REPLACE_ONE, data_independent=(N_PUBLIC_NOTE,), notes=seeded
     )
 
 
@@ -286,7 +290,7 @@ def private_class_counts(
     Returns:
       ``(noisy counts (n_classes,) or (1,) float64, PrivacyReport)`` under add-remove.
     """
-    key = check_key(key)
+    key, seeded = release_key(key)
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     y_np = check_labels(y, n_classes, "y")
     budget = as_budget(epsilon, delta)
@@ -302,7 +306,9 @@ def private_class_counts(
         released=f"class counts ({n_classes},)" if per_class else f"{RELEASED_N} (1,)",
         post_processing="clipped at 0; the total divides the class sums",
     )
-    return np.asarray(noisy, np.float64), PrivacyReport.from_mechanisms([record], ADD_REMOVE)
+    return np.asarray(noisy, np.float64), PrivacyReport.from_mechanisms(
+        [record], ADD_REMOVE, notes=seeded
+    )
 
 
 def normalise_sums(sums: jax.Array, noisy_counts: np.ndarray) -> tuple[jax.Array, np.ndarray]:
@@ -324,3 +330,53 @@ def _counts(y_np: Any, n_classes: int) -> np.ndarray:
             to_host(jax.jit(lambda a: jnp.sum(jax.nn.one_hot(a, n_classes), axis=0))(y_np))
         )
     return np.bincount(y_np, minlength=n_classes)
+
+
+def _expected(relation: str, released_labels: bool, n: int) -> list[tuple[str, float]]:
+    """``(released name prefix, sensitivity)`` of each record `fitting` writes."""
+    if relation == ADD_REMOVE:
+        return [(RELEASED_SUMS, 1.0), ("class counts" if released_labels else RELEASED_N, 1.0)]
+    out = [(RELEASED_MEAN, 2.0 / n)]
+    if released_labels:
+        out.append(("class proportions", math.sqrt(2.0) / n))
+    return out
+
+
+def check_release_records(
+    report: PrivacyReport,
+    *,
+    epsilon: float | None,
+    delta: float | None,
+    split: tuple[float, float],
+    label_mode: str,
+) -> None:
+    """Refuse a loaded DP-NTK report that is not what `privkernels.dp_ntk.fit` releases for
+    this config: the records (one per release, in order) under the report's relation, each
+    with the sensitivity of that relation (replace-one: ``2/n`` and ``sqrt(2)/n`` with the
+    recorded public n; add-remove: 1) and its share of ``(epsilon, delta)``. The records'
+    own consistency (sigma against epsilon) is `PrivacyReport.from_dict`'s."""
+    if not report.private:
+        return
+    if epsilon is None or delta is None:
+        raise ValueError("saved report is private but the config holds no budget")
+    relation = check_neighbouring(report.neighbouring, DP_NTK_RELATIONS)
+    released = label_mode == "released"
+    records = report.mechanisms
+    n = int(records[0].param_dict.get("n", 0)) if relation == REPLACE_ONE else 1
+    if n < 1:
+        raise ValueError("saved report's embedding record has no public n")
+    expected = _expected(relation, released, n)
+    total = Budget(epsilon, delta)
+    parts = total.split(*split) if len(expected) == 2 else (total,)
+    ok = len(records) == len(expected)
+    for rec, (name, sens), part in zip(records, expected, parts, strict=False):
+        ok = ok and rec.name == "gaussian" and rec.released.startswith(name)
+        ok = ok and math.isclose(float(rec.sensitivity or 0.0), sens, rel_tol=1e-9)
+        ok = ok and math.isclose(rec.epsilon, part.epsilon, rel_tol=1e-9)
+        ok = ok and math.isclose(rec.delta, part.delta, rel_tol=1e-9)
+        ok = ok and int(rec.param_dict.get("n", n)) == n
+    if not ok:
+        raise ValueError(
+            "saved report does not hold the releases this DP-NTK config makes under "
+            f"{relation} (record names, sensitivities or budget shares differ)"
+        )

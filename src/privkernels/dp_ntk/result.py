@@ -22,6 +22,7 @@ import numpy as np
 
 from privkernels import checkpoint
 from privkernels._validation import check_int, check_key, check_labels
+from privkernels.dp_ntk.release import check_release_records
 from privkernels.dp_ntk.train import DPNTKConfig
 from privkernels.generators import ColumnGroup, discretize, make_code
 from privkernels.privacy.report import PrivacyReport
@@ -137,6 +138,10 @@ def result_from(
         config.epsilon is None or abs(report.epsilon - config.epsilon) > 1e-9 * config.epsilon
     ):
         raise ValueError("saved report and config disagree on the budget")
+    check_release_records(
+        report, epsilon=config.epsilon, delta=config.delta, split=config.split,
+        label_mode=config.label_mode,
+    )  # fmt: skip
     return DPNTKResult(
         generator=generator
         if generator is not None

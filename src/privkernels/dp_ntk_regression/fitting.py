@@ -42,6 +42,7 @@ from privkernels.dp_ntk_regression.model import (
 from privkernels.dp_ntk_regression.sensitivity import max_k, sensitivity_bound, shift_for_k
 from privkernels.linalg import ridge_solve
 from privkernels.privacy.budget import Budget, as_budget
+from privkernels.privacy.keys import release_key
 from privkernels.privacy.release import gaussian_sampling_release, truncated_laplace_release
 from privkernels.privacy.report import (
     BETA_CLOSE,
@@ -50,7 +51,9 @@ from privkernels.privacy.report import (
     PrivacyReport,
     check_neighbouring,
     non_private_report,
+    with_notes,
 )
+from privkernels.privacy.warnings import warn_beta_close
 
 __all__ = ["fit", "LABELS_NOT_PROTECTED", "AUTO_SHIFT_SAMPLES"]
 
@@ -88,7 +91,7 @@ def fit(
     weight_std: float = 1.0,
     kernel_shift: float | Literal["auto"] = "auto",
     fit_intercept: bool = True,
-    neighbouring: Literal["beta-close", "replace-one"] = "beta-close",
+    neighbouring: Literal["replace-one", "beta-close"] = "replace-one",
     features: int | None = None,
     target_bound: float = 1.0,
     ridge_factor: float | None = None,
@@ -96,11 +99,15 @@ def fit(
     chunk_size: int = 1024,
     dtype: Literal["float32", "float64"] | Any = "float32",
     allow_unproven: bool = False,
+    public_key: Any = None,
 ) -> DPNTKRegressionModel:
     """Fit private quadratic-NTK ridge regression (Gu et al., Alg. 2).
 
     Args:
-      key: ``jax.random.key``; split into (weights, kernel mechanism, input mechanism).
+      key: ``jax.random.key`` of the release; split into (weights, kernel mechanism, input
+        mechanism), or (weights, sketch, noise) under replace-one. A key that visibly comes
+        from a small int draws reproducible, not secret, noise
+        (`privkernels.privacy.SeededKeyWarning`, report note; use `privkernels.fresh_key`).
       x: ``(n, d)`` training inputs (higher-rank inputs are flattened per example);
         projected to the L2 ball of radius ``input_bound`` (in ``[1e-6, 1e6]``) first.
       y: ``(n,)`` integer labels (one-hot targets, Sec. 6.1) or ``(n,)`` / ``(n, c)``
@@ -137,11 +144,12 @@ def fit(
       fit_intercept: append a constant (bias) coordinate to every input
         (`input_map`; no privacy cost).
         Without it the quadratic NTK has no bias term (the paper's setting).
-      neighbouring: ``"beta-close"`` (default; the paper's Alg. 2: a feature move of at
-        most ``beta``, labels public) or ``"replace-one"`` (standard (epsilon, delta)-DP for
-        replacing a whole record, label included: sufficient-statistics perturbation on
-        sketched NTK features, `privkernels.dp_ntk_regression.replace_one`; ``beta``,
-        ``eta_min``, ``split``, ``k``, ``kernel_shift`` do not apply).
+      neighbouring: ``"replace-one"`` (default: standard (epsilon, delta)-DP for replacing
+        a whole record, label included: sufficient-statistics perturbation on sketched NTK
+        features, `privkernels.dp_ntk_regression.replace_one`; ``beta``, ``eta_min``,
+        ``split``, ``k``, ``kernel_shift`` do not apply) or ``"beta-close"`` (the paper's
+        Alg. 2, asked for explicitly: a feature move of at most ``beta``, labels public; NOT
+        standard DP, so it raises a `PrivacyLeakWarning` and its report says so first).
       features, target_bound, ridge_factor: replace-one only: sketch size ``D``
         (default 1024), public bound on each target row's L2 norm (one-hot labels: 1),
         ridge ``reg + ridge_factor * 2 sigma_noise sqrt(D)`` (default 0.125).
@@ -156,6 +164,9 @@ def fit(
       dtype: ``"float32"`` (default) or ``"float64"`` (local ``jax.enable_x64``).
       allow_unproven: ``eps_alpha >= 1`` lies outside Lemma D.1; refused unless True,
         and the report is then marked ``proven=False``.
+      public_key: the key of the data-independent draws (NTK weights, sketch), independent
+        of ``key`` (a fresh key: the saved weights then say nothing about the noise key);
+        None derives them from ``key``.
 
     Returns:
       `DPNTKRegressionModel` (beta-close report with two mechanisms).
@@ -165,13 +176,15 @@ def fit(
         drawn; also when no k satisfies the privacy condition (see `max_k`).
     """
     check_neighbouring(neighbouring, (BETA_CLOSE, REPLACE_ONE))  # a resume too
+    if neighbouring == BETA_CLOSE and epsilon is not None:
+        warn_beta_close()
     ck = None if checkpoint_path is None else Path(checkpoint_path)
     if resume:
         return _resume(ck, x, y, epsilon, delta, neighbouring=neighbouring, solver=solver,
                        beta=beta, allow_unproven=allow_unproven)  # fmt: skip
     if ck is not None:  # before the release, not when the model is saved
         checkpoint.check_new(ck, "return the saved model")
-    key = check_key(key)
+    key, seeded = release_key(key)
     budget = as_budget(epsilon, delta)
     if solver not in ("ridge", "kernel-mean"):
         raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {solver!r}")
@@ -183,7 +196,7 @@ def fit(
             raise ValueError("mesh= shards the beta-close kernel matrix; replace-one fits run on "
                              "one device: pass mesh=None")  # fmt: skip
         fit_one = _fit_kernel_mean if solver == "kernel-mean" else _fit_replace_one
-        model = fit_one(key, budget, locals())
+        model = _noted(fit_one(key, budget, locals()), seeded)
         if ck is not None:
             model.save(ck)
         return model
@@ -193,6 +206,8 @@ def fit(
     d_in = d + int(cfg.fit_intercept)
     with x64(dt == jnp.float64):
         k_w, k_alpha, k_x = jax.random.split(key, 3)
+        if public_key is not None:
+            k_w = check_key(public_key, "public_key")
         # Data-independent weights first: the fixed-weights sensitivity bound needs them.
         weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
         plan = None if budget is None else _plan(cfg, budget, n, weights, allow_unproven)
@@ -204,19 +219,24 @@ def fit(
         if plan is not None and cfg.eta_min is not None and cfg.eta_min > cfg.kernel_shift:
             _check_eta_min(xp, weights, cfg.eta_min, cfg.kernel_shift, cfg.chunk_size)
         kmat = kernel_matrix(xp, xp, weights, cfg.chunk_size, mesh=mesh)
-        if cfg.kernel_shift > 0:
-            kmat = add_diagonal(kmat, jnp.asarray(cfg.kernel_shift, dt))
         y_j = jnp.asarray(y_mat, dtype=dt)
         if plan is None:
+            if cfg.kernel_shift > 0:
+                kmat = add_diagonal(kmat, jnp.asarray(cfg.kernel_shift, dt))
             alpha = ridge_solve(kmat, y_j, jnp.asarray(cfg.reg, dt))
             _check_finite(alpha, dt)
             cfg = dataclasses.replace(cfg, k=None)
             model = DPNTKRegressionModel(alpha, xp, weights, _non_private(), cfg)
         else:
             model = _release(k_alpha, k_x, kmat, xp, y_j, weights, cfg, plan, n, d, dt, inferred)
+    model = _noted(model, seeded)
     if ck is not None:
         model.save(ck)
     return model
+
+
+def _noted(model: DPNTKRegressionModel, notes: tuple[str, ...]) -> DPNTKRegressionModel:
+    return dataclasses.replace(model, report=with_notes(model.report, notes)) if notes else model
 
 
 def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> DPNTKRegressionModel:
@@ -242,6 +262,8 @@ def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
         raise ValueError("neighbouring='replace-one' runs in float32")
     d_in = d + int(cfg.fit_intercept)
     k_w, k_s, k_noise = jax.random.split(key, 3)
+    if args["public_key"] is not None:
+        k_w, k_s = jax.random.split(check_key(args["public_key"], "public_key"))
     weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std)
     sketch = r1.draw_sketch(k_s, d_in, cfg.width, features, jnp.float32)
     xp = input_map(jnp.asarray(np.asarray(x_arr, np.float32).reshape(n, d)), cfg.input_bound,
@@ -500,6 +522,7 @@ def _release(
         kmat,
         budget=plan.kernel,
         k=plan.k,
+        shift=cfg.kernel_shift,
         released=f"kernel matrix K~ = (1/k) sum g g^T, g ~ N(0, K + {cfg.kernel_shift:g} I) "
         f"({n}, {n}); only alpha = (K~ + reg I)^-1 Y is kept",
         sensitivity=plan.bounds["used"],

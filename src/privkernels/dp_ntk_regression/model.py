@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 from functools import partial
 from pathlib import Path
@@ -23,7 +24,12 @@ from privkernels._batching import map_row_chunks
 from privkernels._config import ConfigMixin
 from privkernels._validation import check_array
 from privkernels.dp_ntk_regression.kernel import input_map, kernel_block
+from privkernels.dp_ntk_regression.kernel_mean import SENSITIVITY as KERNEL_MEAN_SENSITIVITY
+from privkernels.dp_ntk_regression.replace_one import ssp_sensitivity
+from privkernels.dp_ntk_regression.sensitivity import sensitivity_bound
 from privkernels.precision import full_precision
+from privkernels.privacy.budget import Budget
+from privkernels.privacy.relations import REPLACE_ONE
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
@@ -33,6 +39,7 @@ __all__ = [
     "predict",
     "predict_labels",
     "FORMAT",
+    "check_records",
 ]
 
 #: File format name and version of `DPNTKRegressionModel.save`.
@@ -137,6 +144,7 @@ def load(path: str | os.PathLike[str]) -> DPNTKRegressionModel:
         report.private and abs(report.epsilon - float(config.epsilon or 0)) > 1e-9
     ):
         raise ValueError("saved report and config disagree on the budget")
+    check_records(report, config, weights=arrays["weights"], x_tilde=arrays["x_tilde"])
     with x64(config.dtype == "float64"):
         dt = jnp.float64 if config.dtype == "float64" else jnp.float32
         return DPNTKRegressionModel(
@@ -151,6 +159,66 @@ def load(path: str | os.PathLike[str]) -> DPNTKRegressionModel:
                 else None
             ),
         )
+
+
+def check_records(
+    report: PrivacyReport, config: RegressionConfig, *, weights: Any, x_tilde: Any
+) -> None:
+    """Refuse a loaded report that is not what `privkernels.dp_ntk_regression.fit` releases
+    for ``config`` (each record's own consistency is `PrivacyReport.from_dict`'s).
+
+    * replace-one: one Gaussian release of the sufficient statistics, sensitivity
+      ``sqrt(2 + 4 target_bound^2)`` (kernel-mean: the class moments, ``sqrt(2)``);
+    * beta-close: the Gaussian sampling release (its ``M`` at least the fixed-weights
+      bound of the stored weights, its ``k`` the config's) then the truncated Laplace
+      release of X~ (sensitivity ``sqrt(d) beta`` for the stored X~), each with its share
+      of the budget.
+    """
+    if not report.private:
+        return
+    if report.neighbouring != config.neighbouring:
+        raise ValueError(
+            f"saved report is under {report.neighbouring}, the saved model's config under "
+            f"{config.neighbouring}"
+        )
+    recs = report.mechanisms
+    if config.neighbouring == REPLACE_ONE:
+        sens = KERNEL_MEAN_SENSITIVITY if config.solver == "kernel-mean" else (
+            ssp_sensitivity(float(config.target_bound or 1.0))
+        )  # fmt: skip
+        ok = len(recs) == 1 and recs[0].name == "gaussian"
+        ok = ok and math.isclose(float(recs[0].sensitivity or 0.0), sens, rel_tol=1e-9)
+    else:
+        ok = _beta_close_records_match(recs, config, weights, x_tilde)
+    if not ok:
+        raise ValueError(
+            f"saved report does not hold the releases this {config.neighbouring} model makes "
+            "(mechanisms, sensitivities, k or budget shares differ)"
+        )
+
+
+def _beta_close_records_match(recs: Any, config: RegressionConfig, weights: Any,
+                              x_tilde: Any) -> bool:  # fmt: skip
+    if len(recs) != 2 or [r.name for r in recs] != ["gaussian_sampling", "truncated_laplace"]:
+        return False
+    kernel, inputs = recs
+    n, d = int(np.shape(x_tilde)[0]), int(np.shape(x_tilde)[1]) - int(config.fit_intercept)
+    share_x, share_k = Budget(float(config.epsilon or 0), float(config.delta or 0)).split(
+        config.split[1], config.split[0]
+    )
+    bound = sensitivity_bound(
+        n, eta_min=float(config.eta_min or 0.0), beta=config.beta, weight_std=config.weight_std,
+        input_bound=config.input_bound, weights=weights,
+    )["used"]  # fmt: skip
+    return (
+        int(kernel.param_dict.get("k", -1)) == config.k
+        and float(kernel.sensitivity or 0.0) >= bound * (1.0 - 1e-9)
+        and math.isclose(
+            float(inputs.sensitivity or 0.0), math.sqrt(d) * config.beta, rel_tol=1e-9
+        )  # fmt: skip
+        and math.isclose(kernel.epsilon, share_k.epsilon, rel_tol=1e-9)
+        and math.isclose(inputs.epsilon, share_x.epsilon, rel_tol=1e-9)
+    )
 
 
 def x64(enable: bool) -> Any:

@@ -30,6 +30,9 @@ _EXPORTS = {
     "rounding_bound": "clipping",
     # noise keys
     "mechanism_key": "keys",
+    "fresh_key": "keys",
+    "looks_seeded": "keys",
+    "SeededKeyWarning": "warnings",
     "clip_per_example": "clipping",
     "noisy_clipped_sum": "clipping",
     "per_example_norms": "clipping",

@@ -57,10 +57,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from privkernels._validation import check_delta, check_epsilon, check_int, check_positive
-from privkernels.privacy.report import check_neighbouring
+from privkernels.privacy.relations import check_neighbouring
 
 __all__ = [
     "gaussian_sigma",
@@ -74,6 +74,12 @@ __all__ = [
     "DPSGD_RELATIONS",
     "DEFAULT_PLD_INTERVAL",
     "DEFAULT_SIGMA_TOL",
+    "tlap_bound",
+    "gsm_epsilon",
+    "SelectionEvent",
+    "candidate_rdp",
+    "repeat_and_select_epsilon",
+    "tnb_gamma",
 ]
 
 Accountant = Literal["pld", "rdp"]
@@ -556,3 +562,143 @@ def dpsgd_record(
         **extra,
         **params,
     )
+
+
+# --------------------------------------------------------------------------- #
+# closed forms: truncated Laplace and the Gaussian sampling mechanism
+# --------------------------------------------------------------------------- #
+
+
+def tlap_bound(sens: float, eps: float, delta: float) -> float:
+    """Support half-width ``B = (Delta / eps) log(1 + (e^eps - 1) / (2 delta))`` of
+    TLap(Delta, eps, delta) (Geng et al. 2020; Gu et al. Sec. 3.2), stable for tiny and
+    huge eps (float64; inputs assumed valid)."""
+    ratio = math.expm1(eps) / (2.0 * delta) if eps < 700 else math.inf
+    if math.isfinite(ratio):
+        log_term = math.log1p(ratio)
+    else:  # e^eps overflows: log(1 + (e^eps-1)/(2d)) ~= eps - log(2 delta)
+        log_term = eps - math.log(2.0 * delta)
+    return (sens / eps) * log_term
+
+
+def gsm_epsilon(m_bound: float, delta: float, k: int) -> float:
+    """The smallest epsilon at which ``k`` Gaussian samples satisfy Condition 5.3.
+
+    Def. 5.2: ``Delta(eps, delta, k) = eps / max(sqrt(8 k L), 8 L)``, ``L = log(1/delta)``;
+    the mechanism is (eps, delta)-DP when ``M <= Delta`` (Lemma 5.4), i.e. for every
+    ``eps >= M max(sqrt(8 k L), 8 L)``.
+    """
+    log_term = math.log(1.0 / check_delta(delta))
+    k = check_int(k, "k", minimum=1)
+    return float(m_bound) * max(math.sqrt(8.0 * k * log_term), 8.0 * log_term)
+
+
+# --------------------------------------------------------------------------- #
+# repeat-and-select (Papernot & Steinke 2022), RDP
+# --------------------------------------------------------------------------- #
+
+
+class SelectionEvent(NamedTuple):
+    """One privacy event of one hyperparameter candidate, as public numbers.
+
+    ``kind`` is ``"gaussian"`` (``sigma``: one Gaussian release, noise multiplier per unit
+    sensitivity) or ``"dpsgd"`` (``sigma``, Poisson ``sampling_rate`` and ``steps``, under
+    add-remove). Tuples of them describe a candidate's run: its fit and its noisy score.
+    """
+
+    kind: str
+    sigma: float
+    sampling_rate: float = 1.0
+    steps: int = 1
+
+    def dp_event(self) -> Any:
+        """The dp-accounting ``DpEvent``."""
+        import dp_accounting
+
+        if self.kind == "gaussian":
+            return dp_accounting.GaussianDpEvent(float(self.sigma))
+        if self.kind == "dpsgd":
+            return dpsgd_event(self.sigma, sampling_rate=self.sampling_rate, steps=self.steps)
+        raise ValueError(f"unknown selection event kind {self.kind!r}")
+
+
+def candidate_rdp(events: Any) -> tuple[Any, Any]:
+    """``(orders, rdp)`` of one candidate's composed events (dp-accounting's RDP orders)."""
+    import dp_accounting
+
+    acc = dp_accounting.rdp.RdpAccountant()
+    with _quiet_rdp():
+        acc.compose(dp_accounting.ComposedDpEvent([SelectionEvent(*e).dp_event() for e in events]))
+    return acc.orders, acc.rdp
+
+
+def _tnb_mean(gamma: float, shape: float) -> float:
+    """Mean of the truncated negative binomial (Papernot & Steinke, Def. 1)."""
+    if shape == 1.0:
+        return 1.0 / gamma
+    if shape == 0.0:
+        return (1.0 - 1.0 / gamma) / math.log(gamma) if gamma < 1.0 else 1.0
+    return shape * (1.0 / gamma - 1.0) / (1.0 - gamma**shape) if gamma < 1.0 else 1.0
+
+
+def tnb_gamma(mean: float, shape: float) -> float:
+    """The halting probability gamma whose TNB has this mean (bisection, conservative:
+    the smaller gamma, i.e. the larger mean)."""
+    if shape == 1.0:
+        return 1.0 / mean
+    lo, hi = 0.0, min(1.0, 2.0 * (shape + 1.0) / mean)
+    while hi > lo * (1.0 + 1e-12) and hi - lo > 1e-300:
+        mid = 0.5 * (lo + hi)
+        if _tnb_mean(mid, shape) < mean:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, delta: float) -> float:
+    """Epsilon of repeat-and-select over ``candidates`` (Papernot & Steinke 2022, Thm. 2).
+
+    Each repetition runs one candidate chosen uniformly at random (public randomness)
+    and the best noisy score is kept; the number of repetitions is drawn from the
+    truncated negative binomial with ``shape`` (1: geometric, 0: logarithmic) and
+    ``mean``. The RDP of one repetition is at most the pointwise maximum of the
+    candidates' curves (Renyi divergence is jointly quasi-convex, so a public mixture
+    costs no more than its worst part); Theorem 2 then gives, for every order
+    ``l > 1``, ``rdp(l) + log(mean) / (l - 1) + (1 + shape) min_l' [(1 - 1/l') rdp(l')
+    - log(gamma) / l']``, made monotone in the order, and dp-accounting converts it to
+    (epsilon, delta). With one candidate this equals dp-accounting's own
+    ``RepeatAndSelectDpEvent`` (tested).
+
+    Args:
+      candidates: a sequence of candidates, each a sequence of `SelectionEvent` tuples.
+      mean: expected number of repetitions, >= 1.
+      shape: the distribution's shape in ``[0, inf)``.
+      delta: target delta in (0, 1).
+
+    Returns:
+      epsilon (float).
+    """
+    import numpy as np
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp_mod
+
+    mean = float(mean)
+    shape = float(shape)
+    if not (math.isfinite(mean) and mean >= 1.0):
+        raise ValueError(f"mean must be a finite number >= 1, got {mean!r}")
+    if not (math.isfinite(shape) and shape >= 0.0):
+        raise ValueError(f"shape must be a finite number >= 0, got {shape!r}")
+    d = check_delta(delta)
+    curves = [candidate_rdp(c) for c in candidates]
+    if not curves:
+        raise ValueError("repeat-and-select needs at least one candidate")
+    orders = np.asarray(curves[0][0], np.float64)
+    rdp = np.max(np.stack([np.asarray(c[1], np.float64) for c in curves]), axis=0)
+    gamma = tnb_gamma(mean, shape)
+    const = (1.0 + shape) * float(np.min((1.0 - 1.0 / orders) * rdp - math.log(gamma) / orders))
+    out = np.full_like(orders, np.inf)
+    above = orders > 1.0
+    out[above] = rdp[above] + math.log(mean) / (orders[above] - 1.0) + const
+    out = np.minimum.accumulate(out[::-1])[::-1]  # monotone: a lower order is no worse
+    eps, _ = rdp_mod.compute_epsilon(orders, out, d)
+    return float(eps)

@@ -258,8 +258,9 @@ def clip_per_example(grads: Any, clip_norm: float) -> tuple[Any, jax.Array]:
       clip_norm: C > 0 (Python number or traced scalar).
 
     Returns:
-      ``(clipped, norms)``: a pytree like ``grads`` and the (b,) pre-clipping
-      norms (float32).
+      ``(clipped, norms)``: a pytree like ``grads`` with **float32** leaves (whatever
+      the input dtype: a clip factor rounded to bfloat16 or float16 could round up and
+      leave an example above ``C``), and the (b,) pre-clipping norms (float32).
     """
     if _is_concrete(clip_norm):
         clip_norm = check_positive(clip_norm, "clip_norm")
@@ -273,11 +274,11 @@ def _clip_impl(grads: Any, clip_norm: jax.Array) -> tuple[Any, jax.Array]:
     finite = jnp.isfinite(norms)
     scale = clip_factors(norms, clip_norm)
 
-    def clip_leaf(leaf: jax.Array) -> jax.Array:
+    def clip_leaf(leaf: jax.Array) -> jax.Array:  # float32 whatever the leaf's dtype
         shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
-        s = jnp.reshape(scale, shape).astype(leaf.dtype)
+        s = jnp.reshape(scale, shape)
         ok = jnp.reshape(finite, shape)
-        return jnp.where(ok, leaf * s, jnp.zeros((), leaf.dtype))
+        return jnp.where(ok, leaf.astype(jnp.float32) * s, jnp.zeros((), jnp.float32))
 
     return jax.tree_util.tree_map(clip_leaf, grads), norms
 
@@ -307,7 +308,8 @@ def noisy_clipped_sum(
       noise_multiplier: sigma > 0 (noise std = sigma * C).
 
     Returns:
-      Pytree like ``clipped`` with the leading axis summed out.
+      Pytree like ``clipped`` with the leading axis summed out, float32 leaves (the sum
+      and the noise are formed in float32 whatever the input dtype).
     """
     key = check_key(key)
     if _is_concrete(clip_norm):
@@ -332,9 +334,8 @@ def _noisy_sum_impl(key: Any, clipped: Any, mask: jax.Array, std: jax.Array) -> 
     out = []
     for leaf, k in zip(leaves, keys, strict=True):
         shape = (b,) + (1,) * (leaf.ndim - 1)
-        total = jnp.sum(
-            jnp.where(jnp.reshape(keep, shape), leaf, jnp.zeros((), leaf.dtype)), axis=0
-        )
-        noise = jax.random.normal(k, leaf.shape[1:], leaf.dtype)
-        out.append(total + std.astype(leaf.dtype) * noise)
+        values = leaf.astype(jnp.float32)
+        total = jnp.sum(jnp.where(jnp.reshape(keep, shape), values, 0.0), axis=0)
+        noise = jax.random.normal(k, leaf.shape[1:], jnp.float32)
+        out.append(total + std * noise)
     return jax.tree_util.tree_unflatten(treedef, out)

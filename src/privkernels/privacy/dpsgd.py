@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 from privkernels._validation import check_int, check_positive
 from privkernels.privacy.accounting import (
@@ -42,8 +43,8 @@ def add_dpsgd_noise(key: Any, summed: Any, noise_std: Any, digest: Any) -> Any:
     """
     leaves, treedef = jax.tree_util.tree_flatten(summed)
     keys = jax.random.split(fold_digest(key, (digest[0], digest[1])), len(leaves))
-    noisy = [
-        leaf + noise_std * jax.random.normal(k, leaf.shape, leaf.dtype)
+    noisy = [  # in float32 whatever the leaf's dtype (float32 leaves: the same bits)
+        leaf.astype(jnp.float32) + noise_std * jax.random.normal(k, leaf.shape, jnp.float32)
         for leaf, k in zip(leaves, keys, strict=True)
     ]
     return jax.tree_util.tree_unflatten(treedef, noisy)

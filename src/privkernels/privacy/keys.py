@@ -16,15 +16,44 @@ the docs say to use a fresh key per release.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import jax
+import numpy as np
 
 from privkernels._validation import check_key
+from privkernels.privacy.warnings import SeededKeyWarning
 
-__all__ = ["fold_digest", "mechanism_key", "params_digest"]
+__all__ = [
+    "SEEDED_KEY_NOTE",
+    "fold_digest",
+    "fresh_key",
+    "looks_seeded",
+    "mechanism_key",
+    "params_digest",
+    "release_key",
+    "sampling_key",
+    "seed_keys",
+    "seeded_call",
+    "warn_seed",
+]
+
+#: Folded into a key to start a sampling (post-processing) stream apart from a fit's keys.
+SAMPLE_TAG = 0x53414D50
+
+#: Report note of a release whose key visibly came from a small int (or an int seed).
+SEEDED_KEY_NOTE = (
+    "the noise key came from an int seed (jax.random.key(s), random_state=s or --seed s): "
+    "that makes the release reproducible, not secret; whoever learns or guesses the seed "
+    "recomputes the noise, so the guarantee holds only while the seed stays secret "
+    "(use random_state=None, or privkernels.fresh_key(), for a release)"
+)
 
 
 def _canonical(value: Any) -> Any:
@@ -71,3 +100,116 @@ def mechanism_key(key: Any, mechanism: str, **params: Any) -> Any:
       A key of the same kind as ``key``; equal inputs give an equal key.
     """
     return fold_digest(check_key(key), params_digest(mechanism, **params))
+
+
+def fresh_key() -> jax.Array:
+    """A typed key of the default PRNG whose every bit comes from ``os.urandom``.
+
+    Use it for a release: nothing about it can be guessed, so no released value
+    that depends on it (NTK weights, sketches, the noise) narrows it down.
+
+    Returns:
+      A ``jax.random.key`` (the default implementation: threefry, 64 bits).
+    """
+    shape = jax.random.key_data(jax.random.key(0)).shape
+    bits = np.frombuffer(os.urandom(4 * int(np.prod(shape))), np.uint32).reshape(shape)
+    return jax.random.wrap_key_data(jax.numpy.asarray(bits))
+
+
+def looks_seeded(key: Any) -> bool:
+    """True when ``key`` visibly comes from a small int: its high word is zero.
+
+    ``jax.random.key(s)`` for ``0 <= s < 2**32`` has key data ``[0, s]``; a key
+    from `fresh_key` (or a split of any key) has a zero high word with
+    probability ``2**-32``. Only concrete (not traced) keys can be checked.
+    """
+    try:
+        data = np.asarray(jax.random.key_data(key) if _typed(key) else key)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return False
+    return data.dtype == np.uint32 and data.shape == (2,) and int(data[0]) == 0
+
+
+def _typed(key: Any) -> bool:
+    return bool(jax.numpy.issubdtype(key.dtype, jax.dtypes.prng_key))
+
+
+def release_key(key: Any, *, what: str = "key", stacklevel: int = 3) -> tuple[Any, tuple[str, ...]]:
+    """Check the key of a release and return it with the report notes it needs.
+
+    A key that `looks_seeded` draws reproducible, not secret, noise: a
+    `SeededKeyWarning` (a `PrivacyLeakWarning`) says so, and the returned
+    notes hold `SEEDED_KEY_NOTE` for the release's report.
+
+    Returns:
+      ``(key, notes)``.
+    """
+    key = check_key(key, what)
+    if not looks_seeded(key):
+        return key, ()
+    warnings.warn(
+        f"{what} looks like jax.random.key(s) for a small int s (its high word is 0): the "
+        "noise is a reproducible function of s, and a search over small ints finds it in "
+        "seconds; use privkernels.fresh_key() for a release",
+        SeededKeyWarning,
+        stacklevel=stacklevel,
+    )
+    return key, (SEEDED_KEY_NOTE,)
+
+
+def seed_keys(seed: Any, *, name: str = "random_state") -> tuple[Any, Any]:
+    """``(key, public_key)`` of an estimator's or the CLI's ``random_state`` / ``--seed``.
+
+    * None: two independent `fresh_key` s, one for the noise and the batches, one
+      for data-independent draws (weights, sketches, inits), so nothing a saved
+      file reveals of the second says anything about the first.
+    * an int: ``(jax.random.key(seed), None)``, reproducible and therefore not
+      secret: a `SeededKeyWarning` names the seed (the fit's report notes it).
+    * a JAX key: ``(key, None)``; the fit checks it (`release_key`).
+
+    ``public_key=None`` tells a fit to derive its data-independent draws from ``key``.
+    """
+    if seed is None:
+        return fresh_key(), fresh_key()
+    if warn_seed(seed, name=name, stacklevel=4):
+        return jax.random.key(int(seed)), None
+    return seed, None
+
+
+def warn_seed(seed: Any, *, name: str = "random_state", stacklevel: int = 3) -> bool:
+    """Raise the `SeededKeyWarning` that names an int ``seed``; True if it was an int.
+
+    ``name`` is what the user typed: a keyword (``random_state``) or a flag (``--seed``).
+    """
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        return False
+    given, advice = (
+        (f"{name} {int(seed)}", f"omit {name}")
+        if name.startswith("--")
+        else (f"{name}={int(seed)}", f"use {name}=None")
+    )
+    warnings.warn(
+        f"{given} is an int seed: the noise is a reproducible function of it, so anyone "
+        "who learns or guesses it (a search over small ints takes seconds) recomputes the "
+        f"noise and undoes the privacy; {advice} (OS entropy) for a release",
+        SeededKeyWarning,
+        stacklevel=stacklevel,
+    )
+    return True
+
+
+@contextlib.contextmanager
+def seeded_call() -> Iterator[None]:
+    """Silence the fit's own `SeededKeyWarning` after `seed_keys` has named the seed."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=SeededKeyWarning)
+        yield
+
+
+def sampling_key(key: Any, public_key: Any) -> Any:
+    """The base of a generator's sampling (post-processing) stream after a fit.
+
+    The data-independent ``public_key`` when the fit had one (fresh entropy), else
+    ``fold_in(key, SAMPLE_TAG)``: never a key that drew noise.
+    """
+    return public_key if public_key is not None else jax.random.fold_in(key, SAMPLE_TAG)

@@ -41,11 +41,12 @@ from privkernels._validation import (
     check_delta,
     check_epsilon,
     check_int,
-    check_key,
+    check_nonnegative,
     check_positive,
 )
 from privkernels.precision import full_precision
-from privkernels.privacy.keys import mechanism_key
+from privkernels.privacy.accounting import tlap_bound
+from privkernels.privacy.keys import mechanism_key, release_key
 from privkernels.privacy.report import MechanismRecord
 
 __all__ = [
@@ -100,7 +101,7 @@ def gaussian_mechanism(key: Any, value: Any, *, sensitivity: float, sigma: float
     Returns:
       Array of ``value``'s shape: the noisy release.
     """
-    key = check_key(key)
+    key, _ = release_key(key)  # warns on a key made from a small int
     sens = check_positive(sensitivity, "sensitivity")
     sig = check_positive(sigma, "sigma")
     arr = check_array(value, "value", min_rows=1)
@@ -161,17 +162,7 @@ def truncated_laplace_bound(sensitivity: float, epsilon: float, delta: float) ->
     sens = check_positive(sensitivity, "sensitivity")
     eps = check_epsilon(epsilon)
     d = check_delta(delta)
-    return _tlap_bound(sens, eps, d)
-
-
-def _tlap_bound(sens: float, eps: float, delta: float) -> float:
-    # log(1 + (e^eps - 1) / (2 delta)), stable for tiny eps and large eps.
-    ratio = math.expm1(eps) / (2.0 * delta) if eps < 700 else math.inf
-    if math.isfinite(ratio):
-        log_term = math.log1p(ratio)
-    else:  # e^eps overflows: log(1 + (e^eps-1)/(2d)) ~= eps - log(2 delta)
-        log_term = eps - math.log(2.0 * delta)
-    return (sens / eps) * log_term
+    return tlap_bound(sens, eps, d)
 
 
 def truncated_laplace_cdf(
@@ -186,7 +177,7 @@ def truncated_laplace_cdf(
     eps = check_epsilon(epsilon)
     d = check_delta(delta)
     lam = sens / eps
-    bound = _tlap_bound(sens, eps, d)
+    bound = tlap_bound(sens, eps, d)
     c = -math.expm1(-bound / lam)
     zz = np.clip(np.asarray(z, dtype=np.float64), -bound, bound)
     return 0.5 + np.sign(zz) * (-np.expm1(-np.abs(zz) / lam)) / (2.0 * c)
@@ -213,7 +204,7 @@ def _tlap_noise(
 ) -> jax.Array:
     """Float64 truncated-Laplace draws, rounded to ``dtype`` inside ``[-B_f, B_f]``."""
     lam = sens / eps
-    bound = _tlap_bound(sens, eps, delta)
+    bound = tlap_bound(sens, eps, delta)
     tail = math.exp(-bound / lam)
     c = -math.expm1(-bound / lam)
     with jax.enable_x64(True):
@@ -271,7 +262,7 @@ def truncated_laplace(
     Returns:
       Array of ``shape`` and ``dtype`` with values in ``[-B, B]``.
     """
-    key = check_key(key)
+    key, _ = release_key(key)  # warns on a key made from a small int
     sens = check_positive(sensitivity, "sensitivity")
     eps = check_epsilon(epsilon)
     d = check_delta(delta)
@@ -311,7 +302,7 @@ def truncated_laplace_record(
         sensitivity=sens,
         accountant="closed-form",
         scale=sens / eps,
-        bound=_tlap_bound(sens, eps, d),
+        bound=tlap_bound(sens, eps, d),
         **params,
     )
 
@@ -437,14 +428,23 @@ def gaussian_sampling_mechanism(
     K: Any,
     k: int,
     *,
+    epsilon: float,
+    delta: float,
+    shift: float = 0.0,
     symmetry_rtol: float = 1e-4,
     psd_rtol: float = GSM_PSD_RTOL,
 ) -> jax.Array:
     """Gaussian Sampling Mechanism (Gu et al., DP NTK regression, Alg. 1).
 
-    Returns ``K~ = (1/k) sum_{j<k} g_j g_j^T`` with ``g_j ~ N(0, K)`` i.i.d.,
-    an exactly symmetric PSD matrix with ``E[K~] = K`` and
-    ``Var(K~_ij) = (K_ij^2 + K_ii K_jj) / k``.
+    Returns ``K~ = (1/k) sum_{j<k} g_j g_j^T`` with ``g_j ~ N(0, K + shift I)``
+    i.i.d., an exactly symmetric PSD matrix with ``E[K~] = K + shift I`` and
+    ``Var(K~_ij) = (K_ij^2 + K_ii K_jj) / k`` (of the shifted matrix).
+
+    Key binding. The samples come from ``mechanism_key(key, "gaussian_sampling",
+    epsilon, delta, shift, k, n, dtype)``: one key at two budgets or two shifts
+    gives independent samples (with one ``Z``, two outputs at two shifts give
+    ``K`` back to rounding). ``epsilon`` and ``delta`` are the guarantee the
+    caller claims (Lemma 5.4); ``k`` carries the calibration, so they only bind.
 
     Implementation. ``g_j = L z_j`` with ``z_j ~ N(0, I_n)`` for any factor
     ``L L^T = K``; the output distribution depends only on ``K``.
@@ -484,6 +484,9 @@ def gaussian_sampling_mechanism(
       K: (n, n) symmetric PSD matrix, finite (floating dtype kept; float64
         becomes float32 unless x64 is enabled; else float32).
       k: number of Gaussian samples, integer in [1, 2^31).
+      epsilon, delta: the release's claimed guarantee (bound into the key).
+      shift: ``s >= 0`` added to the diagonal before sampling (the kernel shift
+        of Gu et al.'s ``eta_min``; bound into the key).
       symmetry_rtol: ``K`` is rejected when
         ``max|K - K^T| > symmetry_rtol * max|K|``.
       psd_rtol: relative tolerance of the PSD check (see above), > 0.
@@ -496,7 +499,7 @@ def gaussian_sampling_mechanism(
         indefinite ``K``; ``k`` out of range. TypeError: non-integer ``k``,
         non-numeric ``K`` or a bad key. All before any noise is drawn.
     """
-    key = check_key(key)
+    key, _ = release_key(key)  # warns on a key made from a small int
     arr = check_array(K, "K", ndim=2)
     if arr.shape[0] != arr.shape[1]:
         raise ValueError(f"K must be a square matrix, got shape {tuple(arr.shape)}")
@@ -505,7 +508,12 @@ def gaussian_sampling_mechanism(
         raise ValueError(f"k must be < 2**31, got {k}")
     rtol = check_positive(symmetry_rtol, "symmetry_rtol")
     prtol = check_positive(psd_rtol, "psd_rtol")
+    eps, dlt = check_epsilon(epsilon), check_delta(delta)
+    shift = check_nonnegative(shift, "shift")
     kmat = jnp.asarray(arr, _release_dtype(arr.dtype))
+    if shift > 0:
+        idx = jnp.arange(kmat.shape[0])
+        kmat = kmat.at[idx, idx].add(jnp.asarray(shift, kmat.dtype))
     scale_a, asym_a = _gsm_input_stats(kmat)
     scale, asym = float(scale_a), float(asym_a)
     if asym > rtol * scale:
@@ -514,8 +522,9 @@ def gaussian_sampling_mechanism(
             f"symmetry_rtol * max|K| = {rtol * scale:.3g}"
         )
     noise_key = mechanism_key(
-        key, "gaussian_sampling", k=k, n=int(kmat.shape[0]), dtype=str(kmat.dtype)
-    )
+        key, "gaussian_sampling", epsilon=eps, delta=dlt, shift=shift, k=k,
+        n=int(kmat.shape[0]), dtype=str(kmat.dtype),
+    )  # fmt: skip
     return _gsm(noise_key, kmat, k, prtol * kmat.shape[0] * scale)
 
 

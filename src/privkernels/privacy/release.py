@@ -142,17 +142,21 @@ def gaussian_sampling_release(
     budget: Budget,
     k: int,
     released: str,
+    shift: float = 0.0,
     sensitivity: float | None = None,
     accountant: str = "gaussian-sampling (Gu et al. Lemma 5.4)",
     **params: Any,
 ) -> tuple[Any, MechanismRecord]:
-    """``K~ = (1/k) sum_j g_j g_j^T``, ``g_j ~ N(0, K)`` (Gu et al. Alg. 1).
+    """``K~ = (1/k) sum_j g_j g_j^T``, ``g_j ~ N(0, K + shift I)`` (Gu et al. Alg. 1).
 
     The guarantee holds under the caller's Condition 5.3 (``M <= Delta(k)``);
     the caller chooses ``k`` accordingly and records ``M`` as ``sensitivity``.
+    The samples are bound to (budget, shift, k, n) (`gaussian_sampling_mechanism`).
     """
     budget = _budget(budget)
-    noisy = _privacy.gaussian_sampling_mechanism(key, kmat, k)
+    noisy = _privacy.gaussian_sampling_mechanism(
+        key, kmat, k, epsilon=budget.epsilon, delta=budget.delta, shift=shift
+    )
     record = gaussian_sampling_record(
         released,
         epsilon=budget.epsilon,

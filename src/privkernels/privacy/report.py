@@ -10,43 +10,56 @@ Tighter joint accounting (e.g. many DP-SGD steps) happens *inside* one
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from privkernels.privacy.relations import (
+    ADD_REMOVE,
+    BETA_CLOSE,
+    RELATIONS,
+    REPLACE_ONE,
+    check_neighbouring,
+)
+from privkernels.privacy.verify import check_record
+
 __all__ = [
     "REPLACE_ONE",
     "ADD_REMOVE",
     "BETA_CLOSE",
+    "Composition",
     "MechanismRecord",
     "PrivacyReport",
     "check_neighbouring",
     "compose",
     "non_private_report",
+    "with_notes",
 ]
 
-#: Neighbouring datasets differ by replacing one example (same n).
-REPLACE_ONE = "replace-one"
-#: Neighbouring datasets differ by adding or removing one example.
-ADD_REMOVE = "add-remove"
-#: Neighbouring datasets differ in one example, moved by at most beta in L2
-#: (Gu et al., DP NTK regression, Def. 3.8). Weaker than replace-one.
-BETA_CLOSE = "beta-close"
+#: How `PrivacyReport.summary` opens for a beta-close report.
+NOT_STANDARD_DP = (
+    "NOT STANDARD DP (beta-close: only a move of at most beta in one record's features is "
+    "hidden; labels and the records themselves are not): "
+)
 
 
-def check_neighbouring(neighbouring: Any, allowed: Sequence[str]) -> str:
-    """``neighbouring`` if it is one of ``allowed``; anything else is a ValueError.
+#: Record parameters `PrivacyReport.summary` leaves to the JSON (too long for a line).
+_SUMMARY_OMITS = ("events",)
 
-    The one check of a relation name. Each method passes the relations it supports,
-    spelled out where it calibrates its noise (a relation added elsewhere is never
-    accepted silently), and calls it before any noise is drawn.
+
+class Composition(enum.StrEnum):
+    """How a report's records combine into its totals (a file may name no other rule).
+
+    * ``SINGLE``: one record; the totals are its (epsilon, delta).
+    * ``BASIC``: sequential composition: epsilons and deltas add.
+    * ``NONE``: a non-private report (nothing was privatized).
     """
-    if isinstance(allowed, str) or not all(isinstance(a, str) for a in allowed):
-        raise TypeError(f"allowed must be a sequence of relation names, got {allowed!r}")
-    if not isinstance(neighbouring, str) or neighbouring not in tuple(allowed):
-        raise ValueError(f"neighbouring must be one of {tuple(allowed)}, got {neighbouring!r}")
-    return str(neighbouring)
+
+    SINGLE = "single"
+    BASIC = "basic"
+    NONE = "none"
 
 
 def _freeze(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -134,7 +147,7 @@ class PrivacyReport:
       neighbouring: the neighbouring relation the guarantee refers to
         (`REPLACE_ONE`, `ADD_REMOVE`, `BETA_CLOSE`).
       mechanisms: every noisy release, in order.
-      composition: how the per-mechanism guarantees were combined.
+      composition: how the per-mechanism guarantees were combined (`Composition`).
       private: False when nothing was privatized (the ``epsilon=None`` mode).
       data_independent: quantities released without noise *because they do
         not depend on the private data* (e.g. random network weights, n when
@@ -150,13 +163,20 @@ class PrivacyReport:
     delta: float
     neighbouring: str
     mechanisms: tuple[MechanismRecord, ...] = ()
-    composition: str = "basic"
+    composition: Composition = Composition.BASIC
     private: bool = True
     data_independent: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     proven: bool = True
 
     def __post_init__(self) -> None:
+        try:  # a rule is one of Composition's, never free text
+            object.__setattr__(self, "composition", Composition(self.composition))
+        except ValueError:
+            raise ValueError(
+                f"composition must be one of {[c.value for c in Composition]}, got "
+                f"{self.composition!r}"
+            ) from None
         if self.private:
             if not (self.epsilon >= 0 and math.isfinite(self.epsilon)):
                 raise ValueError(f"a private report needs finite epsilon >= 0, got {self.epsilon}")
@@ -182,7 +202,7 @@ class PrivacyReport:
             delta=sum(m.delta for m in mechs),
             neighbouring=neighbouring,
             mechanisms=mechs,
-            composition="basic" if len(mechs) > 1 else "single",
+            composition=Composition.BASIC if len(mechs) > 1 else Composition.SINGLE,
             private=True,
             data_independent=tuple(data_independent),
             notes=tuple(notes),
@@ -192,6 +212,7 @@ class PrivacyReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict."""
         out = dataclasses.asdict(self)
+        out["composition"] = str(self.composition.value)
         out["mechanisms"] = [
             {**dataclasses.asdict(m), "params": dict(m.params)} for m in self.mechanisms
         ]
@@ -202,7 +223,10 @@ class PrivacyReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PrivacyReport:
-        """Inverse of `to_dict` (JSON lists come back as tuples)."""
+        """Inverse of `to_dict` (JSON lists come back as tuples), for a report read from a
+        file: nothing in it is trusted. Each record's epsilon is re-derived from its own
+        parameters (`privkernels.privacy.verify`), the relation must be a known one and the
+        totals what the composition rule gives; any mismatch is a ``ValueError``."""
         mechs = tuple(
             MechanismRecord(
                 name=m["name"],
@@ -215,8 +239,7 @@ class PrivacyReport:
             )
             for m in data.get("mechanisms", ())
         )
-        _check_totals(data, mechs)
-        return cls(
+        report = cls(
             epsilon=float(data["epsilon"]),
             delta=float(data["delta"]),
             neighbouring=data["neighbouring"],
@@ -227,6 +250,8 @@ class PrivacyReport:
             notes=tuple(data.get("notes", ())),
             proven=bool(data.get("proven", True)),
         )
+        _verify(report)
+        return report
 
     @classmethod
     def from_json(cls, text: str) -> PrivacyReport:
@@ -245,12 +270,15 @@ class PrivacyReport:
             return "NON-PRIVATE: nothing was privatized; no guarantee holds."
         lines = [
             ("UNPROVEN (outside the range of the privacy theorem): " if not self.proven else "")
+            + (NOT_STANDARD_DP if self.neighbouring == BETA_CLOSE else "")
             + f"({self.epsilon:.4g}, {self.delta:.3g})-DP under {self.neighbouring} neighbours "
-            f"({self.composition} composition of {len(self.mechanisms)} release(s))"
+            f"({self.composition.value} composition of {len(self.mechanisms)} release(s))"
         ]
         for m in self.mechanisms:
-            extra = ", ".join(
-                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.params
+            extra = ", ".join(  # a search's events are long: to_json() holds them
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in m.params
+                if k not in _SUMMARY_OMITS
             )
             lines.append(
                 f"  - {m.released}: {m.name}, eps={m.epsilon:.4g}, delta={m.delta:.3g}, "
@@ -273,9 +301,16 @@ def non_private_report(reason: str = "epsilon=None: non-private baseline") -> Pr
         delta=1.0,
         neighbouring="none",
         private=False,
-        composition="none",
+        composition=Composition.NONE,
         notes=(reason,),
     )
+
+
+def with_notes(report: PrivacyReport, notes: Sequence[str]) -> PrivacyReport:
+    """``report`` with each of ``notes`` appended once (a non-private report too)."""
+    for note in notes:
+        report = report.with_note(note)
+    return report
 
 
 def compose(*reports: PrivacyReport) -> PrivacyReport:
@@ -299,7 +334,7 @@ def compose(*reports: PrivacyReport) -> PrivacyReport:
         delta=sum(r.delta for r in reports),
         neighbouring=relations.pop(),
         mechanisms=mechs,
-        composition="basic",
+        composition=Composition.BASIC,
         private=True,
         data_independent=tuple(dict.fromkeys(d for r in reports for d in r.data_independent)),
         notes=tuple(dict.fromkeys(n for r in reports for n in r.notes)),
@@ -307,19 +342,28 @@ def compose(*reports: PrivacyReport) -> PrivacyReport:
     )
 
 
-def _check_totals(data: Mapping[str, Any], mechs: tuple[MechanismRecord, ...]) -> None:
-    """A stored report's (epsilon, delta) must be its mechanisms' basic composition.
-
-    Applies to ``"basic"`` / ``"single"`` reports (others, e.g. PLD-accounted DP-SGD,
-    state their own totals): an edited total is refused instead of trusted.
-    """
-    if not data.get("private", True) or data.get("composition", "basic") not in ("basic", "single"):
+def _verify(report: PrivacyReport) -> None:
+    """A loaded report's relation, rule, records and totals, each re-derived (`from_dict`)."""
+    if not report.private:
+        if report.composition != Composition.NONE or report.mechanisms:
+            raise ValueError("a non-private report holds no releases and composition 'none'")
         return
+    check_neighbouring(report.neighbouring, RELATIONS)
+    mechs = report.mechanisms
     if not mechs:
         raise ValueError("a private report without mechanisms")
+    if report.composition == Composition.NONE:
+        raise ValueError("a private report cannot have composition 'none'")
+    if report.composition == Composition.SINGLE and len(mechs) != 1:
+        raise ValueError(f"composition 'single' with {len(mechs)} records")
+    for m in mechs:
+        check_record(m, report.neighbouring)
     for key in ("epsilon", "delta"):
-        total, parts = float(data[key]), sum(getattr(m, key) for m in mechs)
+        total, parts = getattr(report, key), 0.0
+        for m in mechs:  # summed in order, as compose and Budget.split do
+            parts += getattr(m, key)
         if abs(total - parts) > 1e-9 * max(abs(total), abs(parts), 1e-300):
             raise ValueError(
-                f"report {key}={total!r} is not the sum of its mechanisms' ({parts!r})"
+                f"report {key}={total!r} is not the {report.composition.value} composition of "
+                f"its mechanisms ({parts!r})"
             )

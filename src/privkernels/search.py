@@ -1,0 +1,291 @@
+"""`PrivateSearchCV`: a grid search whose epsilon covers every candidate, score and choice.
+
+A scikit-learn meta-estimator over the privkernels estimators (re-exported as
+``privkernels.sklearn.PrivateSearchCV``). It runs `privkernels.tuning.select`:
+repeat-and-select (Papernot & Steinke 2022) on one data-independent train /
+validation split, each run a candidate drawn uniformly from the grid, fitted at the
+planned per-run budget and scored on the validation rows with a noisy score. Unlike
+``GridSearchCV``, whose ``best_estimator_`` reports one fit's budget while every
+candidate read the data, ``privacy_report_`` here is the search's whole cost.
+
+Per-row scores (each in ``[0, 1]``, so the noisy sum has sensitivity 1):
+
+* classifiers: 1 when the prediction is right;
+* regressors: ``1 - min(((y - y_hat) / target_bound)^2, 1)`` (``target_bound`` public);
+* `privkernels.sklearn.DPNTKGenerator`: train-on-synthetic, 1 when a logistic
+  regression fitted on synthetic rows (as many as the training part) predicts the
+  validation row's label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier, is_regressor
+from sklearn.model_selection import ParameterGrid
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted
+
+from privkernels import tuning
+from privkernels.privacy.budget import Budget
+from privkernels.privacy.keys import seed_keys, seeded_call
+from privkernels.privacy.report import PrivacyReport
+
+__all__ = ["PrivateSearchCV"]
+
+#: Parameters the search sets itself on every candidate.
+_OWNED = ("epsilon", "delta", "random_state")
+
+
+def _rows(data: Any, rows: np.ndarray) -> Any:
+    """The given rows of an array, a DataFrame or a mapping of columns."""
+    if data is None:
+        return None
+    if hasattr(data, "iloc"):
+        return data.iloc[rows]
+    if isinstance(data, dict):
+        return {k: np.asarray(v)[rows] for k, v in data.items()}
+    return np.asarray(data)[rows]
+
+
+def _n_rows(data: Any) -> int:
+    if isinstance(data, dict):
+        return len(next(iter(data.values())))
+    return len(data)
+
+
+@dataclasses.dataclass
+class _EstimatorCandidate:
+    """One grid point of an estimator, holding the private rows (`tuning.Candidate`)."""
+
+    base: Any
+    params: dict[str, Any]
+    x: Any
+    y: Any
+    target_bound: float
+
+    @property
+    def name(self) -> str:
+        return json.dumps(self.params, sort_keys=True, default=repr)
+
+    def _estimator(self, budget: Budget) -> Any:
+        est = clone(self.base).set_params(**self.params)
+        return est.set_params(epsilon=budget.epsilon, delta=budget.delta, random_state=None)
+
+    def events(self, budget: Budget, n_train: int) -> Any:
+        shape = tuple(np.shape(self.x)[1:]) if not isinstance(self.x, dict) else ()
+        return self._estimator(budget)._privacy_events(budget, n_train, shape)
+
+    def fit(self, key: Any, public_key: Any, rows: np.ndarray, budget: Budget) -> Any:
+        est = self._estimator(budget)
+        est._search_keys = (key, public_key)
+        with seeded_call():
+            return est.fit(_rows(self.x, rows), _rows(self.y, rows))
+
+    def scores(self, model: Any, rows: np.ndarray) -> np.ndarray:
+        x, y = _rows(self.x, rows), _rows(self.y, rows)
+        if is_classifier(model):
+            return (np.asarray(model.predict(x)) == np.asarray(y)).astype(np.float64)
+        if is_regressor(model):
+            err = np.asarray(y, np.float64) - np.asarray(model.predict(x), np.float64)
+            err = err.reshape(len(rows), -1) / self.target_bound
+            return 1.0 - np.minimum(np.sum(err**2, axis=1), 1.0)
+        return _synthetic_scores(model, x, y)
+
+
+def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
+    """Train-on-synthetic: a logistic regression on synthetic rows, right (1) or not (0)."""
+    from sklearn.linear_model import LogisticRegression
+
+    n = max(100, _n_rows(x))
+    schema = getattr(gen, "schema_", None)
+    if schema is not None:  # tables: both sides through the public schema
+        from privkernels.data.frames import split_table
+
+        syn_feats, ys = split_table(gen.synth_.sample(gen._sample_key(None), n), schema)
+        xs = schema.encode(syn_feats)[0]
+        val_feats, yv = split_table(x if y is None else {**_as_dict(x), schema.label: y}, schema)
+        xv = schema.encode(val_feats)[0]
+    else:
+        xs, ys = gen.sample(n)
+        xv, yv = np.asarray(x, np.float32).reshape(_n_rows(x), -1), np.asarray(y)
+    ys, yv = np.asarray(ys), np.asarray(yv)
+    if len(np.unique(ys)) < 2:  # one synthetic class: a constant predictor
+        return (yv == ys[0]).astype(np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = LogisticRegression(max_iter=500).fit(np.asarray(xs, np.float32), ys)
+    return (clf.predict(np.asarray(xv, np.float32)) == yv).astype(np.float64)
+
+
+def _as_dict(x: Any) -> dict[str, np.ndarray]:
+    from privkernels.data.frames import as_columns
+
+    return as_columns(x)
+
+
+def _best_has(name: str) -> Any:
+    """`available_if` check: the searched estimator has ``name``."""
+
+    def check(self: Any) -> bool:
+        return hasattr(self.estimator, name)
+
+    return check
+
+
+class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
+    """Choose an estimator's hyperparameters privately; one report covers the whole search.
+
+    Args:
+      estimator: a privkernels estimator (`privkernels.sklearn`) whose release has an RDP
+        bound: DP NTK regression under replace-one, DP-NTK generators, DP-KIP under
+        add-remove. Classifiers and array generators need public ``classes``.
+      param_grid: a dict (or list of dicts) of lists, as ``GridSearchCV``'s; it may not set
+        ``epsilon``, ``delta`` or ``random_state`` (the search sets them).
+      epsilon, delta: the guarantee of the whole search (every fit, score and the choice).
+      mean_runs: expected number of runs (default 2 per candidate); the cost grows with
+        its logarithm.
+      shape: of the truncated negative binomial of the number of runs (1: geometric,
+        0: logarithmic).
+      score_share: the share of each run's budget spent on its noisy score.
+      validation_fraction: the share of rows held out for the scores.
+      target_bound: regressors' public bound on ``|y - y_hat|`` in the score.
+      random_state: None (fresh OS entropy, for a release) or an int / key (reproducible,
+        not secret: `privkernels.privacy.SeededKeyWarning`).
+
+    Attributes after ``fit``: ``best_estimator_`` (fitted on the training part),
+    ``best_params_``, ``best_index_``, ``best_score_`` (its noisy validation score: a mean
+    over the validation rows under replace-one, the noisy sum under add-remove, where the
+    number of rows is private), ``privacy_report_``, ``plan_`` (the per-run budgets and the
+    distribution of the number of runs), ``candidates_``. The number of runs and the
+    candidates the other runs tried are not kept: the guarantee holds with them hidden.
+    """
+
+    def __init__(
+        self,
+        estimator: Any,
+        param_grid: Any,
+        *,
+        epsilon: float = 1.0,
+        delta: float = 1e-5,
+        mean_runs: float | None = None,
+        shape: float = 1.0,
+        score_share: float = 0.5,
+        validation_fraction: float = 0.2,
+        target_bound: float = 1.0,
+        random_state: Any = None,
+    ) -> None:
+        self.estimator = estimator
+        self.param_grid = param_grid
+        self.epsilon = epsilon
+        self.delta = delta
+        self.mean_runs = mean_runs
+        self.shape = shape
+        self.score_share = score_share
+        self.validation_fraction = validation_fraction
+        self.target_bound = target_bound
+        self.random_state = random_state
+
+    def _candidates(self, X: Any, y: Any) -> list[_EstimatorCandidate]:
+        grid = list(ParameterGrid(self.param_grid))
+        if not grid:
+            raise ValueError("param_grid holds no candidate")
+        owned = sorted({k for p in grid for k in p if k in _OWNED})
+        if owned:
+            raise ValueError(f"param_grid may not set {owned}: the search sets them")
+        base = clone(self.estimator)
+        if not hasattr(base, "_privacy_events"):
+            raise ValueError(f"{type(base).__name__} is not a privkernels estimator")
+        if (
+            getattr(base, "classes", None) is None
+            and not is_regressor(base)
+            and not (isinstance(X, dict) or hasattr(X, "columns"))
+        ):
+            raise ValueError(
+                "pass the public classes= to the estimator: a search reads no label without noise"
+            )
+        bound = float(self.target_bound)
+        if not (math.isfinite(bound) and bound > 0):
+            raise ValueError(f"target_bound must be a finite number > 0, got {self.target_bound!r}")
+        return [_EstimatorCandidate(base, dict(p), X, y, bound) for p in grid]
+
+    def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
+        """Run the search on the private ``(X, y)``; see the class docstring."""
+        Budget(self.epsilon, self.delta)  # a bad budget fails first, before any data
+        cands = self._candidates(X, y)
+        relations = {clone(c.base).set_params(**c.params)._relation() for c in cands}
+        if len(relations) != 1:
+            raise ValueError(f"every candidate must release under one relation, got {relations}")
+        n = _n_rows(X)
+        key, public_key = seed_keys(self.random_state)
+        with seeded_call():
+            res = tuning.select(
+                key, cands, n, epsilon=self.epsilon, delta=self.delta, relation=relations.pop(),
+                public_key=public_key, mean=self.mean_runs, shape=self.shape,
+                score_share=self.score_share, validation_fraction=self.validation_fraction,
+            )  # fmt: skip
+        self.candidates_ = [c.params for c in cands]
+        self.best_index_ = res.index
+        self.best_params_ = dict(cands[res.index].params)
+        self.best_estimator_ = res.model
+        n_val = res.n_validation  # None under add-remove: the size would tell the private n
+        self.best_score_ = res.noisy_score / n_val if n_val else res.noisy_score
+        self.privacy_report_: PrivacyReport = res.report
+        self.plan_ = res.plan
+        _note_search(res.model, res.report)
+        if hasattr(res.model, "classes_"):
+            self.classes_ = res.model.classes_
+        return self
+
+    @available_if(_best_has("predict"))
+    def predict(self, X: Any) -> Any:
+        """The chosen estimator's predictions (post-processing: no further cost)."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.predict(X)
+
+    @available_if(_best_has("predict_proba"))
+    def predict_proba(self, X: Any) -> Any:
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.predict_proba(X)
+
+    @available_if(_best_has("decision_function"))
+    def decision_function(self, X: Any) -> Any:
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.decision_function(X)
+
+    @available_if(_best_has("score"))
+    def score(self, X: Any, y: Any = None) -> float:
+        check_is_fitted(self, "best_estimator_")
+        return float(self.best_estimator_.score(X, y))
+
+    @available_if(_best_has("sample"))
+    def sample(self, n: int, **kw: Any) -> Any:
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.sample(n, **kw)
+
+
+def _field_names(value: Any) -> set[str]:
+    """The field names of a dataclass instance (empty for anything else)."""
+    if value is None or isinstance(value, type) or not dataclasses.is_dataclass(value):
+        return set()
+    return {f.name for f in dataclasses.fields(value)}
+
+
+def _note_search(model: Any, report: PrivacyReport) -> None:
+    """Tell the chosen fit's own report that a search chose it, and what the search cost."""
+    attr = str(getattr(model, "_result_attr", ""))
+    result: Any = getattr(model, attr, None) if attr else None
+    fields = _field_names(result)
+    if "report" not in fields:
+        return
+    note = (
+        f"chosen by PrivateSearchCV: this report covers this fit alone; the search that chose "
+        f"it (every candidate, score and the choice) is ({report.epsilon:.4g}, "
+        f"{report.delta:.3g})-DP: publish that report"
+    )
+    setattr(model, attr, dataclasses.replace(result, report=result.report.with_note(note)))

@@ -1,0 +1,269 @@
+"""Hyperparameter selection inside the budget: repeat-and-select over candidates.
+
+`select` runs Papernot & Steinke's repeat-and-select (ICLR 2022) on a private
+dataset: the rows are split once (data-independent permutation) into a training
+part and a validation part; a random number ``K`` of runs (truncated negative
+binomial, mean ``mean``) each fit one candidate drawn uniformly from the grid on
+the training part and score it on the validation part, where the score (a sum of
+per-row values in ``[0, 1]``) is released with the Gaussian mechanism; the run
+with the best noisy score is returned. One `PrivacyReport` covers every fit, every
+score and the selection (`privkernels.privacy.selection`); only the chosen run's
+model and noisy score leave the search.
+
+A candidate is anything with the `Candidate` methods; `privkernels.sklearn.PrivateSearchCV`
+wraps the estimators. Before any data is read the search is planned: each
+candidate states the privacy events of its fit at a budget (`Candidate.events`),
+and the per-run budget is the largest whose search spends at most the target.
+After each fit, the events its report records must be the planned ones, or the
+search stops with nothing released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privkernels._validation import check_fraction, check_int
+from privkernels.privacy.accounting import SelectionEvent
+from privkernels.privacy.budget import Budget
+from privkernels.privacy.keys import release_key
+from privkernels.privacy.relations import check_neighbouring
+from privkernels.privacy.release import gaussian_release
+from privkernels.privacy.report import PrivacyReport, with_notes
+from privkernels.privacy.selection import (
+    SelectionPlan,
+    draw_repetitions,
+    plan_selection,
+    selection_report,
+)
+
+__all__ = ["Candidate", "SelectionResult", "select", "events_of_report", "DEFAULT_MEAN_RUNS"]
+
+#: Expected number of runs per candidate when ``mean=None``.
+DEFAULT_MEAN_RUNS = 2.0
+
+
+class Candidate(Protocol):
+    """One point of the grid, as `select` uses it; it holds the private rows itself.
+
+    ``name``: a public description (goes into the report). ``events(budget, n_train)``:
+    the privacy events its fit on ``n_train`` rows at ``budget`` will record (planning:
+    no data). ``fit(key, public_key, rows, budget)``: the model fitted on the rows of
+    the given indices, whose ``report`` (or ``privacy_report_``) records those events.
+    ``scores(model, rows)``: one value in ``[0, 1]`` per given row (higher is better),
+    computed from the model and those rows only.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def events(self, budget: Budget, n_train: int) -> Sequence[SelectionEvent]: ...
+
+    def fit(self, key: Any, public_key: Any, rows: np.ndarray, budget: Budget) -> Any: ...
+
+    def scores(self, model: Any, rows: np.ndarray) -> np.ndarray: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionResult:
+    """What a search releases.
+
+    Only the best run leaves the search: the number of runs ``K`` and the candidates the
+    other runs tried are not released (Theorem 2 bounds the best run with ``K`` hidden;
+    given ``K = k`` the output is a best-of-k, whose cost grows with ``k``).
+
+    Attributes:
+      index: the chosen candidate's position in the grid.
+      model: its fitted model (trained on the training part only).
+      noisy_score: its released score (a noisy sum over the validation rows).
+      report: the search's `PrivacyReport`.
+      plan: the `SelectionPlan` (budgets, noise, distribution of ``K``).
+      n_validation: the size of the validation part under replace-one (n is public);
+        None under add-remove, where it would tell the private n.
+    """
+
+    index: int
+    model: Any
+    noisy_score: float
+    report: PrivacyReport
+    plan: SelectionPlan
+    n_validation: int | None
+
+
+def events_of_report(report: PrivacyReport) -> tuple[tuple[Any, ...], ...]:
+    """The `SelectionEvent` tuples a fit's report records (Gaussian and DP-SGD records; a
+    DP-SGD record only under add-remove, the one relation its RDP bound covers)."""
+    out = []
+    for m in report.mechanisms:
+        if m.name == "poisson_subsampled_gaussian" and m.param_dict.get("neighbouring") != (
+            "add-remove"
+        ):
+            raise ValueError("a DP-SGD fit is searched under add-remove only (its RDP bound)")
+        p = m.param_dict
+        if m.name == "gaussian":
+            out.append(tuple(SelectionEvent("gaussian", float(p["sigma"]))))
+        elif m.name == "poisson_subsampled_gaussian":
+            q, t = float(p["sampling_rate"]), int(p["steps"])
+            out.append(tuple(SelectionEvent("dpsgd", float(p["noise_multiplier"]), q, t)))
+        else:
+            raise ValueError(f"a {m.name!r} release has no RDP bound: it cannot be tuned privately")
+    return tuple(out)
+
+
+def _same_events(a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(
+        len(x) == len(y)
+        and x[0] == y[0]
+        and all(
+            math.isclose(float(u), float(v), rel_tol=1e-9)
+            for u, v in zip(x[1:], y[1:], strict=True)
+        )
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _n_validation(n: int, fraction: float) -> int:
+    """Rows held out for the scores: ``round(fraction n)``, at least one each side."""
+    return max(1, min(n - 1, int(round(fraction * n))))
+
+
+def _split(
+    public_key: Any, n: int, n_val: int, fraction: float, relation: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(train rows, validation rows)``, from the public stream.
+
+    Replace-one (n public): a permutation, ``n_val`` rows held out. Add-remove (n private):
+    each row goes to the validation part on its own coin of probability ``fraction``
+    (row ``i``'s coin is ``fold_in(key, i)``), so an added row leaves every other row's
+    part as it was and no size is computed from n.
+    """
+    if relation == "replace-one":
+        perm = np.asarray(jax.random.permutation(public_key, n))
+        return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+    coins = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(public_key, i)))(
+        jnp.arange(n, dtype=jnp.uint32)
+    )
+    held = np.asarray(coins) < fraction
+    return np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def _check_relation(events_of: Sequence[Any], budget: Budget, relation: str) -> None:
+    """RDP bounds of Poisson-sampled DP-SGD exist under add-remove only (dp-accounting)."""
+    kinds = {SelectionEvent(*e).kind for fn in events_of for e in fn(budget)}
+    if "dpsgd" in kinds and relation != "add-remove":
+        raise ValueError(
+            "a search over DP-SGD fits is accounted with RDP, which covers Poisson sampling "
+            "under add-remove only: run the fits and the search under neighbouring='add-remove'"
+        )
+
+
+def select(
+    key: Any,
+    candidates: Sequence[Candidate],
+    n_rows: int,
+    *,
+    epsilon: float,
+    delta: float,
+    relation: str,
+    public_key: Any = None,
+    mean: float | None = None,
+    shape: float = 1.0,
+    score_share: float = 0.5,
+    validation_fraction: float = 0.2,
+) -> SelectionResult:
+    """Choose among ``candidates`` on ``n_rows`` private rows within ``(epsilon, delta)``.
+
+    Args:
+      key: the secret key of the search's releases (fits and scores).
+      candidates: the grid (`Candidate`, each holding the rows); at least one.
+      n_rows: the number of rows (public under replace-one).
+      epsilon, delta: the guarantee of the whole search.
+      relation: the neighbouring relation every candidate's release is under.
+      public_key: the key of the data-independent draws (the split, ``K``, the
+        candidates tried, each fit's own public draws); None derives it from ``key``.
+      mean: expected number of runs (default ``DEFAULT_MEAN_RUNS`` per candidate).
+      shape: of the truncated negative binomial (1: geometric, 0: logarithmic).
+      score_share: the share of each run's budget spent on its noisy score.
+      validation_fraction: the share of rows held out for the scores.
+
+    Returns:
+      `SelectionResult`.
+
+    Raises:
+      ValueError: bad arguments or a budget no run fits in, before any noise.
+    """
+    key, seeded = release_key(key)
+    relation = check_neighbouring(relation, ("replace-one", "add-remove"))
+    if not candidates:
+        raise ValueError("select needs at least one candidate")
+    frac = check_fraction(validation_fraction, "validation_fraction")
+    n = check_int(n_rows, "n_rows", minimum=2)
+    mean = DEFAULT_MEAN_RUNS * len(candidates) if mean is None else float(mean)
+    n_val = _n_validation(n, frac)
+    events_of = [functools.partial(_events_at, c, n - n_val) for c in candidates]
+    _check_relation(events_of, Budget(epsilon, delta), relation)  # refusals before any draw
+    plan = plan_selection(
+        events_of, epsilon=epsilon, delta=delta, mean=mean, shape=shape, score_share=score_share
+    )
+    pub = jax.random.fold_in(key, PUBLIC_TAG) if public_key is None else public_key
+    k_split, k_runs, k_pick, k_pub = jax.random.split(pub, 4)
+    train, val = _split(k_split, n, n_val, frac, relation)
+    runs = draw_repetitions(k_runs, plan.mean, plan.shape)
+    picks = [int(i) for i in np.asarray(jax.random.randint(k_pick, (runs,), 0, len(candidates)))]
+    best: tuple[float, int, Any] | None = None
+    for j, i in enumerate(picks):  # K and the picks stay inside: only the best run leaves
+        model, noisy = _run(candidates[i], plan, jax.random.fold_in(key, j),
+                            jax.random.fold_in(k_pub, j), train, val)  # fmt: skip
+        if best is None or noisy > best[0]:
+            best = (noisy, i, model)
+    assert best is not None
+    report = selection_report(plan, relation, candidates=[c.name for c in candidates])
+    return SelectionResult(
+        index=best[1], model=best[2], noisy_score=best[0], report=with_notes(report, seeded),
+        plan=plan, n_validation=len(val) if relation == "replace-one" else None,
+    )  # fmt: skip
+
+
+#: Folded into the search's key to derive its public stream when none is given.
+PUBLIC_TAG = 0x7475
+
+
+def _events_at(cand: Candidate, n_train: int, budget: Budget) -> Sequence[SelectionEvent]:
+    return cand.events(budget, n_train)
+
+
+def _report_of(model: Any) -> PrivacyReport:
+    report = getattr(model, "privacy_report_", None)
+    return report if report is not None else model.report
+
+
+def _run(
+    cand: Candidate, plan: SelectionPlan, key: Any, public_key: Any, train: np.ndarray,
+    val: np.ndarray,
+) -> tuple[Any, float]:  # fmt: skip
+    """One run: fit on the training rows, check its events, release its noisy score."""
+    k_fit, k_score = jax.random.split(key)
+    model = cand.fit(k_fit, public_key, train, plan.fit_budget)
+    planned = tuple(tuple(e) for e in cand.events(plan.fit_budget, len(train)))
+    if not _same_events(events_of_report(_report_of(model)), planned):
+        raise RuntimeError(
+            f"candidate {cand.name!r} released other events than planned: the search stops "
+            "and releases nothing"
+        )
+    values = np.clip(np.asarray(cand.scores(model, val), np.float64), 0.0, 1.0)
+    if values.shape != (len(val),) or not np.all(np.isfinite(values)):
+        raise RuntimeError(f"candidate {cand.name!r} gave no finite score per validation row")
+    noisy, _ = gaussian_release(
+        k_score, np.float32(values.sum()), budget=plan.score_budget, sensitivity=1.0,
+        released="validation score: sum over the validation rows of per-row values in [0, 1]",
+    )  # fmt: skip
+    return model, float(noisy)

@@ -1,0 +1,266 @@
+"""Files that cannot lie (N4): a saved release whose report was edited is refused on load.
+
+Every loader (`dp_kip.load`, `dp_ntk.load`, `dp_ntk_regression.load`,
+`privkernels.sklearn.load`, ``privkernels report``) reads the report through
+`PrivacyReport.from_dict`, which re-derives each record's epsilon from its own
+parameters with the accountant and the totals from the composition rule (an enum);
+each method's loader then checks the records against its config (relation,
+sensitivities, budget shares). One test per tamper: total, rule, sigma, q, steps,
+relation; each edit is one an attacker would make to claim a smaller epsilon.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression
+from privkernels.cli import main as cli_main
+from privkernels.privacy.report import Composition, PrivacyReport
+
+
+def _edit(path, tmp_path, change, name="edited.npz"):
+    """Copy of the file at ``path`` whose report (and meta) ``change(meta)`` edited."""
+    arrays, meta = checkpoint.load(path)
+    meta = copy.deepcopy(meta)
+    change(meta)
+    return checkpoint.save(tmp_path / name, arrays, meta)
+
+
+def _sgd(meta):
+    return meta["report"]["mechanisms"][-1]
+
+
+@pytest.fixture(scope="module")
+def kip_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 4)).astype(np.float32)
+    y = (np.arange(40) % 2).astype(np.int32)
+    res = dp_kip.fit(
+        jax.random.key(0), x, y, kernel="fc_ntk", support_per_class=1, epsilon=2.0,
+        delta=1e-5, clip_norm=1.0, batch_size=10, epochs=2, progress=False, n_classes=2,
+        chunk_size=16,
+    )  # fmt: skip
+    return res.save(tmp_path_factory.mktemp("kip") / "kip.npz")
+
+
+def test_an_unedited_dp_kip_file_loads(kip_file):
+    res = dp_kip.load(kip_file)
+    assert res.report.composition == Composition.SINGLE
+    assert res.report.neighbouring == "replace-one"
+
+
+def _claim_small_total(meta):
+    meta["report"]["epsilon"] = 0.01
+    meta["report"]["delta"] = 1e-12
+
+
+def _claim_rule(meta):  # the PR-50 bypass: a rule name that skipped the totals check
+    _claim_small_total(meta)
+    meta["report"]["composition"] = "pld"
+
+
+def _claim_basic_rule(meta):
+    meta["report"]["composition"] = "basic"
+    _claim_small_total(meta)
+
+
+def _claim_sigma(meta):
+    _sgd(meta)["params"]["noise_multiplier"] *= 4.0
+    meta["config"]["noise_multiplier"] = _sgd(meta)["params"]["noise_multiplier"]
+
+
+def _claim_q(meta):
+    _sgd(meta)["params"]["sampling_rate"] /= 10.0
+
+
+def _claim_steps(meta):
+    _sgd(meta)["params"]["steps"] = 1
+    meta["steps_done"] = 1
+
+
+def _claim_relation(meta):
+    meta["report"]["neighbouring"] = "add-remove"  # cheaper than replace-one for the same sigma
+
+
+def _claim_record_epsilon(meta):
+    eps = 0.01
+    _sgd(meta)["epsilon"] = eps
+    meta["report"]["epsilon"] = eps
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_claim_small_total, _claim_rule, _claim_basic_rule, _claim_sigma, _claim_q, _claim_steps,
+     _claim_relation, _claim_record_epsilon],
+    ids=["total", "rule", "basic-rule", "sigma", "q", "steps", "relation", "record-epsilon"],
+)  # fmt: skip
+def test_an_edited_dp_kip_file_is_refused_by_every_reader(kip_file, tmp_path, change, capsys):
+    edited = _edit(kip_file, tmp_path, change)
+    with pytest.raises(ValueError):
+        dp_kip.load(edited)
+    with pytest.raises(ValueError):
+        PrivacyReport.from_dict(checkpoint.load(edited)[1]["report"])
+    assert cli_main(["report", str(edited)]) == 2  # the CLI's one-line error, not a summary
+    assert "error" in capsys.readouterr().err
+
+
+def test_the_dp_kip_estimator_file_is_refused_too(tmp_path):
+    from privkernels.sklearn import DPKIPClassifier, load
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(40, 4)).astype(np.float32)
+    y = np.arange(40) % 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = DPKIPClassifier(classes=[0, 1], epochs=1, batch_size=10, clip_norm=1.0).fit(x, y)
+    path = est.save(tmp_path / "est.npz")
+    assert load(path).privacy_report_ == est.privacy_report_
+    with pytest.raises(ValueError):
+        load(_edit(path, tmp_path, _claim_rule))
+
+
+@pytest.fixture(scope="module")
+def ntk_files(tmp_path_factory):
+    rng = np.random.default_rng(2)
+    x = rng.uniform(size=(60, 5)).astype(np.float32)
+    y = (np.arange(60) % 3).astype(np.int32)
+    out = {}
+    for label_mode in ("uniform", "released"):
+        res = dp_ntk.fit(
+            jax.random.key(1), x, y, epsilon=1.0, delta=1e-5, n_classes=3, iterations=2,
+            batch_size=30, label_mode=label_mode, progress=False,
+        )  # fmt: skip
+        out[label_mode] = res.save(tmp_path_factory.mktemp("ntk") / f"{label_mode}.npz")
+    return out
+
+
+def _ntk_epsilon(meta, factor=0.1):
+    """Claim a smaller epsilon everywhere a number says it (config, total, records)."""
+    meta["config"]["epsilon"] *= factor
+    meta["report"]["epsilon"] *= factor
+    for m in meta["report"]["mechanisms"]:
+        m["epsilon"] *= factor
+
+
+def _ntk_sigma_too(meta):
+    """A larger sigma (and noise std) than the recorded epsilon gives: more noise claimed."""
+    for m in meta["report"]["mechanisms"]:
+        if "sigma" in m["params"]:
+            m["params"]["sigma"] *= 3.0
+            m["params"]["noise_std"] *= 3.0
+        if "scale" in m["params"]:  # truncated Laplace: a larger scale
+            m["params"]["scale"] *= 3.0
+        if "k" in m["params"]:  # Gaussian sampling: fewer samples (more noise)
+            m["params"]["k"] = max(1, m["params"]["k"] // 2)
+
+
+def _ntk_sensitivity_too(meta):
+    """... and a sensitivity that keeps the noise std: the relation's sensitivity then lies."""
+    _ntk_epsilon(meta)
+    for m in meta["report"]["mechanisms"]:
+        import dp_accounting
+
+        sigma = dp_accounting.get_sigma_gaussian(m["epsilon"], m["delta"])
+        m["sensitivity"] = m["params"]["noise_std"] / sigma
+        m["params"]["sigma"] = sigma
+
+
+@pytest.mark.parametrize("mode", ["uniform", "released"])
+@pytest.mark.parametrize(
+    "change",
+    [_ntk_epsilon, _ntk_sigma_too, _ntk_sensitivity_too, _claim_relation, _claim_rule],
+    ids=["epsilon", "sigma", "sensitivity", "relation", "rule"],
+)
+def test_an_edited_dp_ntk_file_is_refused(ntk_files, tmp_path, mode, change):
+    dp_ntk.load(ntk_files[mode])  # the unedited file loads
+    with pytest.raises(ValueError):
+        dp_ntk.load(_edit(ntk_files[mode], tmp_path, change))
+
+
+@pytest.fixture(scope="module")
+def regression_files(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(30, 4)).astype(np.float32)
+    y = (np.arange(30) % 2).astype(np.int32)
+    d = tmp_path_factory.mktemp("reg")
+    one = dp_ntk_regression.fit(jax.random.key(2), x, y, epsilon=1.0, n_classes=2, width=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        close = dp_ntk_regression.fit(
+            jax.random.key(2), x, y, epsilon=0.8, n_classes=2, width=16, kernel_shift=0.5,
+            neighbouring="beta-close",
+        )  # fmt: skip
+    return {"replace-one": one.save(d / "one.npz"), "beta-close": close.save(d / "close.npz")}
+
+
+def _reg_epsilon(meta):
+    _ntk_epsilon(meta)
+
+
+def _reg_relation(meta):
+    rel = meta["report"]["neighbouring"]
+    meta["report"]["neighbouring"] = "beta-close" if rel == "replace-one" else "replace-one"
+
+
+def _reg_k(meta):
+    meta["report"]["mechanisms"][0]["params"]["k"] = 10**6
+    meta["config"]["k"] = 10**6
+
+
+_REG_TAMPERS = [
+    (rel, change)
+    for rel in ("replace-one", "beta-close")
+    for change in (_reg_epsilon, _ntk_sigma_too, _reg_relation, _claim_rule)
+] + [("beta-close", _reg_k)]  # k: a beta-close parameter (replace-one files have none)
+
+
+@pytest.mark.parametrize(
+    ("relation", "change"), _REG_TAMPERS, ids=[f"{r}-{c.__name__}" for r, c in _REG_TAMPERS]
+)
+def test_an_edited_regression_file_is_refused(regression_files, tmp_path, relation, change):
+    dp_ntk_regression.load(regression_files[relation])
+    with pytest.raises(ValueError):
+        dp_ntk_regression.load(_edit(regression_files[relation], tmp_path, change))
+
+
+def test_the_cli_report_reads_and_checks_the_json_beside_an_output(kip_file, tmp_path, capsys):
+    report = dp_kip.load(kip_file).report
+    good = tmp_path / "out.privacy.json"
+    good.write_text(report.to_json())
+    assert cli_main(["report", str(good)]) == 0
+    assert "replace-one" in capsys.readouterr().out
+    bad = report.to_dict()
+    _claim_rule({"report": bad})
+    tampered = tmp_path / "bad.privacy.json"
+    import json
+
+    tampered.write_text(json.dumps(bad))
+    assert cli_main(["report", str(tampered)]) == 2
+
+
+def test_the_cli_report_runs_the_method_loader_checks(kip_file, tmp_path, capsys):
+    """An edit that keeps the report internally consistent but no longer matches the saved
+    config (a lower sampling rate, epsilon re-derived) is refused by ``privkernels report``
+    as by ``dp_kip.load``."""
+    from privkernels.privacy.accounting import dpsgd_epsilon
+
+    def lower_q(meta):
+        rec = _sgd(meta)
+        p = rec["params"]
+        p["sampling_rate"] /= 10.0
+        rec["epsilon"] = dpsgd_epsilon(
+            p["noise_multiplier"], rec["delta"], sampling_rate=p["sampling_rate"],
+            steps=p["steps"], neighbouring=p["neighbouring"],
+        )  # fmt: skip
+        meta["report"]["epsilon"] = rec["epsilon"]
+
+    edited = _edit(kip_file, tmp_path, lower_q)
+    PrivacyReport.from_dict(checkpoint.load(edited)[1]["report"])  # consistent on its own
+    with pytest.raises(ValueError):
+        dp_kip.load(edited)
+    assert cli_main(["report", str(edited)]) == 2
