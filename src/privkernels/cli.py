@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from privkernels.privacy.keys import fresh_key, sampling_key, seed_keys, seeded_call, warn_seed
+from privkernels.privacy.report import PrivacyReport
 
 __all__ = ["main"]
 
@@ -205,10 +206,10 @@ def _cmd_distill(a: argparse.Namespace) -> int:
 
 def _cmd_report(a: argparse.Namespace) -> int:
     from privkernels import checkpoint
-    from privkernels.privacy.report import PrivacyReport
 
     if str(a.file).endswith(".json"):  # the <out>.privacy.json that synth and distill write
         report = PrivacyReport.from_json(Path(a.file).read_text())
+        _check_beside(Path(a.file), report)
     else:
         _, meta = checkpoint.load(a.file)
         if "report" not in meta:
@@ -217,6 +218,33 @@ def _cmd_report(a: argparse.Namespace) -> int:
         _load_checked(a.file, meta)  # the method's own checks (records against the config)
     print(report.to_json(indent=2) if a.json else report.summary())
     return 0
+
+
+def _check_beside(path: Path, report: Any) -> None:
+    """A ``<out>.privacy.json`` holds no configuration: check it against the model saved
+    beside it (``<out>`` for distill, ``<out>.model.npz`` for synth), which its method's
+    loader checks; say so on stderr when there is none. A search's report covers more
+    than the model's own fit, so only its own checks apply."""
+    from privkernels import checkpoint
+
+    out = path.with_name(path.name.removesuffix(".privacy.json"))
+    model = next((p for p in (out, out.with_name(out.name + ".model.npz")) if p.is_file()), None)
+    if model is None or not model.name.endswith(".npz"):
+        print("privkernels: note: no model beside the report; its records were checked, not "
+              "their configuration", file=sys.stderr)  # fmt: skip
+        return
+    _, meta = checkpoint.load(model)
+    _load_checked(str(model), meta)
+    if any(m.name == "repeat_and_select" for m in report.mechanisms):
+        return
+    saved = PrivacyReport.from_dict(meta["report"])
+    if (saved.epsilon, saved.delta, saved.neighbouring, saved.mechanisms) != (
+        report.epsilon,
+        report.delta,
+        report.neighbouring,
+        report.mechanisms,
+    ):
+        raise ValueError(f"{path} does not match the report of {model}")
 
 
 def _load_checked(path: str, meta: dict[str, Any]) -> None:

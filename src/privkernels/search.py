@@ -35,6 +35,7 @@ from privkernels import tuning
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import seed_keys, seeded_call
 from privkernels.privacy.report import PrivacyReport
+from privkernels.privacy.warnings import PrivacyLeakWarning, SeededKeyWarning
 
 __all__ = ["PrivateSearchCV"]
 
@@ -82,9 +83,13 @@ class _EstimatorCandidate:
         return self._estimator(budget)._privacy_events(budget, n_train, shape)
 
     def fit(self, key: Any, public_key: Any, rows: np.ndarray, budget: Budget) -> Any:
+        """The candidate's fit; any un-noised read inside it (a `PrivacyLeakWarning`) stops
+        the search with nothing released, since its report could not cover it."""
         est = self._estimator(budget)
         est._search_keys = (key, public_key)
-        with seeded_call():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            warnings.simplefilter("ignore", SeededKeyWarning)
             return est.fit(_rows(self.x, rows), _rows(self.y, rows))
 
     def scores(self, model: Any, rows: np.ndarray) -> np.ndarray:
@@ -127,6 +132,20 @@ def _as_dict(x: Any) -> dict[str, np.ndarray]:
     from privkernels.data.frames import as_columns
 
     return as_columns(x)
+
+
+def _check_no_leak(est: Any, table: bool) -> None:
+    """Refuse a candidate that would read the private data without noise (its search
+    report could not cover it): labels or a schema read from the data, diagnostics."""
+    if table and getattr(est, "schema", "") is None:
+        raise ValueError("pass the public schema= to the generator: a search infers none")
+    if not table and not is_regressor(est) and getattr(est, "classes", None) is None:
+        raise ValueError(
+            "pass the public classes= to the estimator (every grid point): a search reads no "
+            "label without noise"
+        )
+    if (getattr(est, "fit_options", None) or {}).get("diagnostics"):
+        raise ValueError("diagnostics=True reads the data without noise: not in a search")
 
 
 def _best_has(name: str) -> Any:
@@ -191,6 +210,14 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         self.target_bound = target_bound
         self.random_state = random_state
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle state: a fitted search holds a release, so its ``random_state`` (the noise
+        is a function of an int seed, or is the key itself) is left out."""
+        state = dict(super().__getstate__())
+        if hasattr(self, "best_estimator_"):
+            state["random_state"] = None
+        return state
+
     def _candidates(self, X: Any, y: Any) -> list[_EstimatorCandidate]:
         grid = list(ParameterGrid(self.param_grid))
         if not grid:
@@ -201,14 +228,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         base = clone(self.estimator)
         if not hasattr(base, "_privacy_events"):
             raise ValueError(f"{type(base).__name__} is not a privkernels estimator")
-        if (
-            getattr(base, "classes", None) is None
-            and not is_regressor(base)
-            and not (isinstance(X, dict) or hasattr(X, "columns"))
-        ):
-            raise ValueError(
-                "pass the public classes= to the estimator: a search reads no label without noise"
-            )
+        table = isinstance(X, dict) or hasattr(X, "columns")
+        for params in grid:  # every grid point, before any data is read
+            _check_no_leak(clone(base).set_params(**params), table)
         bound = float(self.target_bound)
         if not (math.isfinite(bound) and bound > 0):
             raise ValueError(f"target_bound must be a finite number > 0, got {self.target_bound!r}")

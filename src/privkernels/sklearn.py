@@ -42,7 +42,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from privkernels import checkpoint
 from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
-from privkernels.privacy.keys import SAMPLE_TAG, fresh_key, sampling_key, seed_keys, seeded_call
+from privkernels.privacy.keys import (
+    SAMPLE_TAG,
+    SEEDED_KEY_NOTE,
+    fresh_key,
+    sampling_key,
+    seed_keys,
+    seeded_call,
+)
 from privkernels.privacy.report import PrivacyReport
 from privkernels.privacy.warnings import warn_privacy_leak
 from privkernels.search import PrivateSearchCV
@@ -69,7 +76,10 @@ CLASSES_INFERRED_NOTE = (
 
 
 def _with_note(result: Any, note: str) -> Any:
-    return dataclasses.replace(result, report=result.report.with_note(note))
+    """``result`` (a release, or a wrapper holding one as ``result``) with ``note`` added."""
+    if "report" in {f.name for f in dataclasses.fields(result)}:
+        return dataclasses.replace(result, report=result.report.with_note(note))
+    return dataclasses.replace(result, result=_with_note(result.result, note))
 
 
 class _DPEstimator(BaseEstimator):
@@ -133,6 +143,14 @@ class _DPEstimator(BaseEstimator):
         """The `privkernels.privacy.accounting.SelectionEvent` s a fit at ``budget`` on
         ``n_train`` rows of ``row_shape`` records (planning a `PrivateSearchCV`; no data)."""
         raise ValueError(f"{type(self).__name__} cannot be tuned privately")
+
+    def _note_seed(self) -> None:
+        """An int ``random_state`` drew the noise: say so in the report, whatever the key
+        looks like (a seed of 2**32 or more under x64 has a non-zero high word)."""
+        seed = self.random_state
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            result = getattr(self, self._result_attr)
+            setattr(self, self._result_attr, _with_note(result, SEEDED_KEY_NOTE))
 
     def _finish(self, result: Any) -> None:
         if getattr(self, "_classes_inferred", False):
@@ -280,6 +298,7 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
     def fit(self, X: Any, y: Any) -> DPNTKRegressor:
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, multi_output=True)
         self._fit(X, np.asarray(y, np.float64), None)
+        self._note_seed()
         return self
 
     def predict(self, X: Any) -> np.ndarray:
@@ -315,6 +334,7 @@ class DPNTKClassifier(ClassifierMixin, _RegressionBase):
         codes = self._encode_classes(y, minimum=2)
         self._fit(X, codes, len(self.classes_))
         self._finish(self.model_)
+        self._note_seed()
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:
@@ -393,6 +413,7 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
                 progress=bool(self.verbose), public_key=public_key, **(self.fit_options or {}),
             )  # fmt: skip
         self._finish(res)
+        self._note_seed()
         return self
 
     def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
@@ -524,6 +545,7 @@ class DPNTKGenerator(_DPEstimator):
             with seeded_call():
                 self._fit_arrays(key, X, y, opts)
         self._n_sampled = 0
+        self._note_seed()
         return self
 
     def _fit_arrays(self, key: Any, X: Any, y: Any, opts: dict[str, Any]) -> None:

@@ -264,3 +264,96 @@ def test_the_cli_report_runs_the_method_loader_checks(kip_file, tmp_path, capsys
     with pytest.raises(ValueError):
         dp_kip.load(edited)
     assert cli_main(["report", str(edited)]) == 2
+
+
+def test_flags_are_booleans_and_proven_is_what_the_config_gives(regression_files, tmp_path):
+    """A string flag is refused (``bool("false")`` is True); a beta-close model's ``proven``
+    must be what its kernel share gives (Lemma D.1: eps_alpha < 1)."""
+    path = regression_files["beta-close"]
+    _, meta = checkpoint.load(path)
+    bad = copy.deepcopy(meta["report"])
+    bad["proven"] = "false"
+    with pytest.raises(ValueError, match="true or false"):
+        PrivacyReport.from_dict(bad)
+
+    def unproven(m):
+        m["report"]["proven"] = False
+
+    with pytest.raises(ValueError):
+        dp_ntk_regression.load(_edit(path, tmp_path, unproven))
+
+
+def test_deltas_and_steps_must_match_the_saved_run(regression_files, kip_file, tmp_path):
+    def lower_delta(meta):
+        factor = 0.1
+        meta["report"]["delta"] *= factor
+        for m in meta["report"]["mechanisms"]:
+            m["delta"] *= factor
+            if "sigma" in m["params"]:
+                import dp_accounting
+
+                m["params"]["sigma"] = dp_accounting.get_sigma_gaussian(m["epsilon"], m["delta"])
+                m["params"]["noise_std"] = m["params"]["sigma"] * m["sensitivity"]
+
+    with pytest.raises(ValueError):
+        dp_ntk_regression.load(_edit(regression_files["replace-one"], tmp_path, lower_delta))
+
+    def fewer_steps(meta):  # steps edited everywhere but the history
+        from privkernels.privacy.accounting import dpsgd_epsilon
+
+        rec = _sgd(meta)
+        p = rec["params"]
+        p["steps"] = meta["steps_done"] = p["steps"] - 1
+        rec["epsilon"] = meta["report"]["epsilon"] = dpsgd_epsilon(
+            p["noise_multiplier"], rec["delta"], sampling_rate=p["sampling_rate"],
+            steps=p["steps"], neighbouring=p["neighbouring"],
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="history"):
+        dp_kip.load(_edit(kip_file, tmp_path, fewer_steps))
+
+    def lower_rate_everywhere(meta):  # config and record agree, but q is not batch_size / n
+        from privkernels.privacy.accounting import dpsgd_epsilon
+
+        rec = _sgd(meta)
+        p = rec["params"]
+        p["sampling_rate"] = meta["config"]["sampling_rate"] = p["sampling_rate"] / 10
+        rec["epsilon"] = meta["report"]["epsilon"] = dpsgd_epsilon(
+            p["noise_multiplier"], rec["delta"], sampling_rate=p["sampling_rate"],
+            steps=p["steps"], neighbouring=p["neighbouring"],
+        )  # fmt: skip
+
+    with pytest.raises(ValueError):
+        dp_kip.load(_edit(kip_file, tmp_path, lower_rate_everywhere))
+
+
+def test_a_privacy_json_is_checked_against_the_model_beside_it(tmp_path, capsys):
+    """``<out>.privacy.json`` carries no configuration: ``privkernels report`` checks it
+    against ``<out>`` (distill) with the method's loader, so an edit that keeps the JSON
+    consistent on its own (a lower q, epsilon re-derived) is refused."""
+    import json
+
+    from privkernels.privacy.accounting import dpsgd_epsilon
+
+    rng = np.random.default_rng(4)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(60, 4)).astype(np.float32),
+             y=np.arange(60) % 2)  # fmt: skip
+    out = tmp_path / "s.npz"
+    args = ["distill", str(tmp_path / "d.npz"), "--epsilon", "1", "--out", str(out), "--quiet",
+            "--epochs", "1", "--classes", "0,1"]  # fmt: skip
+    assert cli_main(args) == 0
+    report_path = tmp_path / "s.npz.privacy.json"
+    assert cli_main(["report", str(report_path)]) == 0
+    data = json.loads(report_path.read_text())
+    rec = data["mechanisms"][-1]
+    p = rec["params"]
+    p["sampling_rate"] /= 10.0
+    rec["epsilon"] = data["epsilon"] = dpsgd_epsilon(
+        p["noise_multiplier"], rec["delta"], sampling_rate=p["sampling_rate"], steps=p["steps"],
+        neighbouring=p["neighbouring"],
+    )  # fmt: skip
+    report_path.write_text(json.dumps(data))
+    PrivacyReport.from_dict(data)  # consistent on its own
+    capsys.readouterr()
+    assert cli_main(["report", str(report_path)]) == 2
+    assert "does not match" in capsys.readouterr().err

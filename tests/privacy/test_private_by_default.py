@@ -256,3 +256,30 @@ def test_clipping_holds_the_bound_with_low_precision_leaves(dtype):
         )
         assert all(v.dtype == jnp.float32 for v in total.values())
     assert worst <= 1.0
+
+
+def test_seeded_keys_of_every_implementation_are_seen():
+    for impl in ("threefry2x32", "rbg", "unsafe_rbg"):
+        assert K.looks_seeded(jax.random.key(5, impl=impl)), impl
+        assert not K.looks_seeded(jax.random.split(jax.random.key(5, impl=impl))[0]), impl
+
+
+def test_an_int_seed_is_noted_whatever_its_key_looks_like():
+    """Under x64 a seed of 2**32 or more has a non-zero high word; the estimator still notes
+    the int seed in the report."""
+    x, y = _xy(40, 4)
+    with jax.enable_x64(True), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SeededKeyWarning)
+        est = DPNTKClassifier(classes=[0, 1], random_state=2**32 + 5).fit(x, y)
+    assert K.SEEDED_KEY_NOTE in est.privacy_report_.notes
+
+
+def test_a_clip_norm_below_the_float32_floor_is_refused():
+    """Per-example norms are float32 sums of squares: below ~1e-19 they underflow to 0 and an
+    example would pass unclipped against a tiny C."""
+    g = {"a": jnp.full((2, 3), 1e-23, jnp.float32)}
+    with pytest.raises(ValueError, match="at least"):
+        privacy.clip_per_example(g, 1e-30)
+    with pytest.raises(ValueError, match="at least"):
+        privacy.dpsgd_plan(privacy.Budget(1.0, 1e-5), sampling_rate=0.1, steps=10,
+                           clip_norm=1e-30, accountant="rdp", neighbouring="add-remove")  # fmt: skip

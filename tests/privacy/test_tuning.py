@@ -209,3 +209,20 @@ def test_under_add_remove_no_size_is_read_from_n():
     tr_b, va_b = tuning._split(key, 1003, 201, 0.2, "add-remove")
     assert set(va_a) == set(va_b) - {1002} and set(tr_a) == set(tr_b) - {1002}
     assert set(tr_a) | set(va_a) == set(range(1002)) and not set(tr_a) & set(va_a)
+
+
+def test_every_grid_point_is_checked_and_a_fitted_search_pickles_without_its_seed(cancer):
+    import pickle
+
+    x, y = cancer
+    base = DPNTKClassifier(classes=[0, 1])
+    with pytest.raises(ValueError, match="classes"):
+        PrivateSearchCV(base, {"classes": [None, [0, 1]]}).fit(x, y)
+    with pytest.raises(ValueError, match="diagnostics"):
+        kip = DPKIPClassifier(classes=[0, 1], fit_options={"diagnostics": True})
+        PrivateSearchCV(kip, {"clip_norm": [0.1]}).fit(x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = PrivateSearchCV(base, {"reg": [0.1, 1.0]}, mean_runs=1, random_state=918).fit(x, y)
+    assert pickle.loads(pickle.dumps(s)).random_state is None
+    assert b"918" not in pickle.dumps(s.privacy_report_)

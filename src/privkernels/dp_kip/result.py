@@ -10,7 +10,7 @@ import dataclasses
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,7 @@ def load(path: str | os.PathLike[str]) -> DPKIPResult:
     config = DPKIPConfig.from_dict(meta["config"])
     report = PrivacyReport.from_dict(meta["report"])
     _check_report(report, config, int(meta["steps_done"]))
+    _check_run(config, int(meta["steps_done"]), meta.get("history") or {})
     kp = None
     if any(k.startswith("kernel_params/") for k in arrays):
         kp = checkpoint.dict_tree(arrays, "kernel_params")
@@ -122,6 +123,9 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
     if (
         report.neighbouring != config.neighbouring
         or int(mech.get("steps", -1)) != steps_done
+        or not math.isclose(float(mech.get("sampling_rate", -1.0)), config.sampling_rate)
+        or not math.isclose(float(sgd.sensitivity or -1.0), float(config.clip_norm or 0))
+        or not math.isclose(sgd.delta, float(config.delta or 0), rel_tol=1e-9)
         or abs(float(mech.get("noise_multiplier", -1.0)) - float(config.noise_multiplier or 0))
         > 1e-12 * max(1.0, float(config.noise_multiplier or 0))
     ):
@@ -141,6 +145,20 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
             f"saved report claims epsilon={sgd.epsilon:.6g} for DP-SGD, the saved run spent "
             f"{spent:.6g}"
         )
+
+
+def _check_run(config: DPKIPConfig, steps_done: int, history: Mapping[str, Any]) -> None:
+    """What the saved run itself says of its accounting: under replace-one q is
+    ``batch_size / n`` of the saved config; the steps done are the history's last step and
+    at most the plan's; the sampling rate and clip norm are those of the plan."""
+    if config.neighbouring == "replace-one" and config.n is not None:
+        if not math.isclose(config.sampling_rate, config.batch_size / config.n, rel_tol=1e-12):
+            raise ValueError("saved config's sampling rate is not batch_size / n (replace-one)")
+    steps = history.get("step") or []
+    if steps and int(steps[-1]) != steps_done:
+        raise ValueError("saved steps_done is not the history's last step")
+    if not 0 <= steps_done <= config.planned_steps:
+        raise ValueError("saved steps_done lies outside the planned steps")
 
 
 def _n_dp_ntk_records(config: DPKIPConfig) -> int:

@@ -186,10 +186,13 @@ def check_records(
         sens = KERNEL_MEAN_SENSITIVITY if config.solver == "kernel-mean" else (
             ssp_sensitivity(float(config.target_bound or 1.0))
         )  # fmt: skip
-        ok = len(recs) == 1 and recs[0].name == "gaussian"
+        ok = len(recs) == 1 and recs[0].name == "gaussian" and report.proven
         ok = ok and math.isclose(float(recs[0].sensitivity or 0.0), sens, rel_tol=1e-9)
+        ok = ok and math.isclose(recs[0].delta, float(config.delta or 0), rel_tol=1e-9)
     else:
         ok = _beta_close_records_match(recs, config, weights, x_tilde)
+        # Lemma D.1 is stated for eps_alpha < 1: the report is proven exactly then
+        ok = ok and report.proven == (recs[0].epsilon < 1.0)
     if not ok:
         raise ValueError(
             f"saved report does not hold the releases this {config.neighbouring} model makes "
@@ -218,6 +221,8 @@ def _beta_close_records_match(recs: Any, config: RegressionConfig, weights: Any,
         )  # fmt: skip
         and math.isclose(kernel.epsilon, share_k.epsilon, rel_tol=1e-9)
         and math.isclose(inputs.epsilon, share_x.epsilon, rel_tol=1e-9)
+        and math.isclose(kernel.delta, share_k.delta, rel_tol=1e-9)
+        and math.isclose(inputs.delta, share_x.delta, rel_tol=1e-9)
     )
 
 

@@ -23,7 +23,9 @@ import jax.numpy as jnp
 from privkernels._validation import check_key, check_positive
 
 __all__ = [
+    "MIN_CLIP_NORM",
     "NORM_MARGIN",
+    "check_clip_norm",
     "clip_factors",
     "clip_per_example",
     "masked_clip_factors",
@@ -40,6 +42,23 @@ __all__ = [
 #: ``n <= 4096`` summands) never takes it above ``C``. It shrinks clipped
 #: contributions by 0.024%, far below the noise.
 NORM_MARGIN = 2.0**-12
+
+
+#: Smallest clip norm accepted: per-example norms are float32 sums of squares, which
+#: underflow for entries below ~1e-19 (a norm computed as 0 would leave an example
+#: unclipped against a C that small). Far below any useful C.
+MIN_CLIP_NORM = 1e-12
+
+
+def check_clip_norm(value: Any, name: str = "clip_norm") -> float:
+    """``value`` as a float; require ``MIN_CLIP_NORM <= value < inf``."""
+    c = check_positive(value, name)
+    if c < MIN_CLIP_NORM:
+        raise ValueError(
+            f"{name} must be at least {MIN_CLIP_NORM:g} (float32 norms underflow below it), "
+            f"got {value!r}"
+        )
+    return c
 
 
 def _is_concrete(x: Any) -> bool:
@@ -151,7 +170,7 @@ def clip_factors(norms: jax.Array, clip_norm: float | jax.Array) -> jax.Array:
       ``(b,)`` float32 factors in ``[0, 1]``.
     """
     if _is_concrete(clip_norm):
-        clip_norm = check_positive(clip_norm, "clip_norm")
+        clip_norm = check_clip_norm(clip_norm)
     finite = jnp.isfinite(norms)
     c = jnp.asarray(clip_norm, jnp.float32)
     ratio = jnp.where(finite, norms, 0.0).astype(jnp.float32) * (1.0 + NORM_MARGIN) / c
@@ -263,7 +282,7 @@ def clip_per_example(grads: Any, clip_norm: float) -> tuple[Any, jax.Array]:
       leave an example above ``C``), and the (b,) pre-clipping norms (float32).
     """
     if _is_concrete(clip_norm):
-        clip_norm = check_positive(clip_norm, "clip_norm")
+        clip_norm = check_clip_norm(clip_norm)
     _leading_size(jax.tree_util.tree_leaves(grads), "grads")
     return _clip_impl(grads, jnp.asarray(clip_norm, jnp.float32))
 
@@ -313,7 +332,7 @@ def noisy_clipped_sum(
     """
     key = check_key(key)
     if _is_concrete(clip_norm):
-        clip_norm = check_positive(clip_norm, "clip_norm")
+        clip_norm = check_clip_norm(clip_norm)
     if _is_concrete(noise_multiplier):
         noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
     leaves, treedef = jax.tree_util.tree_flatten(clipped)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from privkernels._validation import check_int, check_positive
+from privkernels._validation import check_int
 from privkernels.privacy.accounting import (
     check_relation,
     check_sampling_rate,
@@ -27,6 +27,7 @@ from privkernels.privacy.accounting import (
     dpsgd_record,
 )
 from privkernels.privacy.budget import Budget
+from privkernels.privacy.clipping import check_clip_norm
 from privkernels.privacy.keys import fold_digest, params_digest
 from privkernels.privacy.report import MechanismRecord
 
@@ -152,7 +153,7 @@ def dpsgd_plan(
         raise TypeError(f"budget must be a Budget, got {type(budget).__name__}")
     q = check_sampling_rate(sampling_rate)
     t = check_int(steps, "steps", minimum=1)
-    c = check_positive(clip_norm, "clip_norm")
+    c = check_clip_norm(clip_norm)
     if accountant not in ("pld", "rdp"):
         raise ValueError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
     rel = check_relation(neighbouring, accountant)

@@ -117,17 +117,25 @@ def fresh_key() -> jax.Array:
 
 
 def looks_seeded(key: Any) -> bool:
-    """True when ``key`` visibly comes from a small int: its high word is zero.
+    """True when ``key`` visibly comes from a small int.
 
-    ``jax.random.key(s)`` for ``0 <= s < 2**32`` has key data ``[0, s]``; a key
-    from `fresh_key` (or a split of any key) has a zero high word with
-    probability ``2**-32``. Only concrete (not traced) keys can be checked.
+    ``jax.random.key(s)`` for ``0 <= s < 2**32`` is the key of its implementation seeded
+    with its last 32-bit word: ``[0, s]`` for threefry, ``[0, s, 0, s]`` for ``rbg`` and
+    ``unsafe_rbg``. A key from `fresh_key` (or a split of any key) matches that pattern
+    with probability ``2**-32`` or less. Only concrete (not traced) keys can be checked;
+    a key derived from a seed (``split``, ``fold_in``) is not seen (a heuristic).
     """
     try:
-        data = np.asarray(jax.random.key_data(key) if _typed(key) else key)
-    except (TypeError, jax.errors.ConcretizationTypeError):
+        typed = _typed(key)
+        data = np.asarray(jax.random.key_data(key) if typed else key)
+        if data.dtype != np.uint32 or data.ndim != 1 or data.size < 2:
+            return False
+        impl = jax.random.key_impl(key) if typed else "threefry2x32"
+        seed = int(data[-1])
+        ref = np.asarray(jax.random.key_data(jax.random.key(seed, impl=impl)))
+    except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
         return False
-    return data.dtype == np.uint32 and data.shape == (2,) and int(data[0]) == 0
+    return ref.shape == data.shape and bool(np.all(ref == data))
 
 
 def _typed(key: Any) -> bool:

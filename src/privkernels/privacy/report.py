@@ -245,10 +245,10 @@ class PrivacyReport:
             neighbouring=data["neighbouring"],
             mechanisms=mechs,
             composition=data.get("composition", "basic"),
-            private=bool(data.get("private", True)),
+            private=_flag(data, "private"),
             data_independent=tuple(data.get("data_independent", ())),
             notes=tuple(data.get("notes", ())),
-            proven=bool(data.get("proven", True)),
+            proven=_flag(data, "proven"),
         )
         _verify(report)
         return report
@@ -340,6 +340,14 @@ def compose(*reports: PrivacyReport) -> PrivacyReport:
         notes=tuple(dict.fromkeys(n for r in reports for n in r.notes)),
         proven=all(r.proven for r in reports),
     )
+
+
+def _flag(data: Mapping[str, Any], name: str) -> bool:
+    """A stored boolean (default True); a string such as ``"false"`` is refused, not cast."""
+    value = data.get(name, True)
+    if not isinstance(value, bool):
+        raise ValueError(f"report field {name!r} must be true or false, got {type(value).__name__}")
+    return value
 
 
 def _verify(report: PrivacyReport) -> None:

@@ -134,6 +134,9 @@ def _repeat_and_select(record: MechanismRecord, relation: str) -> float:
         candidates = json.loads(str(p["events"]))
     except (KeyError, ValueError):
         raise ValueError(f"record {record.name!r} has no readable 'events'") from None
+    kinds = {str(e[0]) for run in candidates for e in run}
+    if "dpsgd" in kinds and relation != "add-remove":  # RDP covers Poisson under add-remove only
+        raise ValueError(f"record {record.name!r}: DP-SGD runs are accounted under add-remove only")
     return repeat_and_select_epsilon(
         candidates, mean=_num(p, "mean", record), shape=_num(p, "shape", record),
         delta=record.delta,
@@ -157,7 +160,12 @@ def rederived_epsilon(record: MechanismRecord, relation: str) -> float:
         raise ValueError(f"record of unknown mechanism {record.name!r}: cannot be verified")
     if not 0 < record.delta < 1:
         raise ValueError(f"record {record.name!r}: delta must lie in (0, 1)")
-    return derive(record, relation)
+    try:
+        return derive(record, relation)
+    except (TypeError, IndexError, KeyError, OverflowError) as err:  # malformed parameters
+        raise ValueError(
+            f"record {record.name!r}: unreadable parameters ({type(err).__name__})"
+        ) from None
 
 
 def check_record(record: MechanismRecord, relation: str) -> None:
