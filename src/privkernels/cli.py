@@ -18,6 +18,7 @@ noise is drawn.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -223,8 +224,8 @@ def _cmd_report(a: argparse.Namespace) -> int:
 def _check_beside(path: Path, report: Any) -> None:
     """A ``<out>.privacy.json`` holds no configuration: check it against the model saved
     beside it (``<out>`` for distill, ``<out>.model.npz`` for synth), which its method's
-    loader checks; say so on stderr when there is none. A search's report covers more
-    than the model's own fit, so only its own checks apply."""
+    loader checks; say so on stderr when there is none. A search's report is checked
+    against the chosen model's own fit (`_check_search_beside`)."""
     from privkernels import checkpoint
 
     out = path.with_name(path.name.removesuffix(".privacy.json"))
@@ -235,16 +236,41 @@ def _check_beside(path: Path, report: Any) -> None:
         return
     _, meta = checkpoint.load(model)
     _load_checked(str(model), meta)
-    if any(m.name == "repeat_and_select" for m in report.mechanisms):
-        return
     saved = PrivacyReport.from_dict(meta["report"])
-    if (saved.epsilon, saved.delta, saved.neighbouring, saved.mechanisms) != (
-        report.epsilon,
-        report.delta,
-        report.neighbouring,
-        report.mechanisms,
-    ):
+    if [m.name for m in report.mechanisms] == ["repeat_and_select"]:
+        _check_search_beside(path, report, saved)
+    elif (saved.epsilon, saved.delta, saved.neighbouring, saved.mechanisms) != (
+        report.epsilon, report.delta, report.neighbouring, report.mechanisms
+    ):  # fmt: skip
         raise ValueError(f"{path} does not match the report of {model}")
+
+
+def _check_search_beside(path: Path, search: Any, saved: Any) -> None:
+    """A search's report against the chosen model beside it: the model's own releases must
+    be the chosen candidate's planned fit (events, budget, relation). The mean and shape of
+    the number of runs cannot be checked from files (reports carry no signature)."""
+    import json
+
+    from privkernels.tuning import events_of_report
+
+    p = search.mechanisms[0].param_dict
+    planned = json.loads(str(p["events"]))[int(p["chosen"])][:-1]  # the score comes last
+    own = [list(e) for e in events_of_report(saved)]
+    same = len(own) == len(planned) and all(
+        a[0] == b[0]
+        and all(
+            math.isclose(float(u), float(v), rel_tol=1e-9)
+            for u, v in zip(a[1:], b[1:], strict=True)
+        )
+        for a, b in zip(own, planned, strict=True)
+    )
+    if not (
+        same
+        and saved.neighbouring == search.neighbouring
+        and saved.epsilon <= float(p["fit_epsilon"]) * (1 + 1e-9)  # spent within its budget
+        and math.isclose(saved.delta, float(p["fit_delta"]), rel_tol=1e-6)
+    ):
+        raise ValueError(f"{path} does not match the search that chose the model beside it")
 
 
 def _load_checked(path: str, meta: dict[str, Any]) -> None:

@@ -13,8 +13,8 @@ Per-row scores (each in ``[0, 1]``, so the noisy sum has sensitivity 1):
 * classifiers: 1 when the prediction is right;
 * regressors: ``1 - min(((y - y_hat) / target_bound)^2, 1)`` (``target_bound`` public);
 * `privkernels.sklearn.DPNTKGenerator`: train-on-synthetic, 1 when a logistic
-  regression fitted on synthetic rows (as many as the training part) predicts the
-  validation row's label.
+  regression fitted on `SYNTHETIC_ROWS` synthetic rows predicts the validation row's
+  label.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ from privkernels.privacy.report import PrivacyReport
 from privkernels.privacy.warnings import PrivacyLeakWarning, SeededKeyWarning
 
 __all__ = ["PrivateSearchCV"]
+
+#: Synthetic rows a generator's train-on-synthetic score trains on (a public constant: under
+#: add-remove a count taken from the validation rows would be private and move every score).
+SYNTHETIC_ROWS = 2000
 
 #: Parameters the search sets itself on every candidate.
 _OWNED = ("epsilon", "delta", "random_state")
@@ -76,6 +80,8 @@ class _EstimatorCandidate:
 
     def _estimator(self, budget: Budget) -> Any:
         est = clone(self.base).set_params(**self.params)
+        if "verbose" in est.get_params():  # a progress bar per run would tell the runs apart
+            est.set_params(verbose=False)
         return est.set_params(epsilon=budget.epsilon, delta=budget.delta, random_state=None)
 
     def events(self, budget: Budget, n_train: int) -> Any:
@@ -107,7 +113,7 @@ def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
     """Train-on-synthetic: a logistic regression on synthetic rows, right (1) or not (0)."""
     from sklearn.linear_model import LogisticRegression
 
-    n = max(100, _n_rows(x))
+    n = SYNTHETIC_ROWS  # a public count: a size read from the rows would tell them apart
     schema = getattr(gen, "schema_", None)
     if schema is not None:  # tables: both sides through the public schema
         from privkernels.data.frames import split_table

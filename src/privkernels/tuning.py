@@ -222,11 +222,13 @@ def select(
     best: tuple[float, int, Any] | None = None
     for j, i in enumerate(picks):  # K and the picks stay inside: only the best run leaves
         model, noisy = _run(candidates[i], plan, jax.random.fold_in(key, j),
-                            jax.random.fold_in(k_pub, j), train, val)  # fmt: skip
+                            jax.random.fold_in(k_pub, j), train, val, relation)  # fmt: skip
         if best is None or noisy > best[0]:
             best = (noisy, i, model)
     assert best is not None
-    report = selection_report(plan, relation, candidates=[c.name for c in candidates])
+    report = selection_report(
+        plan, relation, candidates=[c.name for c in candidates], chosen=best[1]
+    )
     return SelectionResult(
         index=best[1], model=best[2], noisy_score=best[0], report=with_notes(report, seeded),
         plan=plan, n_validation=len(val) if relation == "replace-one" else None,
@@ -248,13 +250,19 @@ def _report_of(model: Any) -> PrivacyReport:
 
 def _run(
     cand: Candidate, plan: SelectionPlan, key: Any, public_key: Any, train: np.ndarray,
-    val: np.ndarray,
+    val: np.ndarray, relation: str,
 ) -> tuple[Any, float]:  # fmt: skip
     """One run: fit on the training rows, check its events, release its noisy score."""
     k_fit, k_score = jax.random.split(key)
     model = cand.fit(k_fit, public_key, train, plan.fit_budget)
     planned = tuple(tuple(e) for e in cand.events(plan.fit_budget, len(train)))
-    if not _same_events(events_of_report(_report_of(model)), planned):
+    report = _report_of(model)
+    if report.neighbouring != relation:  # a sensitivity is only right under its relation
+        raise RuntimeError(
+            f"candidate {cand.name!r} released under {report.neighbouring}, the search is under "
+            f"{relation}: the search stops and releases nothing"
+        )
+    if not _same_events(events_of_report(report), planned):
         raise RuntimeError(
             f"candidate {cand.name!r} released other events than planned: the search stops "
             "and releases nothing"

@@ -357,3 +357,65 @@ def test_a_privacy_json_is_checked_against_the_model_beside_it(tmp_path, capsys)
     capsys.readouterr()
     assert cli_main(["report", str(report_path)]) == 2
     assert "does not match" in capsys.readouterr().err
+
+
+def test_a_search_report_beside_its_model_is_checked(tmp_path, capsys):
+    """``distill --tune`` writes the search's report beside the chosen model: a lower mean
+    number of runs (epsilon re-derived) misses its planned target, and larger sigmas no
+    longer match the chosen model's own fit."""
+    import json
+
+    from privkernels.privacy.accounting import repeat_and_select_epsilon
+
+    rng = np.random.default_rng(5)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(300, 4)).astype(np.float32),
+             y=np.arange(300) % 2)  # fmt: skip
+    out = tmp_path / "s.npz"
+    args = ["distill", str(tmp_path / "d.npz"), "--epsilon", "2", "--out", str(out), "--quiet",
+            "--epochs", "1", "--classes", "0,1", "--neighbouring", "add-remove",
+            "--batch-size", "30", "--sampling-rate", "0.1", "--tune", "clip_norm=0.1,1"]  # fmt: skip
+    assert cli_main(args) == 0
+    path = tmp_path / "s.npz.privacy.json"
+    genuine = json.loads(path.read_text())
+    assert cli_main(["report", str(path)]) == 0
+
+    def write(change):
+        data = copy.deepcopy(genuine)
+        rec = data["mechanisms"][0]
+        change(rec["params"])
+        rec["epsilon"] = data["epsilon"] = repeat_and_select_epsilon(
+            json.loads(rec["params"]["events"]), mean=rec["params"]["mean"],
+            shape=rec["params"]["shape"], delta=rec["delta"],
+        )  # fmt: skip
+        path.write_text(json.dumps(data))
+
+    def fewer_runs(p):
+        p["mean"] = 1.0
+
+    def more_noise(p):
+        events = json.loads(p["events"])
+        p["events"] = json.dumps([[[e[0], e[1] * 3, *e[2:]] for e in run] for run in events])
+
+    for change in (fewer_runs, more_noise):
+        write(change)
+        capsys.readouterr()
+        assert cli_main(["report", str(path)]) == 2, change.__name__
+
+
+def test_a_dp_kip_file_must_say_its_plan_consistently(kip_file, tmp_path):
+    """The plan is ``epochs * max(1, round(1/q))`` steps, n is public under replace-one and
+    the history is not empty: files that drop n, empty the history or change the steps per
+    epoch are refused."""
+
+    def drop_n(meta):
+        meta["config"]["n"] = None
+
+    def empty_history(meta):
+        meta["history"]["step"] = []
+
+    def other_plan(meta):
+        meta["config"]["steps_per_epoch"] += 1
+
+    for change in (drop_n, empty_history, other_plan):
+        with pytest.raises(ValueError):
+            dp_kip.load(_edit(kip_file, tmp_path, change, name=f"{change.__name__}.npz"))

@@ -283,3 +283,20 @@ def test_a_clip_norm_below_the_float32_floor_is_refused():
     with pytest.raises(ValueError, match="at least"):
         privacy.dpsgd_plan(privacy.Budget(1.0, 1e-5), sampling_rate=0.1, steps=10,
                            clip_norm=1e-30, accountant="rdp", neighbouring="add-remove")  # fmt: skip
+
+
+def test_e_ntk_normalisation_survives_flushed_squares():
+    """Squares below 2^-126 are flushed to zero in float32: a row of such entries with one
+    just above would be 'normalised' to norm 43. Features whose sum of squares is below
+    MIN_FEATURE_SQNORM are now zeroed (a per-record rule, within the bound)."""
+    from privkernels.features.entk import entk_features
+
+    u = np.float32(np.sqrt(0.98 * 2.0**-126))  # u * u is subnormal: flushed
+    w = np.float32(np.sqrt(1.05 * 2.0**-126))  # w * w is normal: kept
+    x = np.full((1, 2000), u, np.float32)
+    x[0, 0] = w
+    params = {"W": jnp.ones((2000, 1), jnp.float32)}
+    phi = entk_features(lambda p, xb: xb.reshape(xb.shape[0], -1) @ p["W"], params, x)
+    assert float(np.sqrt(np.sum(np.asarray(phi, np.float64) ** 2))) <= 1.0
+    ordinary = entk_features(lambda p, xb: xb @ p["W"], params, np.ones((1, 2000), np.float32))
+    assert float(np.sqrt(np.sum(np.asarray(ordinary, np.float64) ** 2))) == pytest.approx(1.0, 1e-3)

@@ -226,3 +226,53 @@ def test_every_grid_point_is_checked_and_a_fitted_search_pickles_without_its_see
         s = PrivateSearchCV(base, {"reg": [0.1, 1.0]}, mean_runs=1, random_state=918).fit(x, y)
     assert pickle.loads(pickle.dumps(s)).random_state is None
     assert b"918" not in pickle.dumps(s.privacy_report_)
+
+
+def test_a_fit_under_another_relation_stops_the_search(cancer):
+    """A candidate whose fit reports another relation than the search's (its sensitivities
+    are for that relation) stops the search with nothing released."""
+    x, y = cancer
+
+    class AddRemove:
+        name = "add-remove fit"
+
+        def events(self, budget, n_train):
+            return [SelectionEvent("gaussian", gaussian_sigma(budget.epsilon, budget.delta))] * 2
+
+        def fit(self, key, public_key, rows, budget):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                gen = DPNTKGenerator(classes=[0, 1], iterations=2, batch_size=20,
+                                     epsilon=budget.epsilon, delta=budget.delta,
+                                     fit_options={"neighbouring": "add-remove"})  # fmt: skip
+                gen._search_keys = (key, public_key)
+                return gen.fit(x[rows][:, :5], y[rows])
+
+        def scores(self, model, rows):
+            return np.ones(len(rows))
+
+    with pytest.raises(RuntimeError, match="released under add-remove"):
+        tuning.select(K.fresh_key(), [AddRemove()], len(x), epsilon=1.0, delta=1e-5,
+                      relation="replace-one")  # fmt: skip
+
+
+def test_runs_print_no_progress_and_generators_score_on_a_public_count(capsys, monkeypatch):
+    from privkernels import search as S
+
+    seen = []
+    real = S._synthetic_scores
+
+    def spy(gen, x, y):
+        out = real(gen, x, y)
+        seen.append(S.SYNTHETIC_ROWS)
+        return out
+
+    monkeypatch.setattr(S, "_synthetic_scores", spy)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(size=(200, 4)).astype(np.float32)
+    y = (x[:, 0] > 0.5).astype(int)
+    gen = DPNTKGenerator(classes=[0, 1], iterations=3, batch_size=50, verbose=True)
+    capsys.readouterr()
+    PrivateSearchCV(gen, {"d_code": [2, 3]}, epsilon=2.0, mean_runs=2).fit(x, y)
+    assert "DP-NTK" not in capsys.readouterr().err  # no progress bar per run
+    assert seen and set(seen) == {S.SYNTHETIC_ROWS}

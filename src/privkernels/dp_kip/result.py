@@ -148,16 +148,27 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
 
 
 def _check_run(config: DPKIPConfig, steps_done: int, history: Mapping[str, Any]) -> None:
-    """What the saved run itself says of its accounting: under replace-one q is
-    ``batch_size / n`` of the saved config; the steps done are the history's last step and
-    at most the plan's; the sampling rate and clip norm are those of the plan."""
-    if config.neighbouring == "replace-one" and config.n is not None:
-        if not math.isclose(config.sampling_rate, config.batch_size / config.n, rel_tol=1e-12):
+    """What the saved run itself says of its accounting (a private run): under replace-one
+    n is public and q is ``batch_size / n``, under add-remove no n is stored; the plan is
+    ``epochs * max(1, round(1/q))`` steps; the steps done are the history's last step."""
+    if not config.private:
+        return
+    if config.neighbouring == "replace-one":
+        if (
+            not isinstance(config.n, int)
+            or config.n < 1
+            or not math.isclose(config.sampling_rate, config.batch_size / config.n, rel_tol=1e-12)
+        ):
             raise ValueError("saved config's sampling rate is not batch_size / n (replace-one)")
-    steps = history.get("step") or []
-    if steps and int(steps[-1]) != steps_done:
+    elif config.n is not None:
+        raise ValueError("saved add-remove config stores an n")
+    per_epoch = max(1, round(1.0 / config.sampling_rate))
+    if config.steps_per_epoch != per_epoch or config.planned_steps != config.epochs * per_epoch:
+        raise ValueError("saved config's steps are not the plan its sampling rate gives")
+    steps = history.get("step")
+    if not isinstance(steps, list) or not steps or int(steps[-1]) != steps_done:
         raise ValueError("saved steps_done is not the history's last step")
-    if not 0 <= steps_done <= config.planned_steps:
+    if not 1 <= steps_done <= config.planned_steps:
         raise ValueError("saved steps_done lies outside the planned steps")
 
 

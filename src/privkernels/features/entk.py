@@ -107,16 +107,26 @@ def _is_tracer(a: Any) -> bool:
     return isinstance(a, jax.core.Tracer)
 
 
+#: Smallest sum of squares a feature is normalised from; below it the feature is zeroed.
+#: float32 squares under 2^-126 are flushed to zero on CPU (and in XLA generally), so a sum
+#: of ``D`` terms may lose up to ``D 1.2e-38``; above this floor that is at most
+#: ``D 1.2e-14`` of the sum (well inside the margin for any ``D`` below 1e9), and below it
+#: the computed norm could be far too small (a "normalised" feature of norm 43 was built).
+MIN_FEATURE_SQNORM = 1e-24
+
+
 def _inv_norm(sq: jax.Array) -> jax.Array:
-    """``1 / (sqrt(sq) (1 + NORM_MARGIN))`` where ``0 < sq < inf``, else 0.
+    """``1 / (sqrt(sq) (1 + NORM_MARGIN))`` where ``MIN_FEATURE_SQNORM <= sq < inf``, else 0.
 
     The margin (`privkernels.privacy.clipping.NORM_MARGIN`) keeps a
     normalised feature's computed norm at or below 1 in float32, which the
-    ``2/n`` sensitivity needs. NaN-free derivatives (double where).
+    ``2/n`` sensitivity needs; below `MIN_FEATURE_SQNORM` the feature is zeroed (a
+    per-record rule: its contribution, 0, is still within the bound). NaN-free
+    derivatives (double where).
     """
     from privkernels.privacy.clipping import NORM_MARGIN
 
-    pos = (sq > 0) & jnp.isfinite(sq)
+    pos = (sq >= MIN_FEATURE_SQNORM) & jnp.isfinite(sq)
     safe = jnp.where(pos, sq, jnp.ones_like(sq))
     scale = jnp.asarray(1.0 / (1.0 + NORM_MARGIN), sq.dtype)
     return jnp.where(pos, jax.lax.rsqrt(safe) * scale, jnp.zeros_like(sq))

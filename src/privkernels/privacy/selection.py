@@ -63,6 +63,7 @@ class SelectionPlan(NamedTuple):
       score_sigma: the score's noise multiplier.
       mean, shape: the distribution of the number of runs.
       events: per candidate, the events of one run (fit, then score), as JSON-able tuples.
+      score_share: the share of a run's budget its score spends.
     """
 
     epsilon: float
@@ -74,6 +75,7 @@ class SelectionPlan(NamedTuple):
     mean: float
     shape: float
     events: tuple[tuple[tuple[Any, ...], ...], ...]
+    score_share: float
 
 
 def _run_events(
@@ -132,7 +134,9 @@ def plan_selection(
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if spent(mid)[0] <= eps else (lo, mid)
     total, (fit, score, sigma, events) = spent(lo)
-    return SelectionPlan(eps, dlt, total, fit, score, sigma, float(mean), float(shape), events)
+    return SelectionPlan(
+        eps, dlt, total, fit, score, sigma, float(mean), float(shape), events, share
+    )
 
 
 def draw_repetitions(key: Any, mean: float, shape: float) -> int:
@@ -166,7 +170,9 @@ def draw_repetitions(key: Any, mean: float, shape: float) -> int:
     return k
 
 
-def selection_record(plan: SelectionPlan, *, candidates: Sequence[str]) -> MechanismRecord:
+def selection_record(
+    plan: SelectionPlan, *, candidates: Sequence[str], chosen: int
+) -> MechanismRecord:
     """The search as one record: its epsilon is the accountant's for its events. The number
     of runs is not recorded: the guarantee holds with it hidden."""
     return MechanismRecord.make(
@@ -180,6 +186,8 @@ def selection_record(plan: SelectionPlan, *, candidates: Sequence[str]) -> Mecha
         mean=plan.mean,
         shape=plan.shape,
         candidates=tuple(str(c) for c in candidates),
+        chosen=int(chosen),
+        score_share=plan.score_share,
         fit_epsilon=plan.fit_budget.epsilon,
         fit_delta=plan.fit_budget.delta,
         score_sigma=plan.score_sigma,
@@ -192,11 +200,12 @@ def selection_report(
     relation: str,
     *,
     candidates: Sequence[str],
+    chosen: int,
     notes: tuple[str, ...] = (),
 ) -> PrivacyReport:
     """The report of a whole search: one repeat-and-select record under ``relation``."""
     return PrivacyReport.from_mechanisms(
-        [selection_record(plan, candidates=candidates)],
+        [selection_record(plan, candidates=candidates, chosen=chosen)],
         relation,
         data_independent=(
             "the train/validation split: drawn from the search's key, independent of the data",

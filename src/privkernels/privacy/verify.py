@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from privkernels.privacy.accounting import (
     dpsgd_epsilon,
     gaussian_epsilon,
+    gaussian_sigma,
     gsm_epsilon,
     repeat_and_select_epsilon,
     tlap_bound,
@@ -137,10 +138,31 @@ def _repeat_and_select(record: MechanismRecord, relation: str) -> float:
     kinds = {str(e[0]) for run in candidates for e in run}
     if "dpsgd" in kinds and relation != "add-remove":  # RDP covers Poisson under add-remove only
         raise ValueError(f"record {record.name!r}: DP-SGD runs are accounted under add-remove only")
+    _check_search_plan(record, candidates)
     return repeat_and_select_epsilon(
         candidates, mean=_num(p, "mean", record), shape=_num(p, "shape", record),
         delta=record.delta,
     )  # fmt: skip
+
+
+def _check_search_plan(record: MechanismRecord, candidates: Any) -> None:
+    """A search record's own plan: one run per candidate, each ending with the score's
+    Gaussian at the sigma its share of the run's budget gives, the chosen index in range,
+    and the accounted epsilon at (within 1% below) the target it was planned for."""
+    p = record.param_dict
+    names = p.get("candidates", ())
+    share = _num(p, "score_share", record)
+    fit_eps, fit_delta = _num(p, "fit_epsilon", record), _num(p, "fit_delta", record)
+    sigma = _num(p, "score_sigma", record)
+    ok = len(names) == len(candidates) >= 1 and 0 < share < 1 and fit_eps > 0
+    ok = ok and 0 <= int(p.get("chosen", -1)) < len(candidates)
+    expected = gaussian_sigma(fit_eps * share / (1 - share), fit_delta * share / (1 - share))
+    ok = ok and math.isclose(sigma, expected, rel_tol=1e-6)
+    ok = ok and all(list(run[-1][:2]) == ["gaussian", sigma] for run in candidates)
+    target = _num(p, "target_epsilon", record)
+    ok = ok and 0.99 * target <= record.epsilon <= target * (1 + 1e-9)
+    if not ok:
+        raise ValueError(f"record {record.name!r}: its plan is not the one its numbers give")
 
 
 _DERIVE: dict[str, Callable[[Any, str], float]] = {
