@@ -25,10 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
-from privkernels.privacy.keys import fresh_key, sampling_key, seed_keys, seeded_call, warn_seed
+from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = ["main"]
@@ -67,7 +66,7 @@ def _cmd_synth(a: argparse.Namespace) -> int:
     out = Path(a.out)
     if a.model:  # sampling only: post-processing, no release key
         model = load_table_synth(a.model)
-        k_sample = fresh_key() if a.seed is None else jax.random.key(a.seed)
+        report, k_sample = model.report, sample_key(a.seed)
     else:
         if a.data is None or a.schema is None:
             raise ValueError("synth needs DATA and --schema (or --model to sample a saved model)")
@@ -84,8 +83,6 @@ def _cmd_synth(a: argparse.Namespace) -> int:
             report = model.report
         k_sample = sampling_key(key, public_key)
         model.save(out.with_name(out.name + ".model.npz"))
-    if a.model:
-        report = model.report
     n = a.n if a.n is not None else (len(next(iter(table.values()))) if not a.model else 1000)
     write_csv(model.sample(k_sample, n), out)
     rp = _write_report(report, out)
@@ -251,19 +248,11 @@ def _check_search_beside(path: Path, search: Any, saved: Any) -> None:
     the number of runs cannot be checked from files (reports carry no signature)."""
     import json
 
-    from privkernels.tuning import events_of_report
+    from privkernels.tuning import events_of_report, same_events
 
     p = search.mechanisms[0].param_dict
     planned = json.loads(str(p["events"]))[int(p["chosen"])][:-1]  # the score comes last
-    own = [list(e) for e in events_of_report(saved)]
-    same = len(own) == len(planned) and all(
-        a[0] == b[0]
-        and all(
-            math.isclose(float(u), float(v), rel_tol=1e-9)
-            for u, v in zip(a[1:], b[1:], strict=True)
-        )
-        for a, b in zip(own, planned, strict=True)
-    )
+    same = same_events(events_of_report(saved), planned)
     if not (
         same
         and saved.neighbouring == search.neighbouring

@@ -116,11 +116,11 @@ def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
     n = SYNTHETIC_ROWS  # a public count: a size read from the rows would tell them apart
     schema = getattr(gen, "schema_", None)
     if schema is not None:  # tables: both sides through the public schema
-        from privkernels.data.frames import split_table
+        from privkernels.data.frames import as_columns, split_table
 
         syn_feats, ys = split_table(gen.synth_.sample(gen._sample_key(None), n), schema)
         xs = schema.encode(syn_feats)[0]
-        val_feats, yv = split_table(x if y is None else {**_as_dict(x), schema.label: y}, schema)
+        val_feats, yv = split_table(x if y is None else {**as_columns(x), schema.label: y}, schema)
         xv = schema.encode(val_feats)[0]
     else:
         xs, ys = gen.sample(n)
@@ -132,12 +132,6 @@ def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
         warnings.simplefilter("ignore")
         clf = LogisticRegression(max_iter=500).fit(np.asarray(xs, np.float32), ys)
     return (clf.predict(np.asarray(xv, np.float32)) == yv).astype(np.float64)
-
-
-def _as_dict(x: Any) -> dict[str, np.ndarray]:
-    from privkernels.data.frames import as_columns
-
-    return as_columns(x)
 
 
 def _check_no_leak(est: Any, table: bool) -> None:
@@ -297,23 +291,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         return self.best_estimator_.sample(n, **kw)
 
 
-def _field_names(value: Any) -> set[str]:
-    """The field names of a dataclass instance (empty for anything else)."""
-    if value is None or isinstance(value, type) or not dataclasses.is_dataclass(value):
-        return set()
-    return {f.name for f in dataclasses.fields(value)}
-
-
 def _note_search(model: Any, report: PrivacyReport) -> None:
     """Tell the chosen fit's own report that a search chose it, and what the search cost."""
-    attr = str(getattr(model, "_result_attr", ""))
-    result: Any = getattr(model, attr, None) if attr else None
-    fields = _field_names(result)
-    if "report" not in fields:
-        return
-    note = (
+    model._add_note(
         f"chosen by PrivateSearchCV: this report covers this fit alone; the search that chose "
         f"it (every candidate, score and the choice) is ({report.epsilon:.4g}, "
         f"{report.delta:.3g})-DP: publish that report"
     )
-    setattr(model, attr, dataclasses.replace(result, report=result.report.with_note(note)))

@@ -46,6 +46,7 @@ from privkernels.privacy.keys import (
     SAMPLE_TAG,
     SEEDED_KEY_NOTE,
     fresh_key,
+    sample_key,
     sampling_key,
     seed_keys,
     seeded_call,
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 #: Attributes that hold keys: never pickled with a fitted estimator.
-_KEY_ATTRS = ("_key", "_sample_base")
+_KEY_ATTRS = ("_search_keys", "_sample_base")
 
 #: Format of the estimator block added to a result file by ``save``.
 FORMAT = "privkernels.sklearn/1"
@@ -144,13 +145,16 @@ class _DPEstimator(BaseEstimator):
         ``n_train`` rows of ``row_shape`` records (planning a `PrivateSearchCV`; no data)."""
         raise ValueError(f"{type(self).__name__} cannot be tuned privately")
 
+    def _add_note(self, note: str) -> None:
+        """Append ``note`` to the fitted release's report (`_with_note`)."""
+        setattr(self, self._result_attr, _with_note(getattr(self, self._result_attr), note))
+
     def _note_seed(self) -> None:
         """An int ``random_state`` drew the noise: say so in the report, whatever the key
         looks like (a seed of 2**32 or more under x64 has a non-zero high word)."""
         seed = self.random_state
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            result = getattr(self, self._result_attr)
-            setattr(self, self._result_attr, _with_note(result, SEEDED_KEY_NOTE))
+            self._add_note(SEEDED_KEY_NOTE)
 
     def _finish(self, result: Any) -> None:
         if getattr(self, "_classes_inferred", False):
@@ -584,7 +588,7 @@ class DPNTKGenerator(_DPEstimator):
         import jax
 
         if random_state is not None:
-            return jax.random.fold_in(_seed_key(random_state), SAMPLE_TAG)
+            return jax.random.fold_in(sample_key(random_state), SAMPLE_TAG)
         self._n_sampled = getattr(self, "_n_sampled", 0) + 1
         base = getattr(self, "_sample_base", None)
         return jax.random.fold_in(
@@ -627,17 +631,6 @@ class DPNTKGenerator(_DPEstimator):
         super()._restore(arrays, meta, result)
         if not isinstance(result, _ArraySynth):
             self.schema_ = result.schema
-
-
-def _seed_key(seed: Any) -> Any:
-    """A ``sample`` key from ``random_state`` (an int, a key or None); not a release key."""
-    import jax
-
-    if seed is None:
-        return fresh_key()
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return jax.random.key(int(seed))
-    return seed
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,7 +44,14 @@ from privkernels.privacy.selection import (
     selection_report,
 )
 
-__all__ = ["Candidate", "SelectionResult", "select", "events_of_report", "DEFAULT_MEAN_RUNS"]
+__all__ = [
+    "Candidate",
+    "SelectionResult",
+    "select",
+    "events_of_report",
+    "same_events",
+    "DEFAULT_MEAN_RUNS",
+]
 
 #: Expected number of runs per candidate when ``mean=None``.
 DEFAULT_MEAN_RUNS = 2.0
@@ -117,7 +124,8 @@ def events_of_report(report: PrivacyReport) -> tuple[tuple[Any, ...], ...]:
     return tuple(out)
 
 
-def _same_events(a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]) -> bool:
+def same_events(a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]) -> bool:
+    """Whether two lists of `SelectionEvent` tuples are the same events (numbers to 1e-9)."""
     if len(a) != len(b):
         return False
     return all(
@@ -262,7 +270,7 @@ def _run(
             f"candidate {cand.name!r} released under {report.neighbouring}, the search is under "
             f"{relation}: the search stops and releases nothing"
         )
-    if not _same_events(events_of_report(report), planned):
+    if not same_events(events_of_report(report), planned):
         raise RuntimeError(
             f"candidate {cand.name!r} released other events than planned: the search stops "
             "and releases nothing"

@@ -176,6 +176,7 @@ def test_dp_kip_and_generator_searches_run_under_their_relations():
     assert g.privacy_report_.epsilon <= 2.0
     xs, ys = g.sample(10)
     assert xs.shape == (10, 6) and set(np.unique(ys)) <= {0, 1}
+    assert any("PrivateSearchCV" in n for n in g.best_estimator_.privacy_report_.notes)
 
 
 def test_a_replace_one_dp_sgd_candidate_is_refused_before_any_noise(monkeypatch):

@@ -181,18 +181,15 @@ def _n_dp_ntk_records(config: DPKIPConfig) -> int:
 
 
 def _check_dp_ntk_records(records: Any, config: DPKIPConfig) -> None:
-    """The DP-NTK start's records, each checked against what the run releases.
-
-    Replace-one: the mean embedding (sensitivity ``2/n``); add-remove: the class sums
-    and the dataset size n (sensitivity 1 each, `dp_ntk_init.NTK_SPLIT` of the share).
-    Each has the (epsilon, delta) of its part of ``budget_fraction`` of the total, the
-    analytic-Gaussian sigma of that budget and noise ``sigma * sensitivity``.
-    """
+    """The DP-NTK start's records, each checked against what the run releases: the records
+    of `privkernels.dp_ntk.release.release_records_match` for ``label_mode="uniform"``
+    (replace-one: the mean embedding at ``2/config.n``; add-remove: the class sums and the
+    dataset size n, `dp_ntk_init.NTK_SPLIT` of the share), with the share
+    ``budget_fraction`` of the total."""
     import re
 
     from privkernels.dp_kip.dp_ntk_init import NTK_SPLIT
-    from privkernels.dp_ntk.release import RELEASED_MEAN, RELEASED_N, RELEASED_SUMS
-    from privkernels.privacy.release import matches_gaussian_release
+    from privkernels.dp_ntk.release import release_records_match
 
     match = re.match(r"dp_ntk\(fraction=([0-9.eE+-]+)", config.init)
     add_remove = config.neighbouring == "add-remove"
@@ -203,15 +200,10 @@ def _check_dp_ntk_records(records: Any, config: DPKIPConfig) -> None:
             float(config.epsilon or 0) + sum(r.epsilon for r in records),
             float(config.delta or 0) + sum(r.delta for r in records),
         )
-        share = total.split(1.0 - f, f)[1]
-        parts = share.split(*NTK_SPLIT) if add_remove else (share,)
-        names = (RELEASED_SUMS, RELEASED_N) if add_remove else (RELEASED_MEAN,)
-        sens = (1.0, 1.0) if add_remove else (2.0 / float(config.n or 1),)
-        for r, part, name, s in zip(records, parts, names, sens, strict=True):
-            ok = ok and matches_gaussian_release(r, s) and r.released.startswith(name)
-            ok = ok and math.isclose(r.epsilon, part.epsilon, rel_tol=1e-9)
-            ok = ok and math.isclose(r.delta, part.delta, rel_tol=1e-9)
-            ok = ok and (not add_remove or "n" not in r.param_dict)
+        ok = release_records_match(
+            records, str(config.neighbouring), budget=total.split(1.0 - f, f)[1],
+            split=NTK_SPLIT, label_mode="uniform", n=None if add_remove else config.n,
+        )  # fmt: skip
     if not ok:
         raise ValueError("saved report's DP-NTK start does not match the saved run")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -31,10 +32,11 @@ import numpy as np
 from privkernels._validation import check_array, check_int, check_labels
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import release_key
-from privkernels.privacy.release import gaussian_release
+from privkernels.privacy.release import gaussian_release, matches_gaussian_release
 from privkernels.privacy.report import (
     ADD_REMOVE,
     REPLACE_ONE,
+    MechanismRecord,
     PrivacyReport,
     check_neighbouring,
     non_private_report,
@@ -52,6 +54,7 @@ __all__ = [
     "N_PUBLIC_NOTE",
     "RELEASED_MEAN",
     "check_release_records",
+    "release_records_match",
     "RELEASED_SUMS",
     "RELEASED_N",
 ]
@@ -342,6 +345,41 @@ def _expected(relation: str, released_labels: bool, n: int) -> list[tuple[str, f
     return out
 
 
+def release_records_match(
+    records: Sequence[MechanismRecord],
+    relation: str,
+    *,
+    budget: Budget,
+    split: tuple[float, float],
+    label_mode: str,
+    n: int | None = None,
+) -> bool:
+    """Whether ``records`` are what `privkernels.dp_ntk.fit` (or a DP-KIP start, with
+    ``label_mode="uniform"``) releases under ``relation`` for ``budget``: one Gaussian
+    record per release, in order, each a `matches_gaussian_release` of the relation's
+    sensitivity (replace-one: ``2/n`` and ``sqrt(2)/n``, n the public ``n`` when given,
+    else the recorded one; add-remove: 1, and no n recorded) with its share of ``budget``."""
+    if relation not in DP_NTK_RELATIONS or not records:
+        return False
+    if relation == REPLACE_ONE:
+        n = int(records[0].param_dict.get("n", 0)) if n is None else int(n)
+        if n < 1:
+            return False
+    expected = _expected(relation, label_mode == "released", n or 1)
+    parts = budget.split(*split) if len(expected) == 2 else (budget,)
+    ok = len(records) == len(expected)
+    for rec, (name, sens), part in zip(records, expected, parts, strict=False):
+        ok = ok and matches_gaussian_release(rec, sens) and rec.released.startswith(name)
+        ok = ok and math.isclose(rec.epsilon, part.epsilon, rel_tol=1e-9)
+        ok = ok and math.isclose(rec.delta, part.delta, rel_tol=1e-9)
+        recorded_n = rec.param_dict.get("n")
+        if relation == ADD_REMOVE:
+            ok = ok and recorded_n is None  # n is private: never recorded
+        else:
+            ok = ok and recorded_n is not None and int(recorded_n) == n
+    return ok
+
+
 def check_release_records(
     report: PrivacyReport,
     *,
@@ -351,31 +389,17 @@ def check_release_records(
     label_mode: str,
 ) -> None:
     """Refuse a loaded DP-NTK report that is not what `privkernels.dp_ntk.fit` releases for
-    this config: the records (one per release, in order) under the report's relation, each
-    with the sensitivity of that relation (replace-one: ``2/n`` and ``sqrt(2)/n`` with the
-    recorded public n; add-remove: 1) and its share of ``(epsilon, delta)``. The records'
-    own consistency (sigma against epsilon) is `PrivacyReport.from_dict`'s."""
+    this config (`release_records_match` under the report's relation). The records' own
+    consistency (sigma against epsilon) is `PrivacyReport.from_dict`'s too."""
     if not report.private:
         return
     if epsilon is None or delta is None:
         raise ValueError("saved report is private but the config holds no budget")
     relation = check_neighbouring(report.neighbouring, DP_NTK_RELATIONS)
-    released = label_mode == "released"
-    records = report.mechanisms
-    n = int(records[0].param_dict.get("n", 0)) if relation == REPLACE_ONE else 1
-    if n < 1:
-        raise ValueError("saved report's embedding record has no public n")
-    expected = _expected(relation, released, n)
-    total = Budget(epsilon, delta)
-    parts = total.split(*split) if len(expected) == 2 else (total,)
-    ok = len(records) == len(expected)
-    for rec, (name, sens), part in zip(records, expected, parts, strict=False):
-        ok = ok and rec.name == "gaussian" and rec.released.startswith(name)
-        ok = ok and math.isclose(float(rec.sensitivity or 0.0), sens, rel_tol=1e-9)
-        ok = ok and math.isclose(rec.epsilon, part.epsilon, rel_tol=1e-9)
-        ok = ok and math.isclose(rec.delta, part.delta, rel_tol=1e-9)
-        ok = ok and int(rec.param_dict.get("n", n)) == n
-    if not ok:
+    if not release_records_match(
+        report.mechanisms, relation, budget=Budget(epsilon, delta), split=split,
+        label_mode=label_mode,
+    ):  # fmt: skip
         raise ValueError(
             "saved report does not hold the releases this DP-NTK config makes under "
             f"{relation} (record names, sensitivities or budget shares differ)"

@@ -38,6 +38,7 @@ __all__ = [
     "mechanism_key",
     "params_digest",
     "release_key",
+    "sample_key",
     "sampling_key",
     "seed_keys",
     "seeded_call",
@@ -221,3 +222,13 @@ def sampling_key(key: Any, public_key: Any) -> Any:
     ``fold_in(key, SAMPLE_TAG)``: never a key that drew noise.
     """
     return public_key if public_key is not None else jax.random.fold_in(key, SAMPLE_TAG)
+
+
+def sample_key(seed: Any) -> Any:
+    """A key for sampling a fitted generator (post-processing, not a release key): fresh
+    entropy for None, ``jax.random.key(seed)`` for an int, a JAX key as it is."""
+    if seed is None:
+        return fresh_key()
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return jax.random.key(int(seed))
+    return seed
