@@ -25,16 +25,10 @@ import pytest
 
 from privkernels import PrivacyLeakWarning, PrivacyReport, dp_kip, dp_ntk, features
 from privkernels import dp_ntk_regression as reg
+from privkernels.contract import SHARED_KEYWORDS, MethodFit, Release
 from privkernels.privacy.warnings import SeededKeyWarning
 
-SHARED = {
-    "delta": 1e-5,
-    "n_classes": None,
-    "mesh": None,
-    "checkpoint_path": None,
-    "resume": False,
-    "progress": True,
-}
+SHARED = SHARED_KEYWORDS
 MODULES = {"dp_ntk": dp_ntk, "dp_kip": dp_kip, "dp_ntk_regression": reg}
 
 
@@ -68,6 +62,22 @@ def test_fit_signature_is_shared(name):
     for arg, default in SHARED.items():
         assert params[arg].kind is inspect.Parameter.KEYWORD_ONLY, arg
         assert params[arg].default == default, (arg, params[arg].default)
+
+
+def test_shared_keywords_are_the_protocols():
+    """`SHARED_KEYWORDS` is `MethodFit`'s keyword-only part, defaults included."""
+    params = inspect.signature(MethodFit.__call__).parameters
+    keyword_only = {
+        k: p.default for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert keyword_only.pop("epsilon") is inspect.Parameter.empty
+    assert keyword_only == SHARED_KEYWORDS
+    assert list(params)[1:4] == ["key", "x", "y"]
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_every_result_is_a_release(name):
+    assert isinstance(_fit(name), Release)
 
 
 @pytest.mark.parametrize("name", list(MODULES))

@@ -11,11 +11,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from privkernels import checkpoint
 from privkernels._validation import (
@@ -24,13 +25,12 @@ from privkernels._validation import (
     check_int,
     check_key,
     check_labels,
-    check_nonnegative,
-    check_positive,
     infer_n_classes,
 )
 from privkernels.dp_kip.clipped_sums import choose_strategy
 from privkernels.dp_kip.dp_ntk_init import (
     STANDARDIZED,
+    DPNTKInit,
     as_dp_ntk_init,
     dp_ntk_start,
     split_budget,
@@ -39,6 +39,13 @@ from privkernels.dp_kip.init import corruption_mask, resolve_init, support_label
 from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
 from privkernels.dp_kip.krr import encode_labels, repr_width, target_repr
 from privkernels.dp_kip.result import DPKIPResult, predictor
+from privkernels.dp_kip.settings import (
+    DEFAULT_BATCH_SIZE,
+    KERNEL_DEFAULTS,
+    Resolved,
+    Settings,
+    resolve,
+)
 from privkernels.dp_kip.train import (
     DPKIPConfig,
     State,
@@ -48,7 +55,8 @@ from privkernels.dp_kip.train import (
     padded_batch_length,
     planning_size,
 )
-from privkernels.privacy.accounting import DPSGD_RELATIONS, check_relation, check_sampling_rate
+from privkernels.options import RunOptions, run_options
+from privkernels.privacy.accounting import DPSGD_RELATIONS, check_sampling_rate
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.dpsgd import DPSGDPlan, dpsgd_plan
 from privkernels.privacy.keys import release_key
@@ -61,24 +69,9 @@ from privkernels.privacy.report import (
 )
 from privkernels.privacy.warnings import warn_privacy_leak
 
-__all__ = ["fit", "configure"]
+__all__ = ["fit", "configure", "plan_run", "Settings", "KERNEL_DEFAULTS", "DEFAULT_BATCH_SIZE"]
 
 CHECKPOINT_FORMAT = "privkernels.dp_kip.checkpoint/1"
-
-#: Per-kernel defaults of ``learning_rate``, ``clip_norm`` and ``relative_reg``.
-#: fc_ntk: chosen on a validation split of the MNIST/FashionMNIST TRAINING sets
-#: at eps=1 with per-image standardised inputs (``scripts/dp_kip_fcntk_sweep.py``);
-#: scatternet: the paper's Appendix D learning rate and ridge for MNIST, with the
-#: clip norm of the quick benchmark profile (inputs ``2 x - 1``); entk: the quick
-#: profile's values. See ``docs/benchmarks.md``.
-KERNEL_DEFAULTS: dict[str, dict[str, float]] = {
-    "fc_ntk": {"learning_rate": 3e-2, "clip_norm": 1e-1, "relative_reg": 1e-6},
-    "scatternet": {"learning_rate": 1e-1, "clip_norm": 1e-3, "relative_reg": 1e-3},
-    "entk": {"learning_rate": 1e-2, "clip_norm": 1e-2, "relative_reg": 1e-6},
-}
-
-#: ``batch_size=None``: ``min(DEFAULT_BATCH_SIZE, n)`` (the paper's most common batch size).
-DEFAULT_BATCH_SIZE = 500
 
 #: With ``progress=True`` an epoch runs as this many compiled segments, so the bar
 #: moves within an epoch (a handful of host syncs per epoch; no result changes).
@@ -126,35 +119,26 @@ def fit(
     """Distil ``(x, y)`` into ``support_per_class`` points per class with DP-KIP (Alg. 1).
 
     Args:
-      key: ``jax.random.key`` of the release; split into support init (and the DP-NTK
-        start), corruption mask, kernel parameters (e-NTK) and training (step ``t``:
-        ``fold_in(fold_digest(k_train, plan.digest), t)``: batches and noise bound to the
-        plan). A key that visibly comes from a small int draws reproducible, not secret,
-        noise (`privkernels.privacy.SeededKeyWarning`, report note; use
-        `privkernels.fresh_key`).
+      key: ``jax.random.key`` of the release, split by `RunKeys`. A key that visibly comes
+        from a small int draws reproducible, not secret, noise
+        (`privkernels.privacy.SeededKeyWarning`, report note; use `privkernels.fresh_key`).
       x: ``(n, *input_shape)`` float private inputs; y: ``(n,)`` int labels.
-      epsilon, delta: target budget; ``epsilon=None``: the non-private KIP baseline.
+      epsilon ... grad_method (but ``n_classes`` and the run options): the run's
+        `privkernels.dp_kip.settings.Settings`, documented there.
       n_classes: number of classes; None reads ``max(y) + 1`` with a
         ``PrivacyLeakWarning`` and a report note.
-      mesh: a device mesh over the example axis (`privkernels.sharding`):
-        every device samples, gathers and clips its own rows and the clipped
-        sums are added before the noise (drawn once, from the step's key). ``x``
-        and ``y`` may be global arrays sharded over the mesh.
-      checkpoint_path, resume: an ``.npz`` written after every epoch and on
-        ``KeyboardInterrupt`` (with ``init="dp_ntk"`` also as soon as the start is
-        released, with its report); ``resume=True`` continues it (same settings, key,
-        optimizer, ``diagnostics`` and test set; otherwise ``ValueError`` before any noise).
-        A path that cannot be written is refused before any noise (`checkpoint.check_writable`).
-      progress: a progress bar over steps.
-      kernel ... grad_method: the run's settings, documented in `configure`.
+      mesh, checkpoint_path, resume, progress, chunk_size: the run options
+        (`privkernels.options.RunOptions`). A mesh shards the example axis: every
+        device samples, gathers and clips its own rows and the clipped sums are added
+        before the noise (drawn once, from the step's key). The checkpoint is written
+        after every epoch, on ``KeyboardInterrupt`` and (``init="dp_ntk"``) as soon as the
+        start is released; ``resume=True`` continues it (same settings, keys, optimizer,
+        ``diagnostics`` and test set, else ``ValueError`` before any noise). ``chunk_size``:
+        target examples per chunk inside a step.
       x_test, y_test: optional *public* test set, evaluated every ``eval_every`` epochs.
-      diagnostics: record the un-noised loss, clip fraction and batch sizes
-        (NOT private: ``PrivacyLeakWarning``).
+      diagnostics: record the un-noised loss, clip fraction and batch sizes (NOT private).
       max_steps: stop after this many steps in total; the report covers them.
-      public_key: the key of the data-independent draws (Gaussian support init,
-        corruption mask, e-NTK parameters), independent of ``key`` (a fresh key: the
-        saved mask and parameters then say nothing about the noise key); None derives
-        them from ``key``.
+      public_key: the key of the data-independent draws (`RunKeys`), independent of ``key``.
 
     Returns:
       `DPKIPResult`.
@@ -162,70 +146,114 @@ def fit(
     Raises:
       ValueError: on bad input (TypeError on wrong kinds), before any noise is drawn.
     """
+    settings = Settings(
+        epsilon=epsilon, delta=delta, kernel=kernel, support_per_class=support_per_class,
+        batch_size=batch_size, epochs=epochs, learning_rate=learning_rate,
+        relative_reg=relative_reg, jitter=jitter, clip_norm=clip_norm, clip_space=clip_space,
+        init=init, neighbouring=neighbouring, sampling_rate=sampling_rate,
+        accountant=accountant, corrupt_fraction=corrupt_fraction,
+        kernel_options=kernel_options, learn_labels=learn_labels, optimizer=optimizer,
+        grad_method=grad_method,
+    )  # fmt: skip
+    opts = run_options(mesh=mesh, checkpoint_path=checkpoint_path, resume=resume,
+                       progress=progress, chunk_size=chunk_size)  # fmt: skip
     key, seeded = release_key(key)
-    ck = None if checkpoint_path is None else Path(checkpoint_path)
-    _check_checkpoint_args(ck, resume)
-    run = _prepare(
-        x, y, locals(), n_classes=n_classes, kernel_options=kernel_options, optimizer=optimizer
+    _check_checkpoint_args(opts.checkpoint_path, opts.resume)
+    run = _prepare(x, y, settings, opts, n_classes=n_classes, test=(x_test, y_test),
+                   eval_every=eval_every, max_steps=max_steps, diagnostics=diagnostics)  # fmt: skip
+    keys = _run_keys(key, public_key)
+    state, history, report, spec, corrupted = _run(
+        run, keys, opts, init=init, eval_every=eval_every, diagnostics=diagnostics,
+        max_steps=max_steps,
+    )  # fmt: skip
+    cfg = run.config
+    return DPKIPResult(
+        support_x=np.asarray(state.params["x"]),
+        support_y=support_labels(cfg.n_classes, cfg.support_per_class),
+        support_targets=np.asarray(state.params.get("y", state.y_s)),
+        report=with_notes(report, seeded),
+        config=cfg,
+        history=history,
+        corrupted=corrupted,
+        kernel_params=spec.params,
+        steps_done=int(state.step),
     )
-    cfg, data, test = run["config"], run["data"], run["test"]
+
+
+class RunKeys(NamedTuple):
+    """The keys of a run: the private draws' (``init``: the DP-NTK start's noise; ``train``:
+    step ``t`` draws its batch and noise from ``fold_in(fold_digest(train, plan.digest),
+    t)``, bound to the plan) and the data-independent ones (support, mask, kernel), with
+    the public key the caller gave (None: the latter are split off ``key``)."""
+
+    init: jax.Array
+    support: jax.Array
+    corrupt: jax.Array
+    kernel: jax.Array
+    train: jax.Array
+    key: jax.Array
+    public_key: Any
+
+
+def _run_keys(key: jax.Array, public_key: Any) -> RunKeys:
+    """``key`` split into (init, corrupt, kernel, train); a ``public_key`` replaces the
+    data-independent three (support, corrupt, kernel)."""
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
     k_support = k_init  # the Gaussian start (the DP-NTK start draws its noise from k_init)
     if public_key is not None:
         k_support, k_corrupt, k_kernel = jax.random.split(check_key(public_key, "public_key"), 3)
-    if run["dp_init"] is not None:  # everything that can refuse, before that release
+    return RunKeys(k_init, k_support, k_corrupt, k_kernel, k_train, key, public_key)
+
+
+def _run(
+    run: Prepared, keys: RunKeys, opts: RunOptions, *, init: Any, eval_every: int,
+    diagnostics: bool, max_steps: int | None,
+) -> tuple[State, dict[str, list[Any]], PrivacyReport, KernelSpec, np.ndarray]:  # fmt: skip
+    """Start (resumed, DP-NTK or data-independent), train, report: the release itself."""
+    cfg, data, test, ck = run.config, run.data, run.test, opts.checkpoint_path
+    if run.dp_init is not None:  # everything that can refuse, before that release
         _check_before_release(run)
     history = _new_history(test is not None, diagnostics)
-    key_check = None if ck is None else _key_check(key, public_key)
+    key_check = None if ck is None else _key_check(keys.key, keys.public_key)
     saved = (  # read once and checked whole (settings, key, history, state) before noise
-        _read_checkpoint(ck, cfg, key_check, run["optimizer"], history) if resume else None
+        _read_checkpoint(ck, cfg, key_check, run.optimizer, history) if opts.resume else None
     )
-    spec, corrupted, init_fn, init_line = _start(cfg, init, k_corrupt, k_kernel, run["dp_init"])
+    spec, corrupted, init_fn, init_line = _start(cfg, init, keys.corrupt, keys.kernel, run.dp_init)
     start, init_report, released = _private_start(
-        run, k_init, epsilon, delta, mesh, progress, None if saved is None else saved[1]
+        run, keys.init, opts, None if saved is None else saved[1]
     )
     if start is not None:  # the DP-NTK report says where the support starts
         init_fn, init_line = (lambda *_: jnp.asarray(start)), ""
     if saved is not None:  # the checkpoint's state and history, restored by _read_checkpoint
         state, history = saved[0], saved[1]["history"]
     else:
-        params = {"x": init_fn(k_support, cfg.n_support, cfg.input_shape)}
-        state = initial_state(cfg, params, run["optimizer"], corrupted)
+        params = {"x": init_fn(keys.support, cfg.n_support, cfg.input_shape)}
+        state = initial_state(cfg, params, run.optimizer, corrupted)
     stop_at = cfg.planned_steps if max_steps is None else min(cfg.planned_steps, max_steps)
     save = functools.partial(_save, ck, cfg=cfg, init_report=init_report, key_check=key_check)
     if released:  # a fresh release's record is kept at once (an older checkpoint's too):
         save(state, history)  # a failure from here on resumes
-    targets = target_rows(spec, cfg, mesh, stop_at - int(state.step), int(data[0].shape[0]))
+    targets = target_rows(spec, cfg, opts.mesh, stop_at - int(state.step), int(data[0].shape[0]))
     if targets == "repr":  # the fixed feature map of every row, once (not at every step)
         data = (target_repr(spec, data[0], cfg.chunk_size), data[1])
     trainer = make_trainer(
-        cfg, spec, run["plan"], run["optimizer"], n=run["n"],
+        cfg, spec, run.plan, run.optimizer, n=run.n,
         min_pad=padded_batch_length(
-            planning_size(cfg.n, cfg.batch_size, cfg.sampling_rate), cfg.sampling_rate, chunk_size
+            planning_size(cfg.n, cfg.batch_size, cfg.sampling_rate), cfg.sampling_rate,
+            128 if opts.chunk_size is None else opts.chunk_size,
         )[1],
-        cacheable=cfg.kernel != "entk" and not cfg.custom_optimizer, mesh=mesh, targets=targets,
+        cacheable=cfg.kernel != "entk" and not cfg.custom_optimizer, mesh=opts.mesh,
+        targets=targets,
     )  # fmt: skip
     evaluate = None if test is None else _evaluator(spec, cfg, *test)
     state = _train(
-        trainer, state, data, k_train, stop_at=stop_at, history=history, save=save,
-        evaluate=evaluate, eval_every=eval_every, progress=progress, diagnostics=diagnostics,
+        trainer, state, data, keys.train, stop_at=stop_at, history=history, save=save,
+        evaluate=evaluate, eval_every=eval_every, progress=opts.progress, diagnostics=diagnostics,
     )  # fmt: skip
-    steps_done = int(state.step)
-    report = _report(cfg, run["plan"], steps_done, init_line, run["notes"], diagnostics)
+    report = _report(cfg, run.plan, int(state.step), init_line, run.notes, diagnostics)
     if init_report is not None:
         report = compose(init_report, report)
-    report = with_notes(report, seeded)
-    return DPKIPResult(
-        support_x=np.asarray(state.params["x"]),
-        support_y=support_labels(cfg.n_classes, cfg.support_per_class),
-        support_targets=np.asarray(state.params.get("y", state.y_s)),
-        report=report,
-        config=cfg,
-        history=history,
-        corrupted=corrupted,
-        kernel_params=spec.params,
-        steps_done=steps_done,
-    )
+    return state, history, report, spec, corrupted
 
 
 #: the largest target representation (float32 bytes of the rows held) that `fit`
@@ -255,19 +283,23 @@ def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, steps: int, held:
     return "repr"
 
 
-def _check_before_release(run: dict[str, Any]) -> None:
+def _check_before_release(run: Prepared) -> None:
     """Checks the DP-NTK start must pass before its release (nothing random is drawn).
 
     The optimizer is traced on a zero support (``jax.eval_shape``) and the input rank must
     suit DP-NTK's default generators. A resumed checkpoint is checked against this call by
     `_read_checkpoint` and `_saved_start_report`, also before any release.
     """
-    cfg = run["config"]
+    cfg = run.config
     if len(cfg.input_shape) not in (1, 2, 3):
         raise ValueError(
             f"init='dp_ntk' needs inputs of shape (d,), (H, W) or (H, W, C), got {cfg.input_shape}"
         )
-    if run["dp_init"].data_range == STANDARDIZED and math.prod(cfg.input_shape) < 2:
+    if (
+        run.dp_init is not None
+        and run.dp_init.data_range == STANDARDIZED
+        and math.prod(cfg.input_shape) < 2
+    ):
         raise ValueError(
             "data_range='standardized' needs inputs of at least 2 entries (a sample is "
             f"standardised on its own), got input_shape {cfg.input_shape}"
@@ -275,39 +307,32 @@ def _check_before_release(run: dict[str, Any]) -> None:
     zeros = {"x": jnp.zeros((cfg.n_support, *cfg.input_shape), jnp.float32)}
     if cfg.learn_labels:  # the optimizer must take the labels' leaf too
         zeros["y"] = jnp.zeros((cfg.n_support, cfg.n_classes), jnp.float32)
-    opt = run["optimizer"]
+    opt = run.optimizer
     jax.eval_shape(lambda p: opt.update(p, opt.init(p), p), zeros)
 
 
 def _private_start(
-    run: dict[str, Any],
-    key: Any,
-    epsilon: Any,
-    delta: Any,
-    mesh: Any,
-    progress: bool,
-    resumed_meta: Mapping[str, Any] | None = None,
+    run: Prepared, key: jax.Array, opts: RunOptions, resumed_meta: Mapping[str, Any] | None
 ) -> tuple[np.ndarray | None, PrivacyReport | None, bool]:
-    """``init="dp_ntk"``: the DP-NTK start, its report (its share of the budget) and whether
-    the release ran in this call (so `fit` writes its record once); else ``None, None, False``.
+    """``init="dp_ntk"``: the DP-NTK start, its report (its share of the budget, split once
+    by `plan_run`) and whether the release ran in this call (so `fit` writes its record
+    once); else ``None, None, False``.
 
     A resumed run whose checkpoint holds the start's report (checkpoints since 2026-11-27)
     takes that report and a zero placeholder (the checkpoint's state holds the support), so
     the release is not repeated and DP-NTK does not read the data again; an older
     checkpoint re-runs the release with the same key (output discarded, counted once).
     """
-    dp_init = run["dp_init"]
-    if dp_init is None:
+    if run.dp_init is None:
         return None, None, False
-    cfg = run["config"]
-    _, ntk_budget = split_budget(as_budget(epsilon, delta), dp_init)
-    saved = None if resumed_meta is None else _saved_start_report(resumed_meta, cfg, ntk_budget)
+    cfg, share = run.config, run.start_budget
+    saved = None if resumed_meta is None else _saved_start_report(resumed_meta, cfg, share)
     if saved is not None:
         return np.zeros((cfg.n_support, *cfg.input_shape), np.float32), saved, False
     start, report = dp_ntk_start(
-        key, run["x"], run["y"], n_classes=cfg.n_classes,
-        labels=support_labels(cfg.n_classes, cfg.support_per_class), budget=ntk_budget,
-        spec=dp_init, mesh=mesh, progress=progress, neighbouring=cfg.neighbouring,
+        key, run.x, run.y, n_classes=cfg.n_classes,
+        labels=support_labels(cfg.n_classes, cfg.support_per_class), budget=share,
+        spec=run.dp_init, mesh=opts.mesh, progress=opts.progress, neighbouring=cfg.neighbouring,
     )  # fmt: skip
     return start, report, True
 
@@ -363,21 +388,40 @@ def _start(
     return spec, corrupted, init_fn, init_line
 
 
-_SETTINGS = (
-    "epsilon", "delta", "kernel", "support_per_class", "batch_size", "epochs",
-    "learning_rate", "relative_reg", "jitter", "clip_norm", "clip_space", "init",
-    "neighbouring", "sampling_rate", "accountant", "corrupt_fraction", "kernel_options",
-    "learn_labels", "optimizer", "chunk_size", "grad_method",
-)  # fmt: skip
+class Prepared(NamedTuple):
+    """A validated run before any randomness: config, plan, optimizer and the device data."""
+
+    config: DPKIPConfig
+    plan: DPSGDPlan | None
+    optimizer: Any
+    data: tuple[jax.Array, jax.Array]
+    test: Any
+    n: int
+    notes: tuple[str, ...]
+    x: Any
+    y: Any
+    dp_init: DPNTKInit | None
+    start_budget: Budget | None
+
+
+class RunPlan(NamedTuple):
+    """`plan_run`'s result: the config, the DP-SGD plan (None: non-private), the optimizer
+    and the DP-NTK start's share of the budget (None without that start or privacy)."""
+
+    config: DPKIPConfig
+    plan: DPSGDPlan | None
+    optimizer: Any
+    start_budget: Budget | None
 
 
 def _prepare(
-    x: Any, y: Any, args: dict[str, Any], *, n_classes: Any, kernel_options: Any, optimizer: Any
-) -> dict[str, Any]:
+    x: Any, y: Any, s: Settings, opts: RunOptions, *, n_classes: Any, test: tuple[Any, Any],
+    eval_every: Any, max_steps: Any, diagnostics: bool,
+) -> Prepared:  # fmt: skip
     """Validate the data and everything else (before any randomness); build config and plan."""
-    if args["kernel"] not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {args['kernel']!r}")
-    check_neighbouring(args["neighbouring"], DPSGD_RELATIONS)  # before the data is read
+    if s.kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {s.kernel!r}")
+    check_neighbouring(s.neighbouring, DPSGD_RELATIONS)  # before the data is read
     x = check_array(x, "x", min_rows=1)
     if x.ndim < 2:
         raise ValueError(f"x must have shape (n, *input_shape), got {tuple(x.shape)}")
@@ -386,22 +430,20 @@ def _prepare(
     if n_classes < 2:
         raise ValueError(f"n_classes must be >= 2, got {n_classes}")
     y = check_labels(y, n_classes, "y", n_rows=n)
-    check_int(args["eval_every"], "eval_every", minimum=1)
-    if args["max_steps"] is not None:
-        check_int(args["max_steps"], "max_steps", minimum=1)
-    settings = {k: args[k] for k in _SETTINGS}
-    cfg, plan, opt = configure(n=n, input_shape=input_shape, n_classes=n_classes, **settings)
-    test = _check_test(args["x_test"], args["y_test"], input_shape, n_classes)
-    if args["diagnostics"] and plan is not None:
+    check_int(eval_every, "eval_every", minimum=1)
+    if max_steps is not None:
+        check_int(max_steps, "max_steps", minimum=1)
+    chunk = 128 if opts.chunk_size is None else opts.chunk_size
+    rp = plan_run(s, n=n, input_shape=input_shape, n_classes=n_classes, chunk_size=chunk)
+    checked_test = _check_test(*test, input_shape, n_classes)
+    if diagnostics and rp.plan is not None:
         warn_privacy_leak(
             "diagnostics=True: the training loss, clip fraction and Poisson batch sizes"
         )
     notes = (N_CLASSES_INFERRED_NOTE,) if inferred else ()
-    data = _device_data(x, y, n_classes, args["mesh"])
-    return dict(
-        config=cfg, plan=plan, data=data, test=test, n=n, optimizer=opt, notes=notes, x=x, y=y,
-        dp_init=as_dp_ntk_init(args["init"]),
-    )  # fmt: skip
+    data = _device_data(x, y, n_classes, opts.mesh)
+    return Prepared(rp.config, rp.plan, rp.optimizer, data, checked_test, n, notes, x, y,
+                    as_dp_ntk_init(s.init), rp.start_budget)  # fmt: skip
 
 
 def configure(
@@ -409,156 +451,104 @@ def configure(
     n: int,
     input_shape: tuple[int, ...],
     n_classes: int,
-    epsilon: float | None,
-    delta: float = 1e-5,
-    kernel: str = "scatternet",
-    support_per_class: int = 10,
-    batch_size: int | None = None,
-    epochs: int = 10,
-    learning_rate: float | None = None,
-    relative_reg: float | None = None,
-    jitter: float = 0.0,
-    clip_norm: float | None = None,
-    clip_space: str = "auto",
-    init: Any = "gaussian",
-    neighbouring: str = "replace-one",
-    sampling_rate: float | None = None,
-    accountant: str = "pld",
-    corrupt_fraction: float = 0.0,
-    kernel_options: Mapping[str, Any] | None = None,
-    learn_labels: bool = False,
-    optimizer: Any = None,
     chunk_size: int = 128,
-    grad_method: str = "auto",
+    **settings: Any,
 ) -> tuple[DPKIPConfig, DPSGDPlan | None, Any]:
     """The validated ``(config, DP-SGD plan, optax optimizer)`` of a run, without data.
 
-    The settings of `fit`, plus the public shapes: ``n`` (the number of
-    rows; under add-remove only used to size arrays), ``input_shape`` and
-    ``n_classes``. Use it with `make_trainer` to drive
-    ``train_step`` yourself.
+    Use it with `make_trainer` to drive ``train_step`` yourself.
 
     Args:
-      epsilon, delta: target budget; ``epsilon=None``: the non-private KIP baseline.
-      kernel: ``"scatternet"``, ``"fc_ntk"`` or ``"entk"``; options in ``kernel_options``
-        (fc_ntk ``depth/W_std/b_std``; scatternet ``J/L/group_norm``; entk ``normalize``).
-      support_per_class: distilled points per class (``m = spc * c``).
-      batch_size: expected Poisson batch size, the public normaliser of the noisy sum;
-        None: ``min(500, n)`` (replace-one; add-remove needs it given).
-      epochs: ``steps = epochs * round(1 / q)`` (`planned_steps`).
-      learning_rate: Adam step size (unless ``optimizer`` is given).
-      relative_reg, jitter: ridge ``lambda = (relative_reg + jitter) tr(K_ss) / m`` (eq. 3).
-      clip_norm: per-example L2 bound ``C``.
-        ``learning_rate``, ``relative_reg``, ``clip_norm``: None takes the kernel's
-        entry of ``KERNEL_DEFAULTS`` (chosen on validation data, see there).
-      clip_space: ``"input"`` (paper), ``"feature"`` (linear-feature kernels: clip
-        w.r.t. the support features, noise there, one VJP to pixels; the same
-        (epsilon, delta) guarantee for the same neighbours) or ``"auto"``
-        (``"feature"`` for scatternet and entk, orders of magnitude faster;
-        ``"input"`` for fc_ntk and for ``learn_labels`` without privacy).
-      init: ``"gaussian"``, ``"lowpass"``, a callable ``init(key, m, input_shape)``
-        that reads no private data, or ``"dp_ntk"`` / `DPNTKInit`: the support
-        starts as DP-NTK samples released with ``budget_fraction`` of (epsilon,
-        delta) (`privkernels.privacy.Budget.split`; DP-SGD is calibrated to the
-        rest; DP-NTK is released under ``neighbouring`` too, and under
-        add-remove it releases class sums and noisy counts, never n; the
-        report composes both).
-      neighbouring: ``"replace-one"`` (n public, q = batch_size / n) or
-        ``"add-remove"`` (pass the public ``sampling_rate``; n is never released).
-      sampling_rate: the public Poisson rate (add-remove only).
-      accountant: ``"pld"`` or ``"rdp"`` (add-remove only).
-      corrupt_fraction: fraction of support pixels frozen at their initial value (Table 4).
-      learn_labels: learn the support labels too. Under privacy only with
-        ``clip_space="feature"``: each target's gradient w.r.t. the support features
-        and labels is clipped as one vector and both are noised, so the cost is that
-        of fixed labels (the paper fixes them, Sec. 4); without privacy, input space.
-      optimizer: an optax ``GradientTransformation`` (default ``adam(learning_rate)``).
+      n: the number of rows (under add-remove only used to size arrays).
+      input_shape, n_classes: the public shapes.
       chunk_size: target examples per chunk inside a step (bounds memory).
-      grad_method: ``"auto"`` (fastest exact clipped sum), ``"adjoint"`` or ``"vmap"``.
+      **settings: the run's settings, the keywords of `Settings` (the settings of `fit`;
+        ``epsilon`` is required). An unknown keyword is a ``TypeError``.
 
     Returns:
       ``(DPKIPConfig, DPSGDPlan or None, optax optimizer)``.
     """
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    args = dict(locals())
-    budget = as_budget(epsilon, delta)
-    dp_init = as_dp_ntk_init(init)
+    rp = plan_run(
+        Settings(**settings), n=n, input_shape=input_shape, n_classes=n_classes,
+        chunk_size=chunk_size,
+    )  # fmt: skip
+    return rp.config, rp.plan, rp.optimizer
+
+
+def plan_run(
+    s: Settings, *, n: int, input_shape: tuple[int, ...], n_classes: int, chunk_size: int
+) -> RunPlan:
+    """`configure` on typed `Settings`: the budget split once (the DP-NTK start's share
+    apart), the settings resolved, the plan calibrated to the DP-SGD share."""
+    if s.kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {s.kernel!r}")
+    budget, start_budget = as_budget(s.epsilon, s.delta), None
+    dp_init = as_dp_ntk_init(s.init)
     if dp_init is not None:  # DP-NTK is released under the same relation (one report)
-        budget, _ = split_budget(budget, dp_init)
-    q, space = _check_settings(args, int(n), budget is not None)
-    batch_size = args["batch_size"]
+        budget, start_budget = split_budget(budget, dp_init)
+    resolved = resolve(s, int(n), budget is not None)
+    s = dataclasses.replace(resolved.settings, epochs=check_int(s.epochs, "epochs", minimum=1))
+    resolved = resolved._replace(settings=s)
     probe = make_kernel(
-        kernel, tuple(input_shape), n_classes, options=kernel_options, params=_ENTK_PROBE
+        s.kernel, tuple(input_shape), n_classes, options=s.kernel_options, params=_ENTK_PROBE
     )
-    if space == "feature" and probe.kind != "features":
+    if resolved.clip_space == "feature" and probe.kind != "features":
         raise ValueError(
-            f"clip_space='feature' needs a linear-feature kernel (scatternet or entk), not {kernel}"
+            f"clip_space='feature' needs a linear-feature kernel (scatternet or entk), not {s.kernel}"
         )
     strategy = choose_strategy(
-        probe,
-        space=space,
-        private=budget is not None,
-        learn_labels=bool(learn_labels),
-        corrupted=args["corrupt_fraction"] > 0,
-        grad_method=grad_method,
-    )
-    steps_per_epoch = planned_steps(q, 1)
-    epochs = check_int(epochs, "epochs", minimum=1)
+        probe, space=resolved.clip_space, private=budget is not None,
+        learn_labels=bool(s.learn_labels), corrupted=s.corrupt_fraction > 0,
+        grad_method=s.grad_method,
+    )  # fmt: skip
+    steps = s.epochs * planned_steps(resolved.sampling_rate, 1)
     plan = None
     if budget is not None:
+        assert s.clip_norm is not None  # resolved: checked positive under privacy
         plan = dpsgd_plan(
-            budget,
-            sampling_rate=q,
-            steps=epochs * steps_per_epoch,
-            clip_norm=args["clip_norm"],
-            neighbouring=neighbouring,
-            accountant=accountant,
-            variant="support and labels" if learn_labels else None,
-        )
-    init_name = dp_init.name if dp_init is not None else resolve_init(init)[0]
+            budget, sampling_rate=resolved.sampling_rate, steps=steps, clip_norm=s.clip_norm,
+            neighbouring=s.neighbouring, accountant=s.accountant,
+            variant="support and labels" if s.learn_labels else None,
+        )  # fmt: skip
+    init_name = dp_init.name if dp_init is not None else resolve_init(s.init)[0]
     if init_name == "lowpass" and len(tuple(input_shape)) not in (2, 3):
         raise ValueError(f"init='lowpass' needs image inputs (H, W[, C]), got {tuple(input_shape)}")
-    opt = optimizer
-    if opt is None:
-        import optax
+    opt = optax.adam(s.learning_rate) if s.optimizer is None else s.optimizer
+    cfg = _config(resolved, plan, probe.options, strategy, init_name,
+                  shapes=(int(n), tuple(input_shape), n_classes), chunk_size=chunk_size)  # fmt: skip
+    return RunPlan(cfg, plan, opt, start_budget)
 
-        opt = optax.adam(args["learning_rate"])
-    public_n = int(n) if neighbouring == "replace-one" else None  # add-remove: n is private
-    cfg = DPKIPConfig(
-        kernel=kernel,
-        kernel_options=probe.options,
-        input_shape=tuple(input_shape),
-        n_classes=n_classes,
-        support_per_class=check_int(support_per_class, "support_per_class"),
-        relative_reg=args["relative_reg"],
-        jitter=args["jitter"],
-        learning_rate=args["learning_rate"],
-        clip_space=space,
-        strategy=strategy,
-        batch_size=batch_size,
-        sampling_rate=q,
-        steps_per_epoch=steps_per_epoch,
-        epochs=epochs,
-        planned_steps=epochs * steps_per_epoch,
+
+def _config(
+    resolved: Resolved, plan: DPSGDPlan | None, kernel_options: Any, strategy: str,
+    init_name: str, *, shapes: tuple[int, tuple[int, ...], int], chunk_size: int,
+) -> DPKIPConfig:  # fmt: skip
+    """The run's frozen config: the resolved settings, and the plan's numbers as it holds them."""
+    s, q = resolved.settings, resolved.sampling_rate
+    n, input_shape, n_classes = shapes
+    assert s.batch_size is not None and s.learning_rate is not None  # resolved
+    assert s.relative_reg is not None
+    public_n = n if s.neighbouring == "replace-one" else None  # add-remove: n is private
+    steps_per_epoch = planned_steps(q, 1)
+    return DPKIPConfig(
+        kernel=s.kernel, kernel_options=kernel_options, input_shape=input_shape,
+        n_classes=n_classes, support_per_class=check_int(s.support_per_class, "support_per_class"),
+        relative_reg=s.relative_reg, jitter=s.jitter, learning_rate=s.learning_rate,
+        clip_space=resolved.clip_space, strategy=strategy, batch_size=s.batch_size,
+        sampling_rate=q, steps_per_epoch=steps_per_epoch, epochs=s.epochs,
+        planned_steps=s.epochs * steps_per_epoch,
         chunk_size=padded_batch_length(
-            planning_size(public_n, batch_size, q),
-            q,
-            check_int(chunk_size, "chunk_size"),
+            planning_size(public_n, s.batch_size, q), q, check_int(chunk_size, "chunk_size")
         )[0],
-        corrupt_fraction=args["corrupt_fraction"],
-        learn_labels=bool(learn_labels),
-        init=init_name,
-        custom_optimizer=optimizer is not None,
-        n=public_n,
+        corrupt_fraction=s.corrupt_fraction, learn_labels=bool(s.learn_labels), init=init_name,
+        custom_optimizer=s.optimizer is not None, n=public_n,
         epsilon=None if plan is None else plan.epsilon,
         delta=None if plan is None else plan.delta,
         clip_norm=None if plan is None else plan.clip_norm,
         noise_multiplier=None if plan is None else plan.noise_multiplier,
         neighbouring=None if plan is None else plan.neighbouring,
         accountant=None if plan is None else plan.accountant,
-    )
-    return cfg, plan, opt
+    )  # fmt: skip
 
 
 #: placeholder e-NTK parameters for the validation-time kernel probe (shapes only)
@@ -575,64 +565,6 @@ def planned_steps(sampling_rate: float, epochs: int) -> int:
     """
     q = check_sampling_rate(sampling_rate)
     return check_int(epochs, "epochs", minimum=1) * max(1, round(1.0 / q))
-
-
-def _check_settings(args: dict[str, Any], n: int, private: bool) -> tuple[float, str]:
-    """The numeric settings; returns ``(q, clip space)``."""
-    if args["batch_size"] is None:  # n is public under replace-one (the default relation)
-        if args["neighbouring"] == "add-remove":
-            raise ValueError("neighbouring='add-remove' needs an explicit (public) batch_size")
-        args["batch_size"] = min(DEFAULT_BATCH_SIZE, n)
-    batch_size = args["batch_size"] = check_int(args["batch_size"], "batch_size", minimum=1)
-    for name, value in KERNEL_DEFAULTS[args["kernel"]].items():
-        if args[name] is None:
-            args[name] = value
-    args["relative_reg"] = check_nonnegative(args["relative_reg"], "relative_reg")
-    args["jitter"] = check_nonnegative(args["jitter"], "jitter")
-    if args["relative_reg"] + args["jitter"] <= 0:
-        raise ValueError("relative_reg + jitter must be > 0 for a well-posed ridge solve")
-    args["learning_rate"] = check_positive(args["learning_rate"], "learning_rate")
-    cf = check_nonnegative(args["corrupt_fraction"], "corrupt_fraction")
-    if not cf < 1.0:
-        raise ValueError(f"corrupt_fraction must lie in [0, 1), got {cf!r}")
-    args["corrupt_fraction"] = cf
-    if args["accountant"] not in ("pld", "rdp"):
-        raise ValueError(f"accountant must be 'pld' or 'rdp', got {args['accountant']!r}")
-    if private:  # the relation, and that the accountant supports it
-        args["clip_norm"] = check_positive(args["clip_norm"], "clip_norm")
-        check_relation(args["neighbouring"], args["accountant"])
-    else:
-        check_neighbouring(args["neighbouring"], DPSGD_RELATIONS)
-    if args["neighbouring"] == "add-remove":
-        if args["sampling_rate"] is None:
-            raise ValueError(
-                "neighbouring='add-remove' needs a public sampling_rate (add-remove neighbours "
-                "differ in size, so q = batch_size / n would read the private n)"
-            )
-        q = check_sampling_rate(args["sampling_rate"])
-    else:
-        if args["sampling_rate"] is not None:
-            raise ValueError(
-                "sampling_rate is only for neighbouring='add-remove'; under replace-one "
-                "q = batch_size / n (n is public for replace-one neighbours)"
-            )
-        if batch_size > n:
-            raise ValueError(f"batch_size must be <= n = {n}, got {batch_size}")
-        q = batch_size / n
-    space = args["clip_space"]
-    if space not in ("auto", "input", "feature"):
-        raise ValueError(f"clip_space must be 'auto', 'input' or 'feature', got {space!r}")
-    if space == "auto":  # pixel-space clipping of a feature kernel: m VJPs per target
-        feature_kernel = args["kernel"] in ("entk", "scatternet")
-        space = "feature" if feature_kernel and (private or not args["learn_labels"]) else "input"
-    if args["learn_labels"] and (space == "feature") != private:
-        raise ValueError(
-            "learn_labels needs clip_space='feature' (scatternet or entk) under privacy, where "
-            "the labels' gradients are clipped with the features', and clip_space='input' "
-            f"without it; got clip_space={space!r} with epsilon "
-            f"{'set' if private else 'None'}"
-        )
-    return q, space
 
 
 def _check_test(x_test: Any, y_test: Any, input_shape: tuple[int, ...], n_classes: int) -> Any:

@@ -8,7 +8,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -30,11 +30,12 @@ from privkernels.dp_ntk.release import (
     N_PRIVATE_NOTE,
     N_PUBLIC_NOTE,
     NTK_PARAMS_NOTE,
+    counts_release,
+    embedding_keys,
+    embedding_release,
     mean_embedding,
     normalise_sums,
-    private_class_counts,
-    private_class_proportions,
-    private_embedding,
+    proportions_release,
     validate_xy,
 )
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
@@ -46,11 +47,12 @@ from privkernels.dp_ntk.train import (
     target_embedding,
 )
 from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
+from privkernels.options import run_options
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import release_key
 from privkernels.privacy.report import PrivacyReport, check_neighbouring, compose, with_notes
 
-__all__ = ["fit", "default_generator", "CHECKPOINT_FORMAT"]
+__all__ = ["fit", "fit_keys", "FitKeys", "default_generator", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = "privkernels.dp_ntk.checkpoint/1"
 
@@ -110,65 +112,49 @@ def fit(
     """Train a DP-NTK generator (Algorithm 1).
 
     Args:
-      key: JAX PRNG key of the release: split into (embedding, label release,
-        generator init, training). A key that visibly comes from a small int
-        (``jax.random.key(0)``) draws reproducible, not secret, noise: a
-        `privkernels.privacy.SeededKeyWarning` and a report note say so (use
-        `privkernels.fresh_key` for a release).
-      x: ``(n, *data_shape)`` private examples; y: ``(n,)`` int labels. Not read
-        when resuming (may be None then).
+      key: JAX PRNG key of the release, split by `fit_keys`. A key that visibly comes
+        from a small int draws reproducible, not secret, noise
+        (`privkernels.privacy.SeededKeyWarning`, report note; use `privkernels.fresh_key`).
+      x: ``(n, *data_shape)`` private examples; y: ``(n,)`` int labels (None on resume).
       epsilon, delta: total budget; ``epsilon=None`` -> non-private baseline.
-      neighbouring: ``"replace-one"`` (default; n public, the paper's relation:
-        the mean embedding, sensitivity ``2/n``) or ``"add-remove"`` (n private:
-        the class sums, sensitivity 1, divided by a noisy n: the total count
-        or, in ``"released"`` mode, the class counts; ``split`` shares the
-        budget between the two releases).
+      neighbouring: ``"replace-one"`` (default; n public: the mean embedding, sensitivity
+        ``2/n``) or ``"add-remove"`` (n private: the class sums, sensitivity 1, divided by
+        a noisy total or, ``"released"`` labels, class counts; ``split`` shares the budget).
       n_classes: None reads ``max(y) + 1`` (``PrivacyLeakWarning``, report note).
-      mesh: a device mesh over the example axis: the embedding is computed over
-        it (`private_embedding`); ``x``/``y`` may be global sharded arrays.
-        Generator training (post-processing) runs on one device.
-      checkpoint_path, resume: an ``.npz`` written every ``checkpoint_every``
-        iterations, at the end and on ``KeyboardInterrupt``; ``resume=True``
-        continues it WITHOUT reading the data again (its budget must equal the
-        checkpoint's; ``iterations`` may extend the run). A path that cannot be
-        written is refused before the release, and on resume before any training
-        (`checkpoint.check_writable`).
-      progress: a progress bar with the loss.
-      network: flax module whose e-NTK is the kernel; default `default_network`
-        (``fc_1l(800)`` with layer norm, one output per class: the paper's MNIST
-        and FashionMNIST network, Table 5).
+      mesh, checkpoint_path, resume, progress, chunk_size: the run options
+        (`privkernels.options.RunOptions`). A mesh shards the embedding's example axis
+        (``x``/``y`` may be global sharded arrays; generator training, post-processing,
+        runs on one device). The checkpoint (``.npz``) is written every
+        ``checkpoint_every`` iterations, at the end and on ``KeyboardInterrupt``;
+        ``resume=True`` continues it WITHOUT reading the data again (same budget;
+        ``iterations`` may extend the run). A path that cannot be written is refused
+        before the release, and on resume before any training.
+      network: flax module whose e-NTK is the kernel; default `default_network` (the
+        paper's MNIST network, Table 5).
       generator: flax generator ``apply(params, z, onehot)``; default from `default_generator`.
-      iterations, batch_size, learning_rate: Adam training (Appendix A: 2000, 5000, 0.01 for
-        MNIST; ``iterations=None`` -> 2000, or the checkpoint's total when resuming).
-      d_code: latent code size (Appendix A: 5 for MNIST/FMNIST).
-      label_mode: ``"uniform"`` (balanced data; paper) or ``"released"`` (noisy
-        class proportions weight the embedding and drive label sampling).
-      split: ``(embedding, labels)`` budget fractions in ``"released"`` mode
-        and under add-remove (the labels' release is then the class counts;
-        `privkernels.privacy.Budget.split`).
-      min_proportion: floor of the noisy proportion when dividing the embedding.
-      ntk_params: optional data-independent e-NTK parameters.
+      iterations, batch_size, learning_rate, d_code, label_mode, split, min_proportion:
+        the run's settings, documented in `privkernels.dp_ntk.train.DPNTKConfig` (the
+        defaults: the paper's Appendix A for MNIST).
+      ntk_params: optional data-independent e-NTK parameters; method: the feature core's.
       groups: tabular column groups (for `sample` discretisation); default
         from ``generator.groups`` when present.
-      chunk_size, method: passed to the feature core.
       checkpoint_every: checkpoint interval in iterations (also the scan length).
       callback: ``callback(iteration, loss)`` after each iteration.
-      public_key: the key of the data-independent draws (e-NTK weights, generator
-        init and training: everything the result keeps), independent of the noise
-        key (a fresh key: the saved weights then say nothing about ``key``). None
-        derives them from ``key`` (split siblings of the noise keys: one-way, but a
-        guess of a seeded ``key`` can be checked against them).
+      public_key: the key of the data-independent draws (`fit_keys`), independent of the
+        noise key (a fresh key: the saved weights then say nothing about ``key``).
 
     Returns:
       `DPNTKResult`.
     """
-    ck = None if checkpoint_path is None else Path(checkpoint_path)
+    opts = run_options(mesh=mesh, checkpoint_path=checkpoint_path, resume=resume,
+                       progress=progress, chunk_size=chunk_size)  # fmt: skip
+    ck = opts.checkpoint_path
     if checkpoint_every is not None:
         check_int(checkpoint_every, "checkpoint_every", minimum=1)
     neighbouring = check_neighbouring(neighbouring, DP_NTK_RELATIONS)
-    if resume:
+    if opts.resume:
         return _resume(ck, x, y, epsilon, delta, network, generator, iterations, checkpoint_every,
-                       progress, callback, neighbouring)  # fmt: skip
+                       opts.progress, callback, neighbouring)  # fmt: skip
     if ck is not None:  # before the release, not at the first save
         checkpoint.check_new(ck, "continue it (nothing is released again)")
     key, seeded = release_key(key)
@@ -176,27 +162,63 @@ def fit(
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)
     cfg = _config(x, n_classes, budget, iterations, batch_size, learning_rate, d_code, label_mode,
-                  split, min_proportion, chunk_size, method, neighbouring)  # fmt: skip
-    network = default_network(n_classes) if network is None else network
-    generator = default_generator(cfg.data_shape, n_classes) if generator is None else generator
-    _check_generator_range(x, generator)
-    groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else groups
-    k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
-    k_ntk = jax.random.split(k_emb)[0]  # private_embedding's own split (weights, noise)
-    if public_key is not None:  # data-independent draws from their own stream
-        k_ntk, k_gen, k_train = jax.random.split(check_key(public_key, "public_key"), 3)
+                  split, min_proportion, opts.chunk_size, method, neighbouring)  # fmt: skip
+    network, generator, groups = _models(x, cfg, network, generator, groups)
+    keys = fit_keys(key, public_key)
     if ntk_params is None:
-        ntk_params = _init_ntk(k_ntk, network, cfg.data_shape)
-    gparams = _init_generator(k_gen, generator, cfg, network, ntk_params)  # refuses before noise
+        ntk_params = _init_ntk(keys.ntk, network, cfg.data_shape)
+    gparams = _init_generator(keys.gen, generator, cfg, network, ntk_params)  # refuses before noise
     noisy_emb, proportions, report = _release(
-        k_emb, k_lab, x, y_np, budget, cfg, network, ntk_params, inferred, mesh, neighbouring
-    )
+        keys.emb, keys.labels, x, y_np, budget, cfg, network, ntk_params, inferred, opts.mesh,
+        neighbouring,
+    )  # fmt: skip
     report = with_notes(report, seeded)
     del x, y, y_np  # everything below is post-processing
-    state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), k_train, jnp.int32(0))
+    state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), keys.train,
+                       jnp.int32(0))  # fmt: skip
     result = DPNTKResult(generator, gparams, network, ntk_params, noisy_emb, proportions, report,
-                         np.zeros((0,), np.float32), cfg, tuple(groups), 0)  # fmt: skip
-    return _train(result, state, ck, checkpoint_every, progress, callback)
+                         np.zeros((0,), np.float32), cfg, groups, 0)  # fmt: skip
+    return _train(result, state, ck, checkpoint_every, opts.progress, callback)
+
+
+class FitKeys(NamedTuple):
+    """The keys of a DP-NTK fit: the two releases' (``emb``: the embedding, split again by
+    `privkernels.dp_ntk.release.embedding_keys`; ``labels``: proportions or counts) and the
+    data-independent draws' (``ntk``: e-NTK weights; ``gen``: generator init; ``train``:
+    latent codes and labels of generator training)."""
+
+    emb: jax.Array
+    labels: jax.Array
+    ntk: jax.Array
+    gen: jax.Array
+    train: jax.Array
+
+
+def fit_keys(key: jax.Array, public_key: jax.Array | None = None) -> FitKeys:
+    """``key`` split into (emb, labels, gen, train), ``ntk`` the weights' key the embedding
+    release would draw from ``emb``; a ``public_key`` is split into (ntk, gen, train)
+    instead: everything the result keeps then says nothing about ``key`` (without it they
+    are split siblings of the noise keys: one-way, but a guess of a seeded ``key`` can be
+    checked against them)."""
+    k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
+    k_ntk = embedding_keys(k_emb).params
+    if public_key is not None:  # data-independent draws from their own stream
+        k_ntk, k_gen, k_train = jax.random.split(check_key(public_key, "public_key"), 3)
+    return FitKeys(k_emb, k_lab, k_ntk, k_gen, k_train)
+
+
+def _models(
+    x: Any, cfg: DPNTKConfig, network: nn.Module | None, generator: nn.Module | None,
+    groups: tuple[ColumnGroup, ...] | None,
+) -> tuple[nn.Module, nn.Module, tuple[ColumnGroup, ...]]:  # fmt: skip
+    """The e-NTK network, the generator (defaults where None; a generator that cannot
+    produce ``x`` refused before any noise) and the tabular column groups."""
+    network = default_network(cfg.n_classes) if network is None else network
+    if generator is None:
+        generator = default_generator(cfg.data_shape, cfg.n_classes)
+    _check_generator_range(x, generator)
+    groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else groups
+    return network, generator, tuple(groups)
 
 
 def _init_generator(
@@ -271,8 +293,6 @@ def _config(
         raise ValueError(f"split must be (embedding, labels) fractions, got {split!r}")
     if (label_mode == "released" or neighbouring == "add-remove") and budget is not None:
         budget.split(*split_t)  # validates the fractions
-    if chunk_size is not None:
-        check_int(chunk_size, "chunk_size", minimum=1)
     return DPNTKConfig(
         iterations=check_int(2000 if iterations is None else iterations, "iterations", minimum=1),
         batch_size=check_int(batch_size, "batch_size", minimum=1),
@@ -311,20 +331,18 @@ def _release(
     Under add-remove (private): the class sums and the class counts, the sums
     divided by the counts' total (`privkernels.dp_ntk.release.normalise_sums`).
     """
-    kw = dict(
-        network=network, params=ntk_params, chunk_size=cfg.chunk_size, method=cfg.method, mesh=mesh
-    )
+    emb_release = functools.partial(
+        embedding_release, n_classes=cfg.n_classes, network=network, params=ntk_params,
+        chunk_size=cfg.chunk_size, method=cfg.method, mesh=mesh,
+    )  # fmt: skip
     if neighbouring == "add-remove" and budget is not None:
-        emb, props, report, public, n_note = _release_sums(k_emb, k_lab, x, y, budget, cfg, kw)
+        emb, props, report, public, n_note = _release_sums(k_emb, k_lab, x, y, budget, cfg,
+                                                           emb_release)  # fmt: skip
     elif cfg.label_mode == "released":
-        released = _release_with_proportions(k_emb, k_lab, x, y, budget, cfg, kw)
+        released = _release_with_proportions(k_emb, k_lab, x, y, budget, cfg, emb_release)
         emb, props, report, public, n_note = released
     else:
-        epsilon = None if budget is None else budget.epsilon
-        delta = None if budget is None else budget.delta
-        emb, report = private_embedding(
-            k_emb, x, y, n_classes=cfg.n_classes, epsilon=epsilon, delta=delta, **kw
-        )
+        emb, report = emb_release(k_emb, x, y, budget=budget)
         props, public, n_note = None, (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
     if report.private:
         notes = n_note + ((N_CLASSES_INFERRED_NOTE,) if inferred else ())
@@ -337,39 +355,29 @@ def _release(
 
 
 def _release_sums(
-    k_emb: Any, k_lab: Any, x: Any, y: np.ndarray, budget: Budget, cfg: DPNTKConfig,
-    kw: dict[str, Any],
+    k_emb: jax.Array, k_lab: jax.Array, x: Any, y: np.ndarray, budget: Budget,
+    cfg: DPNTKConfig, emb_release: Callable[..., tuple[jax.Array, PrivacyReport]],
 ) -> _Released:  # fmt: skip
     """Add-remove: class sums (share ``split[0]``) and a noisy n (``split[1]``), divided."""
     part_e, part_c = budget.split(*cfg.split)
-    sums, rep_e = private_embedding(
-        k_emb, x, y, n_classes=cfg.n_classes, epsilon=part_e.epsilon, delta=part_e.delta,
-        neighbouring="add-remove", **kw,
-    )  # fmt: skip
+    sums, rep_e = emb_release(k_emb, x, y, budget=part_e, neighbouring="add-remove")
     released = cfg.label_mode == "released"  # uniform labels need only the total n
-    counts, rep_c = private_class_counts(k_lab, y, n_classes=cfg.n_classes,
-                                         epsilon=part_c.epsilon, delta=part_c.delta,
-                                         per_class=released)  # fmt: skip
+    counts, rep_c = counts_release(k_lab, y, n_classes=cfg.n_classes, budget=part_c,
+                                   per_class=released)  # fmt: skip
     emb, props_ar = normalise_sums(sums, counts)
     props = props_ar if released else None
     return emb, props, compose(rep_e, rep_c), (NTK_PARAMS_NOTE, GEN_NOTE), (N_PRIVATE_NOTE,)
 
 
 def _release_with_proportions(
-    k_emb: Any, k_lab: Any, x: Any, y: np.ndarray, budget: Budget | None, cfg: DPNTKConfig,
-    kw: dict[str, Any],
+    k_emb: jax.Array, k_lab: jax.Array, x: Any, y: np.ndarray, budget: Budget | None,
+    cfg: DPNTKConfig, emb_release: Callable[..., tuple[jax.Array, PrivacyReport]],
 ) -> _Released:  # fmt: skip
     """Released labels, except a private add-remove run: the mean embedding and the class
     proportions."""
-    parts: tuple[Any, ...] = (None, None) if budget is None else budget.split(*cfg.split)
-    eps = [None if p is None else p.epsilon for p in parts]
-    dlt = [None if p is None else p.delta for p in parts]
-    emb, rep_e = private_embedding(
-        k_emb, x, y, n_classes=cfg.n_classes, epsilon=eps[0], delta=dlt[0], **kw
-    )
-    props, rep_l = private_class_proportions(
-        k_lab, y, n_classes=cfg.n_classes, epsilon=eps[1], delta=dlt[1]
-    )
+    part_e, part_l = (None, None) if budget is None else budget.split(*cfg.split)
+    emb, rep_e = emb_release(k_emb, x, y, budget=part_e)
+    props, rep_l = proportions_release(k_lab, y, n_classes=cfg.n_classes, budget=part_l)
     public = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE)
     return emb, props, compose(rep_e, rep_l), public, ()
 

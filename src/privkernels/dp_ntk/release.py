@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -46,6 +46,11 @@ from privkernels.sharding import to_host
 __all__ = [
     "DP_NTK_RELATIONS",
     "private_embedding",
+    "embedding_release",
+    "embedding_keys",
+    "EmbeddingKeys",
+    "counts_release",
+    "proportions_release",
     "private_class_proportions",
     "private_class_counts",
     "normalise_sums",
@@ -130,6 +135,21 @@ def validate_xy(x: Any, y: Any, n_classes: Any) -> tuple[Any, np.ndarray, int]:
     return x, y, n_classes
 
 
+class EmbeddingKeys(NamedTuple):
+    """The two keys of an embedding release: the e-NTK network's parameters (drawn unless
+    given: data independent) and the Gaussian noise."""
+
+    params: jax.Array
+    noise: jax.Array
+
+
+def embedding_keys(key: jax.Array) -> EmbeddingKeys:
+    """``key`` split into `EmbeddingKeys`: the one split `embedding_release` makes, so a
+    caller drawing the network's parameters beforehand draws the same ones."""
+    k_params, k_noise = jax.random.split(key)
+    return EmbeddingKeys(k_params, k_noise)
+
+
 def private_embedding(
     key: jax.Array,
     x: Any,
@@ -145,13 +165,36 @@ def private_embedding(
     mesh: Any = None,
     neighbouring: str = REPLACE_ONE,
 ) -> tuple[jax.Array, PrivacyReport]:
+    """`embedding_release` at ``(epsilon, delta)`` (``epsilon=None``: no noise); the
+    arguments and the result are documented there."""
+    return embedding_release(
+        key, x, y, n_classes=n_classes, budget=as_budget(epsilon, delta), network=network,
+        params=params, chunk_size=chunk_size, method=method, mesh=mesh,
+        neighbouring=neighbouring,
+    )  # fmt: skip
+
+
+def embedding_release(
+    key: jax.Array,
+    x: Any,
+    y: Any,
+    *,
+    n_classes: int,
+    budget: Budget | None,
+    network: nn.Module,
+    params: Any = None,
+    chunk_size: int | None = None,
+    method: str = "auto",
+    mesh: Any = None,
+    neighbouring: str = REPLACE_ONE,
+) -> tuple[jax.Array, PrivacyReport]:
     """Release the e-NTK mean embedding of ``(x, y)`` (Algorithm 1, eq. 4 + Gaussian mechanism).
 
-    ``key`` is split into ``(k_params, k_noise)``: the network parameters are
-    ``init_params(k_params, network, x.shape[1:])`` unless ``params`` is given
-    (which must then be data-independent), and the noise uses ``k_noise``
+    ``key`` is split by `embedding_keys` into ``(params, noise)``: the network parameters
+    are ``init_params(keys.params, network, x.shape[1:])`` unless ``params`` is given
+    (which must then be data-independent), and the noise uses ``keys.noise``
     (bound to the budget by the privacy core, so one key at two budgets gives
-    independent noise). The same key with ``epsilon=None`` gives the exact
+    independent noise). The same key with ``budget=None`` gives the exact
     (pre-noise) embedding with the same network.
 
     Args:
@@ -160,7 +203,7 @@ def private_embedding(
         ``[0, n_classes)``. A class without examples is allowed (its column is
         pure noise): refusing it would depend on the private data.
       n_classes: number of classes ``C`` (1 for unconditional generation).
-      epsilon, delta: the guarantee of this release; ``epsilon=None`` -> no noise.
+      budget: the guarantee of this release (`privkernels.privacy.Budget`); None -> no noise.
       network: flax module whose e-NTK is used (e.g. ``features.fc_1l(800, out_features=10)``).
       params: optional network parameters (data-independent!).
       chunk_size: examples per streamed chunk (bounded memory).
@@ -184,14 +227,13 @@ def private_embedding(
     """
     key, seeded = release_key(key)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
-    budget = as_budget(epsilon, delta)
     neighbouring = check_neighbouring(neighbouring, DP_NTK_RELATIONS)
     if chunk_size is not None:
         check_int(chunk_size, "chunk_size", minimum=1)
     n = int(x.shape[0])
-    k_params, k_noise = jax.random.split(key)
+    keys = embedding_keys(key)
     if params is None:
-        params = _features_module().init_params(k_params, network, tuple(x.shape[1:]))
+        params = _features_module().init_params(keys.params, network, tuple(x.shape[1:]))
     sums = neighbouring == ADD_REMOVE and budget is not None
     emb = mean_embedding(  # the sums with unit weights under add-remove: no 1/n anywhere
         network,
@@ -218,7 +260,7 @@ def private_embedding(
         sens, extra, what = 2.0 / n, {"n": n}, RELEASED_MEAN
         public = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE)
     noisy, record = gaussian_release(
-        k_noise,
+        keys.noise,
         emb,
         budget=budget,
         sensitivity=sens,
@@ -239,11 +281,18 @@ def private_class_proportions(
     epsilon: float | None,
     delta: float | None = 1e-5,
 ) -> tuple[np.ndarray, PrivacyReport]:
+    """`proportions_release` at ``(epsilon, delta)`` (``epsilon=None``: exact proportions)."""
+    return proportions_release(key, y, n_classes=n_classes, budget=as_budget(epsilon, delta))
+
+
+def proportions_release(
+    key: jax.Array, y: Any, *, n_classes: int, budget: Budget | None
+) -> tuple[np.ndarray, PrivacyReport]:
     """Release class proportions ``counts / n`` with the Gaussian mechanism.
 
     Replace-one changes two counts by one: L2 sensitivity ``sqrt(2)/n`` on
     proportions. Post-processing: clip at 0, renormalise to sum 1 (uniform if
-    everything was clipped). ``epsilon=None`` -> exact proportions, non-private.
+    everything was clipped). ``budget=None`` -> exact proportions, non-private.
 
     Returns:
       ``(proportions (n_classes,) float64 summing to 1, PrivacyReport)``.
@@ -251,7 +300,6 @@ def private_class_proportions(
     key, seeded = release_key(key)
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     y_np = check_labels(y, n_classes, "y")
-    budget = as_budget(epsilon, delta)
     n = int(y_np.shape[0])
     props = np.asarray(_counts(y_np, n_classes), np.float64) / n
     if budget is None:
@@ -282,6 +330,16 @@ def private_class_counts(
     delta: float = 1e-5,
     per_class: bool = True,
 ) -> tuple[np.ndarray, PrivacyReport]:
+    """`counts_release` at ``(epsilon, delta)``."""
+    budget = as_budget(epsilon, delta)
+    if budget is None:
+        raise ValueError("private_class_counts needs a budget (epsilon is None)")
+    return counts_release(key, y, n_classes=n_classes, budget=budget, per_class=per_class)
+
+
+def counts_release(
+    key: jax.Array, y: Any, *, n_classes: int, budget: Budget, per_class: bool = True
+) -> tuple[np.ndarray, PrivacyReport]:
     """Release the class counts (or, ``per_class=False``, their total n) under add-remove.
 
     Adding or removing one record changes one count by one: Gaussian
@@ -296,9 +354,6 @@ def private_class_counts(
     key, seeded = release_key(key)
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     y_np = check_labels(y, n_classes, "y")
-    budget = as_budget(epsilon, delta)
-    if budget is None:
-        raise ValueError("private_class_counts needs a budget (epsilon is None)")
     counts = _counts(y_np, n_classes)
     value = counts if per_class else np.asarray([counts.sum()])
     noisy, record = gaussian_release(

@@ -45,8 +45,18 @@ LABEL_MODES = ("uniform", "released")
 class DPNTKConfig(ConfigMixin):
     """Public settings of a DP-NTK run (what a saved result stores).
 
-    ``split`` is ``(embedding, labels)``: the budget fractions of the two
-    releases when ``label_mode="released"`` (else the embedding gets all of it).
+    Attributes:
+      iterations, batch_size, learning_rate: Adam training (Appendix A: 2000, 5000, 0.01 for
+        MNIST; ``iterations=None`` -> 2000, or the checkpoint's total when resuming).
+      d_code: latent code size (Appendix A: 5 for MNIST/FMNIST).
+      label_mode: ``"uniform"`` (balanced data; paper) or ``"released"`` (noisy
+        class proportions weight the embedding and drive label sampling).
+      split: ``(embedding, labels)`` budget fractions in ``"released"`` mode
+        and under add-remove (the labels' release is then the class counts;
+        `privkernels.privacy.Budget.split`).
+      min_proportion: floor of the noisy proportion when dividing the embedding.
+      n_classes, data_shape: the public shapes; chunk_size, method: the feature core's.
+      epsilon, delta: the run's total budget (None: non-private).
     """
 
     iterations: int

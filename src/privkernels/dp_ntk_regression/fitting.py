@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import os
 from pathlib import Path
@@ -40,7 +39,9 @@ from privkernels.dp_ntk_regression.model import (
     x64,
 )
 from privkernels.dp_ntk_regression.sensitivity import max_k, sensitivity_bound, shift_for_k
+from privkernels.dp_ntk_regression.settings import BETA_CLOSE_ONLY, Settings, refuse_unused
 from privkernels.linalg import ridge_solve
+from privkernels.options import RunOptions, run_options
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import release_key
 from privkernels.privacy.release import gaussian_sampling_release, truncated_laplace_release
@@ -112,8 +113,8 @@ def fit(
         projected to the L2 ball of radius ``input_bound`` (in ``[1e-6, 1e6]``) first.
       y: ``(n,)`` integer labels (one-hot targets, Sec. 6.1) or ``(n,)`` / ``(n, c)``
         real targets. **Not protected** (Def. 4.1).
-      epsilon, delta: total budget; ``epsilon=None`` fits the non-private baseline
-        (same kernel, ``alpha = (K + (kernel_shift + reg) I)^{-1} Y``, raw inputs).
+      epsilon, delta, width ... allow_unproven (but the run options): the fit's
+        `privkernels.dp_ntk_regression.settings.Settings`, documented there.
       n_classes: for integer labels; None reads ``max(y) + 1`` (``PrivacyLeakWarning``,
         report note; labels are public under beta-close anyway).
       mesh: a device mesh over the example axis: the kernel rows are computed over
@@ -125,45 +126,7 @@ def fit(
         ``allow_unproven``). A path that cannot be written is refused before any noise
         (`checkpoint.check_writable`).
       progress: accepted for the common contract (a fit is one solve).
-      width: number of neurons m. reg: ridge lambda added after the mechanism (absolute;
-        the default 0.1 was chosen with ``kernel_shift="auto"`` and ``fit_intercept=True``
-        on validation splits, ``benchmarks/results/dp-ntk-regression-defaults.md``).
-      beta: neighbouring radius of Def. 4.1 (what the guarantee hides).
-      eta_min: PUBLIC lower bound on the smallest eigenvalue of ``K + kernel_shift I``;
-        defaults to ``kernel_shift`` when that is > 0 (then it holds by construction).
-        When ``eta_min > kernel_shift`` it is checked in float64 and a dataset that
-        violates it is refused before any noise (no value from the data in the message).
-      split: ``(kernel, inputs)`` budget fractions (``eps_alpha = epsilon * split[0]``).
-      k: number of Gaussian samples; default the largest allowed (`max_k`).
-      weight_std: sigma of the NTK weights (paper: 1).
-      kernel_shift: ``s >= 0``; the mechanism privatizes ``K + s I`` instead of K
-        (then ``eta_min = s`` holds for every dataset). ``"auto"`` (default): the
-        ``s`` at which eq. (1) allows ``AUTO_SHIFT_SAMPLES`` samples, computed from
-        the public ``n``, the kernel budget, ``beta``, ``weight_std`` and
-        ``input_bound`` (`shift_for_k`); 0 for the non-private fit.
-      fit_intercept: append a constant (bias) coordinate to every input
-        (`input_map`; no privacy cost).
-        Without it the quadratic NTK has no bias term (the paper's setting).
-      neighbouring: ``"replace-one"`` (default: standard (epsilon, delta)-DP for replacing
-        a whole record, label included: sufficient-statistics perturbation on sketched NTK
-        features, `privkernels.dp_ntk_regression.replace_one`; ``beta``, ``eta_min``,
-        ``split``, ``k``, ``kernel_shift`` do not apply) or ``"beta-close"`` (the paper's
-        Alg. 2, asked for explicitly: a feature move of at most ``beta``, labels public; NOT
-        standard DP, so it raises a `PrivacyLeakWarning` and its report says so first).
-      features, target_bound, ridge_factor: replace-one only: sketch size ``D``
-        (default 1024), public bound on each target row's L2 norm (one-hot labels: 1),
-        ridge ``reg + ridge_factor * 2 sigma_noise sqrt(D)`` (default 0.125).
-      solver: ``"ridge"`` (default: the ridge solve of the chosen mechanism) or, with
-        ``neighbouring="replace-one"`` and class labels only, ``"kernel-mean"``: the
-        large-ridge limit of the infinite-width quadratic NTK, which releases only the
-        class second moments ``sum_{y_i=c} x_i x_i^T`` (sensitivity sqrt(2),
-        `privkernels.dp_ntk_regression.kernel_mean`; memory ``c (d+1)^2`` floats).
-        It wins where classes have few records (digits); ridge wins on MNIST
-        (`benchmarks/results/dp-ntk-regression-replace-one-solver.md`).
       chunk_size: rows per chunk when building kernel matrices.
-      dtype: ``"float32"`` (default) or ``"float64"`` (local ``jax.enable_x64``).
-      allow_unproven: ``eps_alpha >= 1`` lies outside Lemma D.1; refused unless True,
-        and the report is then marked ``proven=False``.
       public_key: the key of the data-independent draws (NTK weights, sketch), independent
         of ``key`` (a fresh key: the saved weights then say nothing about the noise key);
         None derives them from ``key``.
@@ -175,42 +138,72 @@ def fit(
       ValueError: on invalid input (TypeError on wrong kinds), before any noise is
         drawn; also when no k satisfies the privacy condition (see `max_k`).
     """
+    s = Settings(
+        epsilon=epsilon, delta=delta, width=width, reg=reg, beta=beta, eta_min=eta_min,
+        input_bound=input_bound, split=split, k=k, weight_std=weight_std,
+        kernel_shift=kernel_shift, fit_intercept=fit_intercept, neighbouring=neighbouring,
+        features=features, target_bound=target_bound, ridge_factor=ridge_factor,
+        solver=solver, dtype=dtype, allow_unproven=allow_unproven,
+    )  # fmt: skip
+    opts = run_options(mesh=mesh, checkpoint_path=checkpoint_path, resume=resume,
+                       progress=progress, chunk_size=chunk_size)  # fmt: skip
     check_neighbouring(neighbouring, (BETA_CLOSE, REPLACE_ONE))  # a resume too
     if neighbouring == BETA_CLOSE and epsilon is not None:
         warn_beta_close()
-    ck = None if checkpoint_path is None else Path(checkpoint_path)
-    if resume:
-        return _resume(ck, x, y, epsilon, delta, neighbouring=neighbouring, solver=solver,
-                       beta=beta, allow_unproven=allow_unproven)  # fmt: skip
+    ck = opts.checkpoint_path
+    if opts.resume:
+        return _resume(ck, x, y, s)
     if ck is not None:  # before the release, not when the model is saved
         checkpoint.check_new(ck, "return the saved model")
     key, seeded = release_key(key)
-    budget = as_budget(epsilon, delta)
-    if solver not in ("ridge", "kernel-mean"):
-        raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {solver!r}")
-    if solver == "kernel-mean" and neighbouring != "replace-one":
+    model = _noted(_fit(key, s, opts, Inputs(x, y, n_classes, public_key)), seeded)
+    if ck is not None:
+        model.save(ck)
+    return model
+
+
+class Inputs(NamedTuple):
+    """A fit's data (private ``x``; ``y`` public under beta-close), ``n_classes`` as given,
+    and the caller's public key (None: the data-independent draws come from ``key``)."""
+
+    x: Any
+    y: Any
+    n_classes: int | None
+    public_key: Any
+
+
+def _fit(key: jax.Array, s: Settings, opts: RunOptions, inp: Inputs) -> DPNTKRegressionModel:
+    """The mechanism ``s`` asks for: replace-one (ridge or kernel-mean) or beta-close."""
+    budget = as_budget(s.epsilon, s.delta)
+    if s.solver not in ("ridge", "kernel-mean"):
+        raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {s.solver!r}")
+    if s.solver == "kernel-mean" and s.neighbouring != "replace-one":
         raise ValueError("solver='kernel-mean' is a replace-one mechanism: pass "
                          "neighbouring='replace-one'")  # fmt: skip
-    if neighbouring == "replace-one":
-        if mesh is not None:
-            raise ValueError("mesh= shards the beta-close kernel matrix; replace-one fits run on "
-                             "one device: pass mesh=None")  # fmt: skip
-        fit_one = _fit_kernel_mean if solver == "kernel-mean" else _fit_replace_one
-        model = _noted(fit_one(key, budget, locals()), seeded)
-        if ck is not None:
-            model.save(ck)
-        return model
-    cfg, x_arr, y_mat, inferred = _validate(locals())
+    if s.neighbouring == BETA_CLOSE:
+        return _fit_beta_close(key, budget, s, opts, inp)
+    if opts.mesh is not None:
+        raise ValueError("mesh= shards the beta-close kernel matrix; replace-one fits run on "
+                         "one device: pass mesh=None")  # fmt: skip
+    fit_one = _fit_kernel_mean if s.solver == "kernel-mean" else _fit_replace_one
+    return fit_one(key, budget, s, opts, inp)
+
+
+def _fit_beta_close(
+    key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
+) -> DPNTKRegressionModel:
+    """Alg. 2: data-independent weights, the kernel matrix, then the two releases."""
+    cfg, x_arr, y_mat, inferred = _validate(s, opts, inp)
     dt = jnp.float64 if cfg.dtype == "float64" else jnp.float32
     n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
     d_in = d + int(cfg.fit_intercept)
     with x64(dt == jnp.float64):
         k_w, k_alpha, k_x = jax.random.split(key, 3)
-        if public_key is not None:
-            k_w = check_key(public_key, "public_key")
+        if inp.public_key is not None:
+            k_w = check_key(inp.public_key, "public_key")
         # Data-independent weights first: the fixed-weights sensitivity bound needs them.
         weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
-        plan = None if budget is None else _plan(cfg, budget, n, weights, allow_unproven)
+        plan = None if budget is None else _plan(cfg, budget, n, weights, s.allow_unproven)
         xp = input_map(
             jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=dt),
             cfg.input_bound,
@@ -218,64 +211,61 @@ def fit(
         )
         if plan is not None and cfg.eta_min is not None and cfg.eta_min > cfg.kernel_shift:
             _check_eta_min(xp, weights, cfg.eta_min, cfg.kernel_shift, cfg.chunk_size)
-        kmat = kernel_matrix(xp, xp, weights, cfg.chunk_size, mesh=mesh)
+        kmat = kernel_matrix(xp, xp, weights, cfg.chunk_size, mesh=opts.mesh)
         y_j = jnp.asarray(y_mat, dtype=dt)
-        if plan is None:
-            if cfg.kernel_shift > 0:
-                kmat = add_diagonal(kmat, jnp.asarray(cfg.kernel_shift, dt))
-            alpha = ridge_solve(kmat, y_j, jnp.asarray(cfg.reg, dt))
-            _check_finite(alpha, dt)
-            cfg = dataclasses.replace(cfg, k=None)
-            model = DPNTKRegressionModel(alpha, xp, weights, _non_private(), cfg)
-        else:
-            model = _release(k_alpha, k_x, kmat, xp, y_j, weights, cfg, plan, n, d, dt, inferred)
-    model = _noted(model, seeded)
-    if ck is not None:
-        model.save(ck)
-    return model
+        if plan is not None:
+            return _release(k_alpha, k_x, kmat, xp, y_j, weights, cfg, plan, n, d, dt, inferred)
+        if cfg.kernel_shift > 0:
+            kmat = add_diagonal(kmat, jnp.asarray(cfg.kernel_shift, dt))
+        alpha = ridge_solve(kmat, y_j, jnp.asarray(cfg.reg, dt))
+        _check_finite(alpha, dt)
+        cfg = dataclasses.replace(cfg, k=None)
+        return DPNTKRegressionModel(alpha, xp, weights, _non_private(), cfg)
 
 
 def _noted(model: DPNTKRegressionModel, notes: tuple[str, ...]) -> DPNTKRegressionModel:
     return dataclasses.replace(model, report=with_notes(model.report, notes)) if notes else model
 
 
-def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> DPNTKRegressionModel:
+def _fit_replace_one(
+    key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
+) -> DPNTKRegressionModel:
     """Sufficient-statistics perturbation (`replace_one` module): validate, features, release, solve."""
     from privkernels.dp_ntk_regression import replace_one as r1
 
-    _refuse_unused(args, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
-    x_arr = check_array(args["x"], "x", finite=True)
+    refuse_unused(s, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
+    x_arr = check_array(inp.x, "x", finite=True)
     if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
     n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
-    y_mat, n_classes, target_ndim, inferred = _targets(args["y"], n, args["n_classes"])
-    features = r1.DEFAULT_FEATURES if args["features"] is None else args["features"]
+    y_mat, n_classes, target_ndim, inferred = _targets(inp.y, n, inp.n_classes)
+    features = r1.DEFAULT_FEATURES if s.features is None else s.features
     features = check_int(features, "features")
-    target_bound = check_positive(args["target_bound"], "target_bound")
-    factor = args["ridge_factor"]
+    target_bound = check_positive(s.target_bound, "target_bound")
+    factor = s.ridge_factor
     factor = (
         r1.DEFAULT_RIDGE_FACTOR if factor is None else check_nonnegative(factor, "ridge_factor")
     )
-    cfg = _replace_one_config(args, n_classes, target_ndim, features=features,
+    cfg = _replace_one_config(s, opts, n_classes, target_ndim, features=features,
                               target_bound=target_bound)  # fmt: skip
-    if args["dtype"] not in ("float32", np.float32, jnp.float32):
+    if s.dtype not in ("float32", np.float32, jnp.float32):
         raise ValueError("neighbouring='replace-one' runs in float32")
     d_in = d + int(cfg.fit_intercept)
     k_w, k_s, k_noise = jax.random.split(key, 3)
-    if args["public_key"] is not None:
-        k_w, k_s = jax.random.split(check_key(args["public_key"], "public_key"))
+    if inp.public_key is not None:
+        k_w, k_s = jax.random.split(check_key(inp.public_key, "public_key"))
     weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std)
     sketch = r1.draw_sketch(k_s, d_in, cfg.width, features, jnp.float32)
     xp = input_map(jnp.asarray(np.asarray(x_arr, np.float32).reshape(n, d)), cfg.input_bound,
                    cfg.fit_intercept)  # fmt: skip
-    s, b = r1.sufficient_statistics(xp, jnp.asarray(y_mat, jnp.float32), weights, sketch,
-                                    target_bound=target_bound, chunk_size=cfg.chunk_size)  # fmt: skip
+    stat, b = r1.sufficient_statistics(xp, jnp.asarray(y_mat, jnp.float32), weights, sketch,
+                                       target_bound=target_bound, chunk_size=cfg.chunk_size)  # fmt: skip
     del xp, x_arr
     if budget is None:
-        beta_w, report, ridge = r1.solve(s, b, cfg.reg), _non_private(), cfg.reg
+        beta_w, report, ridge = r1.solve(stat, b, cfg.reg), _non_private(), cfg.reg
     else:
         s_t, b_t, record, std = r1.release_statistics(
-            k_noise, s, b, budget=budget, target_bound=target_bound, n=n
+            k_noise, stat, b, budget=budget, target_bound=target_bound, n=n
         )
         ridge = cfg.reg + factor * 2.0 * std * math.sqrt(features)
         beta_w = r1.solve(s_t, b_t, ridge)
@@ -289,25 +279,27 @@ def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
     return DPNTKRegressionModel(beta_w, empty, weights, report, cfg, sketch=sketch)
 
 
-def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> DPNTKRegressionModel:
+def _fit_kernel_mean(
+    key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
+) -> DPNTKRegressionModel:
     """The large-ridge limit (`kernel_mean` module): validate, class moments, one release."""
     from privkernels.dp_ntk_regression import kernel_mean as km
 
     limit_ignores = ("features", "ridge_factor", "width", "weight_std", "reg")
-    _refuse_unused(args, BETA_CLOSE_ONLY + limit_ignores, "solver='kernel-mean'")
-    if args["target_bound"] != 1.0:
+    refuse_unused(s, BETA_CLOSE_ONLY + limit_ignores, "solver='kernel-mean'")
+    if s.target_bound != 1.0:
         raise ValueError("target_bound does not apply to solver='kernel-mean' (one-hot labels)")
-    if args["dtype"] not in ("float32", np.float32, jnp.float32):
+    if s.dtype not in ("float32", np.float32, jnp.float32):
         raise ValueError("solver='kernel-mean' runs in float32")
-    x_arr = check_array(args["x"], "x", finite=True)
+    x_arr = check_array(inp.x, "x", finite=True)
     if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
     n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
-    y_mat, n_classes, target_ndim, inferred = _targets(args["y"], n, args["n_classes"])
+    y_mat, n_classes, target_ndim, inferred = _targets(inp.y, n, inp.n_classes)
     if n_classes is None:
         raise ValueError("solver='kernel-mean' needs class labels (integer y or n_classes); "
                          "real targets may point in opposite directions and break its bound")  # fmt: skip
-    cfg = _replace_one_config(args, n_classes, target_ndim, solver="kernel-mean")
+    cfg = _replace_one_config(s, opts, n_classes, target_ndim, solver="kernel-mean")
     d_in = d + int(cfg.fit_intercept)
     xp = input_map(jnp.asarray(np.asarray(x_arr, np.float32).reshape(n, d)), cfg.input_bound,
                    cfg.fit_intercept)  # fmt: skip
@@ -328,73 +320,59 @@ def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
 #: the float32 solve, so ``1 / ridge <= 1e8`` keeps the solution finite (checked before noise).
 REPLACE_ONE_MIN_REG = 1e-8
 
-#: Arguments of the beta-close mechanism that a replace-one fit has no use for.
-BETA_CLOSE_ONLY = ("k", "eta_min", "beta", "split", "kernel_shift", "allow_unproven")
 
-
-def _refuse_unused(args: dict[str, Any], names: tuple[str, ...], what: str) -> None:
-    """Refuse (before any noise) a non-default value of an argument that ``what`` ignores."""
-    defaults = {p.name: p.default for p in inspect.signature(fit).parameters.values()}
-    for name in names:
-        value, default = args[name], defaults[name]
-        try:
-            same = tuple(value) == default if isinstance(default, tuple) else bool(value == default)
-        except (TypeError, ValueError):  # not a sequence, or an array: not the default
-            same = False
-        if not same:
-            raise ValueError(f"{name} does not apply to {what}: leave it at {default!r}")
-
-
-def _replace_one_config(args: dict[str, Any], n_classes: int | None, target_ndim: int,
+def _replace_one_config(s: Settings, opts: RunOptions, n_classes: int | None, target_ndim: int,
                         **extra: Any) -> RegressionConfig:  # fmt: skip
     """The validated config of a replace-one fit (float32, no beta-close parameters)."""
-    reg = check_positive(args["reg"], "reg")
+    reg = check_positive(s.reg, "reg")
     if reg < REPLACE_ONE_MIN_REG:  # the float32 solve after the release would overflow
         raise ValueError(f"reg must be >= {REPLACE_ONE_MIN_REG:g} with neighbouring='replace-one', "
                          f"got {reg!r}")  # fmt: skip
     return RegressionConfig(
-        width=check_int(args["width"], "width"), reg=reg,
+        width=check_int(s.width, "width"), reg=reg,
         beta=0.0, eta_min=None,
-        input_bound=check_input_bound(args["input_bound"]), split=(1.0, 0.0), k=None,
-        weight_std=check_positive(args["weight_std"], "weight_std"), kernel_shift=0.0,
-        chunk_size=check_int(args["chunk_size"], "chunk_size"), dtype="float32",
+        input_bound=check_input_bound(s.input_bound), split=(1.0, 0.0), k=None,
+        weight_std=check_positive(s.weight_std, "weight_std"), kernel_shift=0.0,
+        chunk_size=check_int(opts.chunk_size, "chunk_size"), dtype="float32",
         n_classes=n_classes, target_ndim=target_ndim, epsilon=None, delta=None,
-        fit_intercept=check_bool(args["fit_intercept"], "fit_intercept"),
+        fit_intercept=check_bool(s.fit_intercept, "fit_intercept"),
         neighbouring="replace-one", **extra,
     )  # fmt: skip
 
 
-def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, bool]:
+def _validate(
+    s: Settings, opts: RunOptions, inp: Inputs
+) -> tuple[RegressionConfig, Any, np.ndarray, bool]:
     """All checks before any randomness; the config, inputs and target matrix."""
-    name = np.dtype(args["dtype"]).name if not isinstance(args["dtype"], str) else args["dtype"]
+    name = np.dtype(s.dtype).name if not isinstance(s.dtype, str) else s.dtype
     if name not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {args['dtype']!r}")
-    private = args["epsilon"] is not None
-    split = tuple(float(f) for f in args["split"])
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {s.dtype!r}")
+    private = s.epsilon is not None
+    split = tuple(float(f) for f in s.split)
     if len(split) != 2:
-        raise ValueError(f"split must be (kernel, inputs) fractions, got {args['split']!r}")
-    if private:
+        raise ValueError(f"split must be (kernel, inputs) fractions, got {s.split!r}")
+    if s.epsilon is not None:
         for f in split:
             check_fraction(f, "split")
         if abs(sum(split) - 1.0) > 1e-9:
-            raise ValueError(f"split fractions must sum to 1, got {args['split']!r}")
-        if args["epsilon"] * split[0] >= 1.0 and not args["allow_unproven"]:
+            raise ValueError(f"split fractions must sum to 1, got {s.split!r}")
+        if s.epsilon * split[0] >= 1.0 and not s.allow_unproven:
             raise ValueError(
-                f"eps_alpha = epsilon * split[0] = {args['epsilon'] * split[0]:.4g} >= 1: the "
+                f"eps_alpha = epsilon * split[0] = {s.epsilon * split[0]:.4g} >= 1: the "
                 "Gaussian sampling mechanism's guarantee (Gu et al. Lemma D.1, Def. 5.2) is stated "
                 "for eps_alpha in (0, 1) only. Lower epsilon or the kernel share of split, or pass "
                 "allow_unproven=True to release anyway with a report marked unproven"
             )
-    k = None if args["k"] is None else check_int(args["k"], "k")
-    x_arr = check_array(args["x"], "x", finite=True)
+    k = None if s.k is None else check_int(s.k, "k")
+    x_arr = check_array(inp.x, "x", finite=True)
     if x_arr.ndim < 2:
         raise ValueError(
             f"x must have shape (n, d) (or (n, ...) flattened per example), got {tuple(x_arr.shape)}"
         )
     if int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x has no features (shape {tuple(x_arr.shape)})")
-    kernel_shift = _kernel_shift(args, private, split, int(x_arr.shape[0]))
-    eta_min = args["eta_min"]
+    kernel_shift = _kernel_shift(s, private, split, int(x_arr.shape[0]))
+    eta_min = s.eta_min
     if private and eta_min is None:
         if kernel_shift <= 0:
             raise ValueError(
@@ -405,45 +383,43 @@ def _validate(args: dict[str, Any]) -> tuple[RegressionConfig, Any, np.ndarray, 
         eta_min = kernel_shift
     if eta_min is not None:
         eta_min = check_positive(eta_min, "eta_min")
-    y_mat, n_classes, target_ndim, inferred = _targets(
-        args["y"], int(x_arr.shape[0]), args["n_classes"]
-    )
+    y_mat, n_classes, target_ndim, inferred = _targets(inp.y, int(x_arr.shape[0]), inp.n_classes)
     cfg = RegressionConfig(
-        width=check_int(args["width"], "width"),
-        reg=check_positive(args["reg"], "reg"),
-        beta=check_positive(args["beta"], "beta"),
+        width=check_int(s.width, "width"),
+        reg=check_positive(s.reg, "reg"),
+        beta=check_positive(s.beta, "beta"),
         eta_min=eta_min,
-        input_bound=check_input_bound(args["input_bound"]),
+        input_bound=check_input_bound(s.input_bound),
         split=split,  # type: ignore[arg-type]
         k=k,
-        weight_std=check_positive(args["weight_std"], "weight_std"),
+        weight_std=check_positive(s.weight_std, "weight_std"),
         kernel_shift=kernel_shift,
-        chunk_size=check_int(args["chunk_size"], "chunk_size"),
+        chunk_size=check_int(opts.chunk_size, "chunk_size"),
         dtype=name,
         n_classes=n_classes,
         target_ndim=target_ndim,
         epsilon=None,
         delta=None,
-        fit_intercept=check_bool(args["fit_intercept"], "fit_intercept"),
+        fit_intercept=check_bool(s.fit_intercept, "fit_intercept"),
     )
     return cfg, x_arr, y_mat, inferred
 
 
-def _kernel_shift(args: dict[str, Any], private: bool, split: tuple[float, ...], n: int) -> float:
+def _kernel_shift(s: Settings, private: bool, split: tuple[float, ...], n: int) -> float:
     """The numeric kernel shift: as given, or ``"auto"`` resolved from public quantities."""
-    shift = args["kernel_shift"]
+    shift = s.kernel_shift
     if not (isinstance(shift, str) and shift == "auto"):
         if isinstance(shift, str):
             raise ValueError(f"kernel_shift must be a number >= 0 or 'auto', got {shift!r}")
         return check_nonnegative(shift, "kernel_shift")
-    if not private or args["eta_min"] is not None:  # an explicit eta_min is the user's bound
+    if not private or s.eta_min is not None:  # an explicit eta_min is the user's bound
         return 0.0
-    kernel = as_budget(args["epsilon"], args["delta"]).split(split[1], split[0])[1]  # type: ignore[union-attr]
+    kernel = as_budget(s.epsilon, s.delta).split(split[1], split[0])[1]  # type: ignore[union-attr]
     return shift_for_k(
         max(n, 1), AUTO_SHIFT_SAMPLES, epsilon_alpha=kernel.epsilon, delta_alpha=kernel.delta,
-        beta=check_positive(args["beta"], "beta"),
-        weight_std=check_positive(args["weight_std"], "weight_std"),
-        input_bound=check_input_bound(args["input_bound"]),
+        beta=check_positive(s.beta, "beta"),
+        weight_std=check_positive(s.weight_std, "weight_std"),
+        input_bound=check_input_bound(s.input_bound),
     )  # fmt: skip
 
 
@@ -664,8 +640,7 @@ def _private_report(
     )
 
 
-def _resume(path: Path | None, x: Any, y: Any, epsilon: Any, delta: Any, *, neighbouring: Any,
-            solver: Any, beta: Any, allow_unproven: bool) -> DPNTKRegressionModel:  # fmt: skip
+def _resume(path: Path | None, x: Any, y: Any, s: Settings) -> DPNTKRegressionModel:
     """Return the saved model without reading the data (its budget, relation, ``beta`` under
     beta-close, and solver must be the ones asked for; a report marked unproven is returned
     only with ``allow_unproven``)."""
@@ -676,33 +651,34 @@ def _resume(path: Path | None, x: Any, y: Any, epsilon: Any, delta: Any, *, neig
             "resume=True returns the saved model and never reads data: pass x=None, y=None"
         )
     model = load(path)
-    if model.report.private != (epsilon is not None) or (
-        epsilon is not None and not math.isclose(float(epsilon), model.report.epsilon, rel_tol=1e-9)
+    if model.report.private != (s.epsilon is not None) or (
+        s.epsilon is not None
+        and not math.isclose(float(s.epsilon), model.report.epsilon, rel_tol=1e-9)
     ):
         raise ValueError(
             f"the saved model was released at epsilon={model.report.epsilon:g}; got "
-            f"epsilon={epsilon!r}. The budget of a release cannot change on resume."
+            f"epsilon={s.epsilon!r}. The budget of a release cannot change on resume."
         )
     if (
-        delta is not None
+        s.delta is not None
         and model.report.private
-        and not math.isclose(float(delta), model.report.delta, rel_tol=1e-9)
+        and not math.isclose(float(s.delta), model.report.delta, rel_tol=1e-9)
     ):
         raise ValueError("the saved model was released at another delta")
     saved = (model.config.neighbouring, model.config.solver)
-    if saved != (neighbouring, solver):  # never hand back a weaker relation than asked for
+    if saved != (s.neighbouring, s.solver):  # never hand back a weaker relation than asked for
         raise ValueError(
             f"the saved model was fitted with neighbouring={saved[0]!r}, solver={saved[1]!r}; "
-            f"got neighbouring={neighbouring!r}, solver={solver!r}"
+            f"got neighbouring={s.neighbouring!r}, solver={s.solver!r}"
         )
-    if neighbouring == BETA_CLOSE and not math.isclose(
-        float(beta), float(model.config.beta), rel_tol=1e-9
+    if s.neighbouring == BETA_CLOSE and not math.isclose(
+        float(s.beta), float(model.config.beta), rel_tol=1e-9
     ):  # beta is what the relation hides: another beta is another guarantee
         raise ValueError(
             f"the saved model protects beta={model.config.beta:g}-close neighbours; got "
-            f"beta={beta!r}"
+            f"beta={s.beta!r}"
         )
-    if not model.report.proven and not allow_unproven:
+    if not model.report.proven and not s.allow_unproven:
         raise ValueError(
             "the saved model's report is marked unproven (eps_alpha >= 1, outside Lemma D.1); "
             "pass allow_unproven=True to accept it, as a fresh fit would require"

@@ -1,0 +1,76 @@
+"""The method contract: what `privkernels.dp_ntk.fit`, `privkernels.dp_kip.fit` and
+`privkernels.dp_ntk_regression.fit` share, stated as two protocols.
+
+`MethodFit` is the call every method's ``fit`` accepts (each adds its own settings as
+further keyword-only arguments with defaults); `Release` is what it returns. The type
+checker holds the three fits to `MethodFit` (the assignment under ``TYPE_CHECKING``
+below), and ``tests/test_contract.py`` checks the signatures and results at run time
+from these protocols.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from privkernels.privacy.report import PrivacyReport
+
+__all__ = ["MethodFit", "Release", "SHARED_KEYWORDS"]
+
+
+@runtime_checkable
+class Release(Protocol):
+    """A method's result: its privacy report, its typed config, and a file form."""
+
+    @property
+    def report(self) -> PrivacyReport: ...
+
+    @property
+    def config(self) -> Any: ...
+
+    def save(self, path: str | os.PathLike[str]) -> Path: ...
+
+
+class MethodFit(Protocol):
+    """``fit(key, x, y, *, epsilon, ...)``: one release of ``(x, y)`` at ``(epsilon, delta)``
+    under ``neighbouring`` (default replace-one, standard DP of whole records), with the
+    shared run options (`privkernels.options.RunOptions`) and a separate key for the
+    data-independent draws."""
+
+    def __call__(
+        self,
+        key: Any,
+        x: Any,
+        y: Any,
+        *,
+        epsilon: float | None,
+        delta: float = 1e-5,
+        n_classes: int | None = None,
+        mesh: Any = None,
+        checkpoint_path: str | os.PathLike[str] | None = None,
+        resume: bool = False,
+        progress: bool = True,
+        neighbouring: Any = "replace-one",
+        public_key: Any = None,
+    ) -> Release: ...
+
+
+#: The keyword-only arguments of `MethodFit` with their defaults (``epsilon``: required).
+SHARED_KEYWORDS: dict[str, Any] = {
+    "delta": 1e-5,
+    "n_classes": None,
+    "mesh": None,
+    "checkpoint_path": None,
+    "resume": False,
+    "progress": True,
+    "neighbouring": "replace-one",
+    "public_key": None,
+}
+
+if TYPE_CHECKING:  # the type checker holds each method's fit to the contract
+    from privkernels.dp_kip.fitting import fit as _dp_kip_fit
+    from privkernels.dp_ntk.fitting import fit as _dp_ntk_fit
+    from privkernels.dp_ntk_regression.fitting import fit as _regression_fit
+
+    _FITS: tuple[MethodFit, ...] = (_dp_ntk_fit, _dp_kip_fit, _regression_fit)
