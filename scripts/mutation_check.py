@@ -8,8 +8,9 @@ working tree is never touched), and runs the project's default test command
 against the mutated copy. A mutation is *caught* when that run fails.
 
 The first nine mutations are the planted bugs of the privacy-at-the-seams review,
-the last eight those of "private by default" (N1-N6 and the tuning plan); the
-default run must catch all of them. Usage (each mutant runs the suite with -x;
+the next eight those of "private by default" (N1-N6 and the tuning plan), the last
+one that of the one DP-SGD noise transform (issue 51); the default run must catch
+all of them. Usage (each mutant runs the suite with -x;
 ``--select`` restricts it to some test paths)::
 
     python scripts/mutation_check.py [--out benchmarks/results/mutation-check.md] [--only NAME]
@@ -55,8 +56,8 @@ MUTATIONS = (
     Mutation(
         "dp-kip-noise-key-constant",
         "src/privkernels/dp_kip/train.py",
-        "gsum = add_dpsgd_noise(key, gsum, hyper.noise_std, hyper.digest)",
-        "gsum = add_dpsgd_noise(jax.random.key(0), gsum, hyper.noise_std, hyper.digest)",
+        "gsum, _ = noise.update(gsum, DPSGDNoiseState(key))",
+        "gsum, _ = noise.update(gsum, DPSGDNoiseState(jax.random.key(0)))",
         "DP-KIP noise key constant within a step (independent of the step and user key)",
     ),
     Mutation(
@@ -161,9 +162,17 @@ MUTATIONS = (
     Mutation(
         "tuning-events-unchecked",
         "src/privkernels/tuning.py",
-        "    if not _same_events(events_of_report(_report_of(model)), planned):",
+        "    if not same_events(events_of_report(report), planned):",
         "    if False:",
         "a search's fit may release other events than the plan accounted",
+    ),
+    # the one DP-SGD noise transform (issue 51)
+    Mutation(
+        "dpsgd-noise-key-without-digest",
+        "src/privkernels/privacy/dpsgd.py",
+        "noisy = _add_noise(fold_digest(state.key, (digest[0], digest[1])), updates, noise_std)",
+        "noisy = _add_noise(state.key, updates, noise_std)",
+        "DP-SGD noise key not bound to the plan: one key at two budgets draws the same noise",
     ),
 )
 

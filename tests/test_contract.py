@@ -231,3 +231,37 @@ def test_no_method_module_draws_noise_or_builds_records():
             if NOISE_AND_RECORDS.search(line) and not any(a in line for a in ALLOWED.get(rel, ())):
                 offenders.append(f"{rel}:{i}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+#: every ``jax.random.normal(`` in the package: privacy noise only in the privacy core
+#: (DP-SGD noise only in the transform), the rest data-independent draws from public shapes
+NORMAL_DRAWS = {
+    "privacy/dpsgd.py": 1,  # `dpsgd_noise`: the one DP-SGD noise draw
+    "privacy/mechanisms.py": 3,  # the Gaussian mechanism, Gaussian sampling
+    "audit.py": 2,  # the audit's public synthetic gradients
+    "dp_kip/init.py": 2,  # support starts
+    "dp_ntk_regression/replace_one.py": 2,  # sketch matrices
+    "features/quadratic_ntk.py": 1,  # random features
+    "generators.py": 1,  # sampling codes of a fitted generator (post-processing)
+}
+
+
+def test_dpsgd_noise_is_drawn_in_one_place():
+    """``jax.random.normal`` occurs only where `NORMAL_DRAWS` says; every DP-SGD step
+    (DP-KIP's, the clipped-sum path of the audit, `DPSGDPlan.add_noise`) calls the
+    transform, and nothing else in the package draws after clipping."""
+    src = Path(dp_kip.__file__).resolve().parents[1]
+    found: dict[str, int] = {}
+    for path in sorted(src.rglob("*.py")):
+        rel = str(path.relative_to(src))
+        count = len(re.findall(r"jax\.random\.normal\(", path.read_text()))
+        if count:
+            found[rel] = count
+    assert found == NORMAL_DRAWS
+    callers = {
+        "dp_kip/train.py": r"dpsgd_noise\(hyper\.noise_std, hyper\.digest\)",
+        "privacy/clipping.py": r"dpsgd_noise\(std, digest\)\.update\(",
+        "privacy/dpsgd.py": r"return self\.noise\(\)\.update\(summed, DPSGDNoiseState\(key\)\)",
+    }
+    for rel, pattern in callers.items():
+        assert re.search(pattern, (src / rel).read_text()), rel

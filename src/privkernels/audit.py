@@ -479,8 +479,10 @@ def audit_dpsgd_step(
         delta)`` (one Gaussian release with L2 sensitivity ``clip_norm`` and
         noise std ``noise_multiplier * clip_norm``: no subsampling amplification).
       clip_fn, noisy_sum_fn: implementations under test (default
-        ``privacy.clip_per_example`` and ``privacy.noisy_clipped_sum``); pass
-        deliberately broken ones to check that the audit catches them.
+        ``privacy.clip_per_example`` and ``privacy.noisy_clipped_sum``, whose noise is
+        the DP-SGD transform `privkernels.privacy.dpsgd.dpsgd_noise` that DP-KIP's
+        step applies too); pass deliberately broken ones to check that the audit
+        catches them.
 
     Returns:
       `AuditResult`.

@@ -12,7 +12,8 @@
 
 One step (Alg. 1 lines 4-9): the batch's clipped per-example gradients are
 summed by the strategy chosen once (`clipped_sums`),
-the privacy core adds ``N(0, (sigma C)^2 I)`` (`DPSGDPlan`),
+the privacy core's optax transformation `dpsgd_noise` adds ``N(0, (sigma C)^2 I)``
+(at the plan's ``noise_std`` and ``digest``, passed as traced arguments),
 the sum is divided by the public normaliser ``batch_size`` and an optax
 step follows. Keys: step ``t`` uses ``fold_in(k_train, t)``, split into the
 sampling key and the noise key.
@@ -34,7 +35,7 @@ from privkernels._config import ConfigMixin
 from privkernels.dp_kip.clipped_sums import clipped_sum_fn
 from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.dp_kip.krr import support_repr
-from privkernels.privacy.dpsgd import DPSGDPlan, add_dpsgd_noise
+from privkernels.privacy.dpsgd import DPSGDNoiseState, DPSGDPlan, dpsgd_noise
 from privkernels.privacy.keys import fold_digest
 from privkernels.privacy.sampling import poisson_schedule
 
@@ -168,18 +169,19 @@ TARGETS = ("inputs", "repr")
 
 
 class _Hyper(NamedTuple):
-    """Per-run values passed as arguments, so one compilation serves every budget."""
+    """Per-run values passed as arguments, so one compilation serves every budget: the
+    plan's `DPSGDPlan.noise_std` and `DPSGDPlan.digest` for `dpsgd_noise`, and C."""
 
-    noise_std: jax.Array
+    noise_std: jax.Array  # () float32, sigma * C
     digest: jax.Array  # (2,) uint32
-    clip_norm: jax.Array
+    clip_norm: jax.Array  # () float32
 
 
 def _hyper(config: DPKIPConfig, plan: DPSGDPlan | None) -> _Hyper:
     if plan is None:
         return _Hyper(jnp.float32(0.0), jnp.zeros((2,), jnp.uint32), jnp.float32(1.0))
     return _Hyper(
-        jnp.float32(plan.noise_multiplier * plan.clip_norm),
+        jnp.float32(plan.noise_std),
         jnp.asarray(plan.digest, jnp.uint32),
         jnp.float32(plan.clip_norm),
     )
@@ -235,7 +237,8 @@ def _step_fn(
                 (gsum, loss_sum, n_clipped, count), axis_name
             )
         if private:  # the privacy core draws the noise (traced parameters: one compilation)
-            gsum = add_dpsgd_noise(key, gsum, hyper.noise_std, hyper.digest)
+            noise = dpsgd_noise(hyper.noise_std, hyper.digest)
+            gsum, _ = noise.update(gsum, DPSGDNoiseState(key))
         grad = jax.tree_util.tree_map(lambda leaf: leaf / float(config.batch_size), gsum)
         if space == "feature":
             (gx,) = vjp_fn(grad["phi"])

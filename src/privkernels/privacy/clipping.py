@@ -2,7 +2,8 @@
 
 ``clip_per_example`` bounds each example's contribution to L2 norm ``C``;
 ``noisy_clipped_sum`` sums the clipped contributions of the sampled (unmasked)
-examples and adds ``N(0, (sigma C)^2)`` per coordinate -- one step of the
+examples and adds ``N(0, (sigma C)^2)`` per coordinate through
+`privkernels.privacy.dpsgd.dpsgd_noise` -- one step of the
 Poisson-subsampled Gaussian mechanism that
 `dpsgd_noise_multiplier` accounts for
 (add/remove relation: adding or removing one example moves the sum by at most
@@ -10,6 +11,8 @@ Poisson-subsampled Gaussian mechanism that
 
 Both functions are jit/vmap friendly (no Python control flow on values);
 argument checks on concrete Python numbers happen at trace time.
+``noisy_clipped_sum`` needs concrete ``clip_norm`` and ``noise_multiplier``: they
+are hashed into its noise key's digest.
 """
 
 from __future__ import annotations
@@ -313,48 +316,56 @@ def noisy_clipped_sum(
     """Sum of clipped per-example values over ``mask`` plus Gaussian noise.
 
     ``sum_{i: mask_i} g_i + N(0, (sigma C)^2 I)`` per leaf (Abadi et al. 2016,
-    Alg. 1 "add noise"), with one independent draw per leaf from
-    ``jax.random.split(key, n_leaves)``. Padding rows (``mask == False``) are
-    excluded with ``where`` (so even NaN padding cannot leak in). The caller
-    guarantees each ``g_i`` has global norm ``<= C`` (use
+    Alg. 1 "add noise"; DP-KIP Alg. 1 step 7): the masked sum, then one ``update``
+    of `privkernels.privacy.dpsgd.dpsgd_noise` (the one DP-SGD noise path) with
+    ``key`` bound to ``params_digest("noisy_clipped_sum", clip_norm, noise_multiplier)``,
+    so two parameter settings never share a draw from one key. Padding rows
+    (``mask == False``) are excluded with ``where`` (so even NaN padding cannot leak
+    in). The caller guarantees each ``g_i`` has global norm ``<= C`` (use
     `clip_per_example`); that is the sensitivity this noise covers.
 
     Args:
-      key: JAX PRNG key.
+      key: JAX PRNG key (may be traced).
       clipped: pytree of ``(b, ...)`` arrays.
       mask: (b,) bool (or 0/1) array: which rows are real sampled examples.
-      clip_norm: C > 0.
-      noise_multiplier: sigma > 0 (noise std = sigma * C).
+      clip_norm: C > 0, a concrete number (it is hashed into the key's digest).
+      noise_multiplier: sigma > 0, a concrete number (noise std = sigma * C).
 
     Returns:
       Pytree like ``clipped`` with the leading axis summed out, float32 leaves (the sum
       and the noise are formed in float32 whatever the input dtype).
     """
+    from privkernels.privacy.keys import params_digest
+
     key = check_key(key)
-    if _is_concrete(clip_norm):
-        clip_norm = check_clip_norm(clip_norm)
-    if _is_concrete(noise_multiplier):
-        noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
-    leaves, treedef = jax.tree_util.tree_flatten(clipped)
+    if not (_is_concrete(clip_norm) and _is_concrete(noise_multiplier)):
+        raise TypeError("clip_norm and noise_multiplier must be concrete numbers (not traced)")
+    clip_norm = check_clip_norm(clip_norm)
+    noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
+    leaves = jax.tree_util.tree_leaves(clipped)
     b = _leading_size(leaves, "clipped")
     mask = jnp.asarray(mask)
     if mask.shape != (b,):
         raise ValueError(f"mask must have shape ({b},) to match clipped, got {tuple(mask.shape)}")
     std = jnp.asarray(noise_multiplier, jnp.float32) * jnp.asarray(clip_norm, jnp.float32)
-    return _noisy_sum_impl(key, clipped, mask, std)
+    digest = params_digest(
+        "noisy_clipped_sum", clip_norm=clip_norm, noise_multiplier=noise_multiplier
+    )
+    return _noisy_sum_impl(key, clipped, mask, std, jnp.asarray(digest, jnp.uint32))
 
 
 @jax.jit
-def _noisy_sum_impl(key: Any, clipped: Any, mask: jax.Array, std: jax.Array) -> Any:
-    leaves, treedef = jax.tree_util.tree_flatten(clipped)
-    b = leaves[0].shape[0]
+def _noisy_sum_impl(
+    key: Any, clipped: Any, mask: jax.Array, std: jax.Array, digest: jax.Array
+) -> Any:
+    from privkernels.privacy.dpsgd import DPSGDNoiseState, dpsgd_noise
+
     keep = mask.astype(bool)
-    keys = jax.random.split(key, len(leaves))
-    out = []
-    for leaf, k in zip(leaves, keys, strict=True):
-        shape = (b,) + (1,) * (leaf.ndim - 1)
+
+    def masked_sum(leaf: jax.Array) -> jax.Array:
+        shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
         values = leaf.astype(jnp.float32)
-        total = jnp.sum(jnp.where(jnp.reshape(keep, shape), values, 0.0), axis=0)
-        noise = jax.random.normal(k, leaf.shape[1:], jnp.float32)
-        out.append(total + std * noise)
-    return jax.tree_util.tree_unflatten(treedef, out)
+        return jnp.sum(jnp.where(jnp.reshape(keep, shape), values, 0.0), axis=0)
+
+    total = jax.tree_util.tree_map(masked_sum, clipped)
+    return dpsgd_noise(std, digest).update(total, DPSGDNoiseState(key))[0]

@@ -3,9 +3,10 @@
 A `DPSGDPlan` is the Poisson-subsampled Gaussian mechanism of Abadi et
 al. (2016) composed over ``steps`` steps, calibrated for a
 `Budget` under a neighbouring relation
-(`privkernels.privacy.accounting`). The training step of a method calls
-`DPSGDPlan.add_noise` on its clipped sum (DP-KIP Alg. 1 lines 5-8); the
-method's ``fit`` calls `DPSGDPlan.record` with the steps actually taken.
+(`privkernels.privacy.accounting`). The noise of a step is the optax
+transformation `dpsgd_noise` (the one place DP-SGD noise is drawn), applied to
+the clipped sum (DP-KIP Alg. 1 step 7); the method's ``fit`` calls
+`DPSGDPlan.record` with the steps actually taken.
 The sampler must be `privkernels.privacy.poisson_batch` at
 ``plan.sampling_rate`` (never truncated): that is what the accountant assumes.
 """
@@ -16,6 +17,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from privkernels._validation import check_int
 from privkernels.privacy.accounting import (
@@ -31,19 +33,68 @@ from privkernels.privacy.clipping import check_clip_norm
 from privkernels.privacy.keys import fold_digest, params_digest
 from privkernels.privacy.report import MechanismRecord
 
-__all__ = ["DPSGDPlan", "dpsgd_plan", "add_dpsgd_noise"]
+__all__ = ["DPSGDNoiseState", "DPSGDPlan", "dpsgd_noise", "dpsgd_plan"]
+
+#: Folded into a state's key to give the next state's key (never a key that drew noise).
+NEXT_KEY_TAG = 0x4E455854
 
 
-def add_dpsgd_noise(key: Any, summed: Any, noise_std: Any, digest: Any) -> Any:
-    """``summed + N(0, noise_std^2 I)`` per leaf, keys from ``fold_digest(key, digest)``.
+class DPSGDNoiseState(NamedTuple):
+    """State of `dpsgd_noise`: ``key``, the PRNG key of the next draw.
 
-    The one place DP-SGD noise is drawn (DP-KIP Alg. 1 line 8). Every argument
-    may be traced, so a compiled training step serves every budget; ``digest``
-    is the plan's parameter digest (two uint32 words), which binds the noise to
-    the mechanism's parameters (`privkernels.privacy.keys`).
+    A caller that derives one key per step (DP-KIP: `privkernels.dp_kip.train.step_keys`)
+    builds ``DPSGDNoiseState(step_key)`` for each step; otherwise ``update`` returns
+    the state of the next step, ``fold_in(key, NEXT_KEY_TAG)``.
     """
+
+    key: Any
+
+
+def dpsgd_noise(noise_std: Any, digest: Any, key: Any = None) -> optax.GradientTransformation:
+    """The Gaussian noise of a DP-SGD step as an optax ``GradientTransformation``.
+
+    ``update(summed, state, params=None)`` returns ``(summed + N(0, noise_std^2 I),
+    next_state)`` per leaf: the noisy sum ``g~ = sum_i clip(g_i) + N(0, sigma^2 C^2 I)``
+    of DP-KIP Alg. 1 step 7 (Abadi et al. 2016, "add noise"), with ``noise_std =
+    sigma C``. ``summed`` must already be the clipped sum (sensitivity ``C``): the
+    transformation neither clips nor averages. Leaf ``j`` of ``n`` draws from
+    ``split(fold_digest(state.key, digest), n)[j]``, so the noise is bound to the
+    mechanism's parameters (`privkernels.privacy.keys`): two plans never share a draw
+    from one key. This is the one place DP-SGD noise is drawn.
+
+    Args:
+      noise_std: ``sigma * C``, a Python float or a traced float32 scalar (a compiled step
+        that takes it as an argument serves every budget).
+      digest: the plan's parameter digest `DPSGDPlan.digest`: two uint32 words, Python
+        ints or a traced ``(2,)`` uint32 array.
+      key: the key ``init`` puts in the state (optional: a caller may build
+        `DPSGDNoiseState` itself).
+
+    Returns:
+      ``optax.GradientTransformation(init, update)``; ``update`` returns float32 leaves of
+      the shapes of ``summed`` (whatever their dtype: float32 leaves keep their bits).
+    """
+
+    def init(params: Any) -> DPSGDNoiseState:
+        del params
+        if key is None:
+            raise ValueError("dpsgd_noise(...).init needs key=, or build DPSGDNoiseState(key)")
+        return DPSGDNoiseState(key)
+
+    def update(
+        updates: Any, state: DPSGDNoiseState, params: Any = None
+    ) -> tuple[Any, DPSGDNoiseState]:
+        del params
+        noisy = _add_noise(fold_digest(state.key, (digest[0], digest[1])), updates, noise_std)
+        return noisy, DPSGDNoiseState(jax.random.fold_in(state.key, NEXT_KEY_TAG))
+
+    return optax.GradientTransformation(init, update)
+
+
+def _add_noise(key: Any, summed: Any, noise_std: Any) -> Any:
+    """``summed + noise_std * z`` per leaf, ``z ~ N(0, I)`` float32 from ``split(key, n_leaves)``."""
     leaves, treedef = jax.tree_util.tree_flatten(summed)
-    keys = jax.random.split(fold_digest(key, (digest[0], digest[1])), len(leaves))
+    keys = jax.random.split(key, len(leaves))
     noisy = [  # in float32 whatever the leaf's dtype (float32 leaves: the same bits)
         leaf.astype(jnp.float32) + noise_std * jax.random.normal(k, leaf.shape, jnp.float32)
         for leaf, k in zip(leaves, keys, strict=True)
@@ -80,13 +131,17 @@ class DPSGDPlan(NamedTuple):
         """Standard deviation of the noise on the clipped sum: ``sigma * C``."""
         return self.noise_multiplier * self.clip_norm
 
-    def add_noise(self, key: Any, summed: Any) -> Any:
-        """``summed + N(0, (sigma C)^2 I)`` per leaf (jit-friendly; ``key`` may be traced).
+    def noise(self, key: Any = None) -> optax.GradientTransformation:
+        """`dpsgd_noise` at this plan's ``noise_std`` and ``digest`` (``key``: for ``init``)."""
+        return dpsgd_noise(self.noise_std, self.digest, key)
 
-        The key is ``fold_digest(key, plan.digest)`` and split once per leaf, so
-        two plans (two budgets) never share a draw from one key.
+    def add_noise(self, key: Any, summed: Any) -> Any:
+        """``summed + N(0, (sigma C)^2 I)`` per leaf: one ``update`` of `noise` with ``key``.
+
+        ``summed``: the clipped sum (pytree of float arrays); ``key`` may be traced.
+        Returns float32 leaves of the same shapes.
         """
-        return add_dpsgd_noise(key, summed, self.noise_multiplier * self.clip_norm, self.digest)
+        return self.noise().update(summed, DPSGDNoiseState(key))[0]
 
     def epsilon_spent(self, steps_done: int) -> float:
         """The accounted epsilon of the first ``steps_done`` steps (<= ``epsilon``)."""
