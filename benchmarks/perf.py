@@ -42,6 +42,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,59 @@ def _time(fn: Callable[..., Any], repeats: int) -> dict[str, float]:
         "cpu_s": statistics.median(cpu),
         "compile_s": max(0.0, first - med),
     }
+
+
+def _time_interleaved(
+    fns: dict[str, Callable[..., Any]], repeats: int
+) -> dict[str, dict[str, Any]]:
+    """`_time` for several ways of doing one job, run in turn: a first call of each, then
+    ``repeats`` (>= 5) rounds that call every ``fn`` once, in the given order.
+
+    On a shared, oversubscribed machine the speed of the process drifts (other jobs come
+    and go, a descheduled thread of XLA's pool stalls the other one): timing a baseline's
+    runs first and the fast path's afterwards measures each under another load, and their
+    ratio moves by several times between two runs of the same code. Taken in turn, both
+    see the same load. Each result has `_time`'s keys plus ``runs`` (the wall times in
+    round order) for `_ratio_spread`.
+    """
+    first: dict[str, float] = {}
+    for name, fn in fns.items():
+        t0 = time.perf_counter()
+        _block(fn())
+        first[name] = time.perf_counter() - t0
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(5, repeats)):
+        for name, fn in fns.items():
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            _block(fn())
+            times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    out: dict[str, dict[str, Any]] = {}
+    for name in fns:
+        med = statistics.median(times[name])
+        out[name] = {
+            "first_s": first[name],
+            "median_s": med,
+            "min_s": min(times[name]),
+            "cpu_s": statistics.median(cpu[name]),
+            "compile_s": max(0.0, first[name] - med),
+            "runs": times[name],
+        }
+    return out
+
+
+def _ratio_spread(base: dict[str, Any], fast: dict[str, Any], scale: float = 1.0) -> str:
+    """``"per-round ratio min-max"`` of two `_time_interleaved` results (``scale`` times
+    base / fast, round by round): how far the load moved the ratio during the run."""
+    r = [scale * b / f for b, f in zip(base["runs"], fast["runs"], strict=True) if f > 0]
+    return f"interleaved; per-round ratio {min(r):.3g}-{max(r):.3g}" if r else "interleaved"
+
+
+def _timing(t: dict[str, Any]) -> dict[str, float]:
+    """A `_time_interleaved` result without ``runs`` (the row's timing columns)."""
+    return {k: v for k, v in t.items() if k != "runs"}
 
 
 # the columns of every perf table, in order
@@ -352,7 +406,21 @@ def bench_entk(
         # per-example loop (reference algorithm shape), timed on a subset, scaled per example
         phi_one = _phi_one_fn(apply_fn, params)
         nl = cfg["entk_n_loop"]
-        t_loop = _time(lambda: _loop_embedding(phi_one, params, x[:nl], y[:nl], 10, nl), reps)
+        ng = cfg["entk_n_generic_cnn"] if name.startswith("cnn") else cfg["entk_n_generic"]
+        xg, yg = x[:ng], y[:ng]
+        dense = is_dense_mlp(apply_fn, params, (28, 28))
+        ways: dict[str, Callable[[], Any]] = {
+            "loop": lambda: _loop_embedding(phi_one, params, x[:nl], y[:nl], 10, nl),
+            "generic": lambda: features.entk_mean_embedding(
+                apply_fn, params, xg, yg, 10, method="generic"
+            ),
+        }
+        if dense:
+            ways["structured"] = lambda: features.entk_mean_embedding(
+                apply_fn, params, x, y, 10, method="structured"
+            )
+        timed = _time_interleaved(ways, reps)
+        t_loop = _timing(timed["loop"])
         loop_pe = t_loop["median_s"] / nl
         rows.append(
             _row(
@@ -368,12 +436,7 @@ def bench_entk(
             )
         )
         # generic vmap path
-        ng = cfg["entk_n_generic_cnn"] if name.startswith("cnn") else cfg["entk_n_generic"]
-        xg, yg = x[:ng], y[:ng]
-        t_gen = _time(
-            lambda: features.entk_mean_embedding(apply_fn, params, xg, yg, 10, method="generic"),
-            reps,
-        )
+        t_gen = _timing(timed["generic"])
         gen_pe = t_gen["median_s"] / ng
         rows.append(
             _ratio_row(
@@ -391,7 +454,7 @@ def bench_entk(
                 **t_gen,
             )
         )
-        if not is_dense_mlp(apply_fn, params, (28, 28)):
+        if not dense:
             rows.append(
                 _row(
                     "entk",
@@ -402,10 +465,7 @@ def bench_entk(
             )
             continue
         ns = cfg["entk_n_struct"]
-        t_st = _time(
-            lambda: features.entk_mean_embedding(apply_fn, params, x, y, 10, method="structured"),
-            reps,
-        )
+        t_st = _timing(timed["structured"])
         st_pe = t_st["median_s"] / ns
         flops = _structured_flops(params, cols=1)
         gfs = flops / st_pe / 1e9
@@ -424,6 +484,7 @@ def bench_entk(
                 per_example_ms=1e3 * st_pe,
                 throughput=1 / st_pe,
                 ratio_cpu=t_loop["cpu_s"] / nl / (t_st["cpu_s"] / ns),
+                note=_ratio_spread(timed["loop"], timed["structured"], ns / nl),
                 **t_st,
             )
         )
@@ -754,7 +815,6 @@ def _bench_dp_kip_size(
 
         t_loop = _time(loop, reps)
         loop_pe = t_loop["median_s"] / nl
-        loop_cpu = t_loop["cpu_s"] / nl
         rows.append(
             _row(
                 "dp_kip",
@@ -769,21 +829,30 @@ def _bench_dp_kip_size(
         )
 
         def add(
-            variant: str, t: dict[str, float], target: float | None, note: str = "", case=case
+            variant: str,
+            fn: Callable[[], Any],
+            target: float | None,
+            note: str = "",
+            case: str = case,
+            loop: Callable[[], Any] = loop,
         ) -> None:
+            # the loop again, in turn with this variant: both under the same load
+            timed = _time_interleaved({"loop": loop, "fast": fn}, reps)
+            t, t_base = _timing(timed["fast"]), timed["loop"]
+            spread = _ratio_spread(t_base, timed["fast"], b / nl)
             rows.append(
                 _ratio_row(
                     "dp_kip",
                     case,
                     variant,
                     t["median_s"],
-                    loop_pe * b,
+                    t_base["median_s"] / nl * b,
                     baseline="per-example loop (scaled)",
                     target=target,
                     n=b,
                     per_example_ms=1e3 * t["median_s"] / b,
-                    ratio_cpu=loop_cpu * b / max(t["cpu_s"], 1e-12),
-                    note=note,
+                    ratio_cpu=t_base["cpu_s"] / nl * b / max(t["cpu_s"], 1e-12),
+                    note=f"{note}; {spread}" if note else spread,
                     **t,
                 )
             )
@@ -811,8 +880,11 @@ def _bench_dp_kip_size(
                     sp, xs, ys, xb, yb, reg=ridge, method="vmap"
                 )
             )
-            t_lib = _time(lambda lib=lib: lib(x_s, y_s, xt, yt, jax.random.key(9)), reps)
-            add("vmap(grad) per_example_grads + clip (input space, reference path)", t_lib, None)
+            add(
+                "vmap(grad) per_example_grads + clip (input space, reference path)",
+                partial(lib, x_s, y_s, xt, yt, jax.random.key(9)),
+                None,
+            )
             adj = clipped_step(
                 lambda sp, xs, ys, xb, yb: dp_kip.per_example_grads(
                     sp, xs, ys, xb, yb, reg=ridge, method="adjoint"
@@ -826,11 +898,10 @@ def _bench_dp_kip_size(
             rel = float(
                 jnp.max(jnp.abs(g_ref - g_adj)) / jnp.maximum(jnp.max(jnp.abs(g_ref)), 1e-30)
             )
-            t_adj = _time(lambda adj=adj: adj(x_s, y_s, xt, yt, jax.random.key(9)), reps)
             default = "library default" if spec.gram_fn is None else "used with corrupted pixels"
             add(
                 f"adjoint per-example grads + clip (input space, {default})",
-                t_adj,
+                partial(adj, x_s, y_s, xt, yt, jax.random.key(9)),
                 TARGETS["dp_kip_vs_loop"] if spec.gram_fn is None else None,
                 note=f"max |diff| / max |g| vs the vmap reference = {rel:.1e}",
             )
@@ -858,10 +929,9 @@ def _bench_dp_kip_size(
                     jnp.max(jnp.abs(got - ref_sum)) / jnp.maximum(jnp.max(jnp.abs(ref_sum)), 1e-30)
                 )
                 note += f"; max |diff| / max |sum| vs clip(vmap) = {rel:.1e}"
-            t_gram = _time(lambda: gram_step(x_s, y_s, xt, yt, jax.random.key(9)), reps)
             add(
                 "Gram-form clipped sum (input space, library default)",
-                t_gram,
+                partial(gram_step, x_s, y_s, xt, yt, jax.random.key(9)),
                 TARGETS["dp_kip_vs_loop"],
                 note=note,
             )
@@ -877,11 +947,10 @@ def _bench_dp_kip_size(
                 noisy = total + sigma * clip * jax.random.normal(key, total.shape, total.dtype)
                 return vjp_fn(noisy)[0]
 
-            t_feat = _time(lambda: feat_step(x_s, y_s, xt, yt, jax.random.key(9)), reps)
             lib_default = " = library default" if kname == "entk" else ""
             add(
                 f"closed-form clipped sum in feature space (clip_space='feature'{lib_default})",
-                t_feat,
+                partial(feat_step, x_s, y_s, xt, yt, jax.random.key(9)),
                 TARGETS["dp_kip_vs_loop"],
                 note="clips w.r.t. support features (not the paper's pixel space)",
             )
@@ -908,8 +977,11 @@ def bench_scatternet(
         )
 
         scat_np = Scattering2D(J=2, shape=(28, 28), L=8)
-    t_np = _time(lambda: scat_np(x[:, None]), reps)
-    t_jax = _time(lambda: features.scatternet_features(x), reps)
+    timed = _time_interleaved(
+        {"numpy": lambda: scat_np(x[:, None]), "jax": lambda: features.scatternet_features(x)},
+        reps,
+    )
+    t_np, t_jax = _timing(timed["numpy"]), _timing(timed["jax"])
     rows = [
         _row(
             "scatternet",
@@ -931,7 +1003,8 @@ def bench_scatternet(
             n=n,
             throughput=n / t_jax["median_s"],
             ratio_cpu=t_np["cpu_s"] / t_jax["cpu_s"],
-            note="default chunk_size=None (whole batch at once)",
+            note="default chunk_size=None (whole batch at once); "
+            + _ratio_spread(timed["numpy"], timed["jax"]),
             **t_jax,
         ),
     ]
@@ -1387,7 +1460,9 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
         "matmul_roof_gflops_best": round(roof["gflops_best"], 2),
         "total_seconds": round(time.perf_counter() - t_start, 1),
         "protocol": "median of >= 5 runs after one warm-up call (compile_s = first call - median); "
-        "ratio = baseline time / our time, same process, same run",
+        "ratio = baseline time / our time, same process, same run; the headline ratios "
+        "(e-NTK vs loop, DP-KIP vs loop, ScatterNet vs kymatio, epoch scan vs loop) time "
+        "both sides in turn, round by round (note: per-round ratio range)",
         "failed_sections": failures,
     }
     jpath, mpath = write_results(out, name, rows, meta=meta, columns=COLUMNS)

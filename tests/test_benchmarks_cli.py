@@ -325,3 +325,19 @@ def test_validation_split_is_public_disjoint_and_complete():
     assert not np.array_equal(validation_split(1000, n_val=200, seed=1)[1], val)
     with pytest.raises(ValueError, match="n_val"):
         validation_split(100, n_val=100)
+
+
+def test_perf_times_the_ways_of_a_ratio_in_turn():
+    """`_time_interleaved`: a first call of each way, then rounds that call every way once,
+    in order (so a baseline and its fast path see the same load); `_ratio_spread` pairs the
+    rounds. Counts and order only: no timing is asserted."""
+    from benchmarks.perf import _ratio_spread, _time_interleaved, _timing
+
+    calls: list[str] = []
+    timed = _time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 5)
+    assert calls == ["a", "b"] * 6
+    assert set(timed) == {"a", "b"}
+    for t in timed.values():
+        assert len(t["runs"]) == 5
+        assert set(_timing(t)) == {"first_s", "median_s", "min_s", "cpu_s", "compile_s"}
+    assert _ratio_spread(timed["a"], timed["b"]).startswith("interleaved")
