@@ -351,8 +351,8 @@ def test_checkpoint_resume_does_not_respend(digits, net, tmp_path, monkeypatch) 
     def boom(*a, **k):
         raise AssertionError("private data touched again on resume")
 
-    monkeypatch.setattr(fitting, "private_embedding", boom)
-    monkeypatch.setattr(fitting, "private_class_proportions", boom)
+    for release in ("embedding_release", "proportions_release", "counts_release"):
+        monkeypatch.setattr(fitting, release, boom)
     monkeypatch.setattr(privacy, "gaussian_mechanism", boom)
     resume = dict(network=net, checkpoint_path=path, resume=True, progress=False)
     probe = path.with_name(path.name + ".tmp.npz")  # where a save writes first
