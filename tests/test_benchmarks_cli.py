@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -42,12 +46,24 @@ def test_run_defaults_to_results_and_missing_data_is_one_line(tmp_path, monkeypa
     assert "Traceback" not in err and not (tmp_path / "results").exists()
 
 
-def test_privkernels_bench_runs_from_any_directory(tmp_path, monkeypatch, capsys):
-    from privkernels.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    assert main(["bench", "list"]) == 0
-    assert "dp-ntk-table4" in capsys.readouterr().out
+def test_package_cli_never_imports_the_benchmarks():
+    """The installed package does not reach the (uninstalled) benchmarks folder: its CLI
+    has no ``bench`` subcommand (argparse refuses it, exit 2) and loads no ``benchmarks``
+    module, even run from the checkout's root where ``benchmarks`` is importable."""
+    code = (
+        "import sys\n"
+        "from privkernels.cli import main\n"
+        "try:\n"
+        "    main(['bench', 'list'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 2, e.code\n"
+        "else:\n"
+        "    raise AssertionError('bench was accepted')\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'benchmarks']\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
 
 def test_table3_convnet_augment_option(tmp_path):

@@ -1,4 +1,4 @@
-"""The ``privkernels`` command line: synthetic tables, distilled sets, reports, benchmarks.
+"""The ``privkernels`` command line: synthetic tables, distilled sets, reports.
 
 ::
 
@@ -6,13 +6,13 @@
     privkernels synth data.csv --schema schema.json --epsilon 1 --out syn.csv
     privkernels distill data.csv --label y --epsilon 1 --out support.npz
     privkernels report syn.model.npz
-    privkernels bench run dp-ntk-table4 --out results   # from a source checkout
 
 ``synth`` and ``distill`` write the privacy report as JSON beside their output
 (``<out>.privacy.json``) and print its summary; ``synth`` also saves the fitted
 model (``<out>.model.npz``) so more rows can be drawn later without touching the
 data. Errors in the input are reported in one line (exit status 2), before any
-noise is drawn.
+noise is drawn. The benchmarks are not part of the package: run them from a source
+checkout with ``python -m benchmarks``.
 """
 
 from __future__ import annotations
@@ -283,22 +283,6 @@ def _load_checked(path: str, meta: dict[str, Any]) -> None:
         loader(path)
 
 
-def _cmd_bench(rest: Sequence[str]) -> int:
-    import privkernels
-
-    root = Path(privkernels.__file__).resolve().parents[2]
-    if not (root / "benchmarks" / "__main__.py").exists():
-        raise ValueError(
-            "the benchmarks ship with the source checkout: clone the repository and "
-            "`pip install -e .` there"
-        )
-    sys.path.insert(0, str(root))
-    import importlib
-
-    bench = importlib.import_module("benchmarks.__main__")  # not a dependency of the package
-    return int(bench.main(list(rest)) or 0)
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="privkernels", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -345,8 +329,6 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="print the privacy report of a saved file")
     r.add_argument("file")
     r.add_argument("--json", action="store_true")
-    sub.add_parser("bench", help="the benchmarks CLI (python -m benchmarks), from a checkout",
-                   add_help=False)  # fmt: skip
     return p
 
 
@@ -354,8 +336,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``privkernels`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "bench":
-            return _cmd_bench(argv[1:])
         a = _parser().parse_args(argv)
         if a.cmd == "synth" and a.epsilon is None and not a.model:
             raise ValueError("synth needs --epsilon (or --model)")
