@@ -122,7 +122,7 @@ def kernel_matrix(
 def _mesh_rows(x1: jax.Array, x2: jax.Array, w: jax.Array, chunk_size: int, mesh: Any) -> jax.Array:
     from jax.sharding import PartitionSpec as P
 
-    from privkernels.features.quadratic_ntk import _kernel_jit
+    from privkernels.features.quadratic_ntk import compiled_quadratic_ntk_kernel
     from privkernels.sharding import mesh_axis, shard_rows, to_host
 
     name, d = mesh_axis(mesh)
@@ -130,7 +130,7 @@ def _mesh_rows(x1: jax.Array, x2: jax.Array, w: jax.Array, chunk_size: int, mesh
     chunk, _ = chunking(int(xs.shape[0]) // d, chunk_size)
 
     def local(xl: jax.Array, xr: jax.Array, wl: jax.Array) -> jax.Array:
-        return _kernel_jit(xl, xr, wl, chunk_size=chunk)
+        return compiled_quadratic_ntk_kernel(xl, xr, wl, chunk_size=chunk)
 
     fn = jax.shard_map(
         local, mesh=mesh, in_specs=(P(name), P(), P()), out_specs=P(name), check_vma=False

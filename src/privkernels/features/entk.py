@@ -81,6 +81,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privkernels._numerics import ONE_REDUCTION, TWO_LEVELS, blocked_sum
 from privkernels._validation import check_array, check_int, check_labels
 from privkernels.precision import matmul_precision
 
@@ -240,13 +241,11 @@ def _row_sqnorm(g: jax.Array) -> jax.Array:
 
     One reduction's worst-case float32 error grows with ``d``, and the
     normalisation's margin (`_inv_norm`) covers chains up to about 8,000
-    (`privkernels.privacy.clipping.blocked_sum`; a LeNet dense leaf has 48,000).
+    (`privkernels._numerics.blocked_sum`; a LeNet dense leaf has 48,000).
     """
-    from privkernels.privacy.clipping import _ONE_REDUCTION, _TWO_LEVELS, blocked_sum
-
-    if g.shape[1] <= _ONE_REDUCTION:
+    if g.shape[1] <= ONE_REDUCTION:
         return jnp.sum(g * g, axis=1)
-    return blocked_sum(g * g, _ONE_REDUCTION, _TWO_LEVELS)
+    return blocked_sum(g * g, ONE_REDUCTION, TWO_LEVELS)
 
 
 def _leaf_sqnorm(leaves: list[jax.Array]) -> jax.Array:
