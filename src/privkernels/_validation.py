@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from privkernels._warnings import warn_privacy_leak
+
 __all__ = [
     "check_epsilon",
     "check_delta",
@@ -301,8 +303,6 @@ def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, b
     if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise TypeError(f"y must hold integer class labels, got dtype {arr.dtype}")
     check_finite(arr, "y")
-    from privkernels.privacy.warnings import warn_privacy_leak
-
     warn_privacy_leak("n_classes (inferred as max(y) + 1; pass n_classes explicitly)", stacklevel=4)
     return max(int(_label_range(arr)[1]) + 1, minimum), True
 
