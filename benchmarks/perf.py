@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -46,6 +45,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.common import write_results
+from benchmarks.perf_gpu import bench_paper_cells, require_gpu
+from benchmarks.perf_loops import bench_dp_kip_epoch, bench_dp_kip_targets, bench_dp_ntk_loop
+from benchmarks.perf_timing import (
+    COLUMNS,
+    TARGETS,
+    block,
+    make_row,
+    mnist_like,
+    ratio_row,
+    time_calls,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,112 +112,7 @@ FULL: dict[str, Any] = dict(
     ntk_loop_batch=5000,
 )
 
-TARGETS = {
-    "structured_vs_loop": 100.0,
-    "structured_vs_generic": 5.0,
-    "structured_roof_fraction": 0.30,
-    "dp_kip_vs_loop": 20.0,
-    "scatternet_vs_numpy": 2.5,
-    "gsm_vs_loop_n2000": 10.0,
-    "memory_flat_rel": 0.15,
-    "epoch_scan_vs_loop": 1.5,
-}
-
-
 # --------------------------------------------------------------------------- timing
-
-
-def _block(out: Any) -> Any:
-    import jax
-
-    return jax.block_until_ready(out)
-
-
-def _time(fn: Callable[..., Any], repeats: int) -> dict[str, float]:
-    """First call (compile + run) then ``repeats`` (>= 5) timed calls of ``fn()``.
-
-    ``fn`` takes no arguments; its parameters, if any, have defaults (a loop
-    variable bound as ``lambda c=c: ...``).
-
-    ``median_s`` / ``min_s``: wall clock; ``cpu_s``: median process CPU time
-    (all threads) -- on a shared, oversubscribed machine the wall clock includes
-    time the process spent descheduled, CPU time does not.
-    """
-    t0 = time.perf_counter()
-    _block(fn())
-    first = time.perf_counter() - t0
-    times, cpu = [], []
-    for _ in range(max(5, repeats)):
-        c0 = time.process_time()
-        t0 = time.perf_counter()
-        _block(fn())
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    med = statistics.median(times)
-    return {
-        "first_s": first,
-        "median_s": med,
-        "min_s": min(times),
-        "cpu_s": statistics.median(cpu),
-        "compile_s": max(0.0, first - med),
-    }
-
-
-# the columns of every perf table, in order
-COLUMNS = [
-    "section",
-    "case",
-    "variant",
-    "n",
-    "k",
-    "median_s",
-    "cpu_s",
-    "compile_s",
-    "per_example_ms",
-    "throughput",
-    "gflops",
-    "ratio",
-    "ratio_cpu",
-    "target",
-    "meets",
-    "baseline",
-    "peak_mb",
-    "working_mb",
-    "data_mb",
-    "note",
-    "gpu_util_mean",
-]
-
-
-def _row(section: str, case: str, variant: str, **kw: Any) -> dict[str, Any]:
-    row = {"section": section, "case": case, "variant": variant}
-    row.update(kw)
-    return row
-
-
-def _ratio_row(
-    section: str,
-    case: str,
-    variant: str,
-    fast_s: float,
-    base_s: float,
-    *,
-    target: float | None = None,
-    baseline: str = "",
-    **kw: Any,
-) -> dict[str, Any]:
-    """Row with ``ratio = base_s / fast_s`` (wall clock) and whether it meets ``target``."""
-    ratio = base_s / fast_s if fast_s > 0 else float("nan")
-    return _row(
-        section,
-        case,
-        variant,
-        ratio=ratio,
-        baseline=baseline,
-        target=target,
-        meets=None if target is None else bool(ratio >= target),
-        **kw,
-    )
 
 
 def _matmul_roof(repeats: int) -> dict[str, float]:
@@ -216,7 +123,7 @@ def _matmul_roof(repeats: int) -> dict[str, float]:
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
     f = jax.jit(jnp.dot)
-    t = _time(lambda: f(a, b), repeats)
+    t = time_calls(lambda: f(a, b), repeats)
     return {
         "gflops": 2 * n**3 / t["median_s"] / 1e9,
         "gflops_best": 2 * n**3 / t["min_s"] / 1e9,
@@ -225,22 +132,6 @@ def _matmul_roof(repeats: int) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- data
-
-
-def _mnist_like(n: int, data_dir: str | None, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
-    if data_dir:
-        try:
-            from privkernels.data import load
-
-            ds = load("mnist", data_dir=data_dir, split="train")
-            return np.asarray(ds.x[:n], np.float32), np.asarray(ds.y[:n], np.int32), "mnist"
-        except Exception:  # noqa: BLE001 - fall back to synthetic data of the same shape
-            pass
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(size=(n, 28, 28)).astype(np.float32)
-    y = (np.arange(n) % 10).astype(np.int32)
-    rng.shuffle(y)
-    return x, y, "synthetic uniform (28x28)"
 
 
 # --------------------------------------------------------------------------- e-NTK
@@ -294,7 +185,7 @@ def _torch_row(x: np.ndarray, y: np.ndarray, width: int, repeats: int) -> dict[s
     try:
         import torch  # noqa: F401
     except ImportError:
-        return _row(
+        return make_row(
             "entk",
             "fc_1l",
             "torch per-sample autograd.grad loop",
@@ -317,8 +208,8 @@ def _torch_row(x: np.ndarray, y: np.ndarray, width: int, repeats: int) -> dict[s
             f = torch.cat([t.reshape(-1) for t in g])
             acc[:, int(y[i])] += f / f.norm() / n
 
-    t = _time(run, repeats)
-    return _row(
+    t = time_calls(run, repeats)
+    return make_row(
         "entk",
         "fc_1l",
         "torch per-sample autograd.grad loop",
@@ -339,7 +230,7 @@ def bench_entk(
     reps = cfg["repeats"]
     rows: list[dict[str, Any]] = []
     plot: dict[str, Any] = {"chunks": {}}
-    x, y, source = _mnist_like(cfg["entk_n_struct"], data_dir)
+    x, y, source = mnist_like(cfg["entk_n_struct"], data_dir)
     nets = {
         "fc_1l(800)": features.fc_1l(800),
         "fc_2l(800,800)": features.fc_2l(800, 800),
@@ -352,10 +243,10 @@ def bench_entk(
         # per-example loop (reference algorithm shape), timed on a subset, scaled per example
         phi_one = _phi_one_fn(apply_fn, params)
         nl = cfg["entk_n_loop"]
-        t_loop = _time(lambda: _loop_embedding(phi_one, params, x[:nl], y[:nl], 10, nl), reps)
+        t_loop = time_calls(lambda: _loop_embedding(phi_one, params, x[:nl], y[:nl], 10, nl), reps)
         loop_pe = t_loop["median_s"] / nl
         rows.append(
-            _row(
+            make_row(
                 "entk",
                 name,
                 "per-example jax.grad loop",
@@ -370,13 +261,13 @@ def bench_entk(
         # generic vmap path
         ng = cfg["entk_n_generic_cnn"] if name.startswith("cnn") else cfg["entk_n_generic"]
         xg, yg = x[:ng], y[:ng]
-        t_gen = _time(
+        t_gen = time_calls(
             lambda: features.entk_mean_embedding(apply_fn, params, xg, yg, 10, method="generic"),
             reps,
         )
         gen_pe = t_gen["median_s"] / ng
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "entk",
                 name,
                 "generic (vmap grad)",
@@ -393,7 +284,7 @@ def bench_entk(
         )
         if not is_dense_mlp(apply_fn, params, (28, 28)):
             rows.append(
-                _row(
+                make_row(
                     "entk",
                     name,
                     "structured",
@@ -402,7 +293,7 @@ def bench_entk(
             )
             continue
         ns = cfg["entk_n_struct"]
-        t_st = _time(
+        t_st = time_calls(
             lambda: features.entk_mean_embedding(apply_fn, params, x, y, 10, method="structured"),
             reps,
         )
@@ -411,7 +302,7 @@ def bench_entk(
         gfs = flops / st_pe / 1e9
         is_main = name == "fc_1l(800)"
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "entk",
                 name,
                 "structured vs loop",
@@ -428,7 +319,7 @@ def bench_entk(
             )
         )
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "entk",
                 name,
                 "structured vs generic",
@@ -442,7 +333,7 @@ def bench_entk(
         )
         frac = gfs / roof
         rows.append(
-            _row(
+            make_row(
                 "entk",
                 name,
                 "structured roof fraction",
@@ -457,7 +348,7 @@ def bench_entk(
         if is_main:
             # soft-label (one-hot layout, C columns) variant: what a traced-label generator batch takes
             ymat = np.asarray(jax.nn.one_hot(y, 10), np.float32)
-            t_soft = _time(
+            t_soft = time_calls(
                 lambda: features.entk_mean_embedding(
                     apply_fn, params, x, ymat, 10, method="structured"
                 ),
@@ -465,7 +356,7 @@ def bench_entk(
             )
             soft_pe = t_soft["median_s"] / ns
             rows.append(
-                _ratio_row(
+                ratio_row(
                     "entk",
                     name,
                     "structured (label matrix, dense layout) vs loop",
@@ -481,7 +372,7 @@ def bench_entk(
             # chunk-size sweep (plot)
             sweep = []
             for c in cfg["entk_chunks"]:
-                t_c = _time(
+                t_c = time_calls(
                     lambda c=c: features.entk_mean_embedding(
                         apply_fn, params, x, y, 10, method="structured", chunk_size=c
                     ),
@@ -489,7 +380,7 @@ def bench_entk(
                 )
                 sweep.append((c, ns / t_c["median_s"]))
                 rows.append(
-                    _row(
+                    make_row(
                         "entk",
                         name,
                         f"structured chunk_size={c}",
@@ -502,7 +393,7 @@ def bench_entk(
             for c in (8, 32):
                 if c > ng:
                     continue
-                t_c = _time(
+                t_c = time_calls(
                     lambda c=c: features.entk_mean_embedding(
                         apply_fn, params, xg, yg, 10, method="generic", chunk_size=c
                     ),
@@ -510,7 +401,7 @@ def bench_entk(
                 )
                 gsweep.append((c, ng / t_c["median_s"]))
                 rows.append(
-                    _row(
+                    make_row(
                         "entk",
                         name,
                         f"generic chunk_size={c}",
@@ -569,9 +460,9 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     step_traced = make_step(False)
-    t_fast = _time(lambda: step_traced(gparams, opt_state, target, z, onehot), reps)
+    t_fast = time_calls(lambda: step_traced(gparams, opt_state, target, z, onehot), reps)
     step_conc = make_step(True)
-    t_conc = _time(lambda: step_conc(gparams, opt_state, target, z, onehot), reps)
+    t_conc = time_calls(lambda: step_conc(gparams, opt_state, target, z, onehot), reps)
 
     # loop baseline: generator forward, per-example phi (forward), residual, per-example VJP of phi
     phi_one = _phi_one_fn(net.apply, ntk_params)
@@ -591,10 +482,10 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
             outs.append(np.asarray(phi_vjp(xg[i], -2.0 * resid[:, labels_np[i]] / b)))
         return np.stack(outs)
 
-    t_loop_part = _time(loop_part, reps)
-    t_gfwd = _time(lambda: gen_fwd(gparams), reps)
+    t_loop_part = time_calls(loop_part, reps)
+    t_gfwd = time_calls(lambda: gen_fwd(gparams), reps)
     ct = jnp.zeros((b, 28, 28), jnp.float32)
-    t_gvjp = _time(lambda: gen_vjp(gparams, ct), reps)
+    t_gvjp = time_calls(lambda: gen_vjp(gparams, ct), reps)
     per_ex = max(t_loop_part["median_s"] - t_gfwd["median_s"], 1e-9) / nl
     loop_total = t_gfwd["median_s"] + t_gvjp["median_s"] + b * per_ex
     note = (
@@ -602,7 +493,7 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         f"per-example VJP of phi), per-example part timed on {nl} examples and scaled"
     )
     rows.append(
-        _row(
+        make_row(
             "generator",
             "dp_ntk step",
             "per-example loop (scaled)",
@@ -613,7 +504,7 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
     rows.append(
-        _ratio_row(
+        ratio_row(
             "generator",
             "dp_ntk step",
             "jit step, traced labels (dense C-column layout)",
@@ -625,7 +516,7 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
     rows.append(
-        _ratio_row(
+        ratio_row(
             "generator",
             "dp_ntk step",
             "jit step, concrete balanced labels (class-pure chunks)",
@@ -638,9 +529,9 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     )
     # what bounds the step: the generator network alone, and the e-NTK part alone
     gen_only = jax.jit(jax.grad(lambda g, zz, oh: jnp.sum(jnp.asarray(gen.apply(g, zz, oh)) ** 2)))
-    t_g = _time(lambda: gen_only(gparams, z, onehot), reps)
+    t_g = time_calls(lambda: gen_only(gparams, z, onehot), reps)
     rows.append(
-        _row(
+        make_row(
             "generator",
             "dp_ntk step",
             "generator network fwd+bwd alone",
@@ -662,9 +553,9 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
                 )
             )(xx)
 
-        t_f = _time(lambda feat_grad=feat_grad: feat_grad(xg, target, onehot), reps)
+        t_f = time_calls(lambda feat_grad=feat_grad: feat_grad(xg, target, onehot), reps)
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "generator",
                 "dp_ntk step",
                 f"e-NTK part only (embedding + grad w.r.t. x), {label}",
@@ -704,7 +595,7 @@ def _bench_dp_kip_size(
     from privkernels.privacy import clip_per_example
 
     reps = cfg["repeats"]
-    x, y, source = _mnist_like(b, data_dir, seed=1)
+    x, y, source = mnist_like(b, data_dir, seed=1)
     n_classes = 10
     m = n_classes * spc
     x_s = dp_kip.init_support(jax.random.key(0), m, (28, 28))
@@ -752,11 +643,11 @@ def _bench_dp_kip_size(
                 np.float32
             )
 
-        t_loop = _time(loop, reps)
+        t_loop = time_calls(loop, reps)
         loop_pe = t_loop["median_s"] / nl
         loop_cpu = t_loop["cpu_s"] / nl
         rows.append(
-            _row(
+            make_row(
                 "dp_kip",
                 case,
                 "per-example grad loop (input space)",
@@ -772,7 +663,7 @@ def _bench_dp_kip_size(
             variant: str, t: dict[str, float], target: float | None, note: str = "", case=case
         ) -> None:
             rows.append(
-                _ratio_row(
+                ratio_row(
                     "dp_kip",
                     case,
                     variant,
@@ -792,7 +683,7 @@ def _bench_dp_kip_size(
         input_space = all_variants or kname == "fc_ntk"
         if kname == "entk" and not cfg["kip_entk_input_space"]:
             rows.append(
-                _row(
+                make_row(
                     "dp_kip",
                     case,
                     "input-space vmap / adjoint",
@@ -811,7 +702,7 @@ def _bench_dp_kip_size(
                     sp, xs, ys, xb, yb, reg=ridge, method="vmap"
                 )
             )
-            t_lib = _time(lambda lib=lib: lib(x_s, y_s, xt, yt, jax.random.key(9)), reps)
+            t_lib = time_calls(lambda lib=lib: lib(x_s, y_s, xt, yt, jax.random.key(9)), reps)
             add("vmap(grad) per_example_grads + clip (input space, reference path)", t_lib, None)
             adj = clipped_step(
                 lambda sp, xs, ys, xb, yb: dp_kip.per_example_grads(
@@ -826,7 +717,7 @@ def _bench_dp_kip_size(
             rel = float(
                 jnp.max(jnp.abs(g_ref - g_adj)) / jnp.maximum(jnp.max(jnp.abs(g_ref)), 1e-30)
             )
-            t_adj = _time(lambda adj=adj: adj(x_s, y_s, xt, yt, jax.random.key(9)), reps)
+            t_adj = time_calls(lambda adj=adj: adj(x_s, y_s, xt, yt, jax.random.key(9)), reps)
             default = "library default" if spec.gram_fn is None else "used with corrupted pixels"
             add(
                 f"adjoint per-example grads + clip (input space, {default})",
@@ -858,7 +749,7 @@ def _bench_dp_kip_size(
                     jnp.max(jnp.abs(got - ref_sum)) / jnp.maximum(jnp.max(jnp.abs(ref_sum)), 1e-30)
                 )
                 note += f"; max |diff| / max |sum| vs clip(vmap) = {rel:.1e}"
-            t_gram = _time(lambda: gram_step(x_s, y_s, xt, yt, jax.random.key(9)), reps)
+            t_gram = time_calls(lambda: gram_step(x_s, y_s, xt, yt, jax.random.key(9)), reps)
             add(
                 "Gram-form clipped sum (input space, library default)",
                 t_gram,
@@ -877,7 +768,7 @@ def _bench_dp_kip_size(
                 noisy = total + sigma * clip * jax.random.normal(key, total.shape, total.dtype)
                 return vjp_fn(noisy)[0]
 
-            t_feat = _time(lambda: feat_step(x_s, y_s, xt, yt, jax.random.key(9)), reps)
+            t_feat = time_calls(lambda: feat_step(x_s, y_s, xt, yt, jax.random.key(9)), reps)
             lib_default = " = library default" if kname == "entk" else ""
             add(
                 f"closed-form clipped sum in feature space (clip_space='feature'{lib_default})",
@@ -900,7 +791,7 @@ def bench_scatternet(
 
     reps = cfg["repeats"]
     n = cfg["scat_n"]
-    x, _, source = _mnist_like(n, data_dir, seed=2)
+    x, _, source = mnist_like(n, data_dir, seed=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from kymatio.scattering2d.frontend.numpy_frontend import (
@@ -908,10 +799,10 @@ def bench_scatternet(
         )
 
         scat_np = Scattering2D(J=2, shape=(28, 28), L=8)
-    t_np = _time(lambda: scat_np(x[:, None]), reps)
-    t_jax = _time(lambda: features.scatternet_features(x), reps)
+    t_np = time_calls(lambda: scat_np(x[:, None]), reps)
+    t_jax = time_calls(lambda: features.scatternet_features(x), reps)
     rows = [
-        _row(
+        make_row(
             "scatternet",
             "J=2,L=8 28x28",
             "kymatio numpy backend",
@@ -920,7 +811,7 @@ def bench_scatternet(
             note=source,
             **t_np,
         ),
-        _ratio_row(
+        ratio_row(
             "scatternet",
             "J=2,L=8 28x28",
             "jitted JAX (one batch)",
@@ -939,10 +830,10 @@ def bench_scatternet(
     for c in cfg["scat_chunks"]:
         if c >= n:
             continue
-        t_c = _time(lambda c=c: features.scatternet_features(x, chunk_size=c), 5)
+        t_c = time_calls(lambda c=c: features.scatternet_features(x, chunk_size=c), 5)
         sweep.append((c, n / t_c["median_s"]))
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "scatternet",
                 "J=2,L=8 28x28",
                 f"jitted JAX chunk_size={c}",
@@ -974,7 +865,7 @@ def _loop_sampler_draw_time(lfac: np.ndarray, draws: int, repeats: int) -> float
             g = lfac @ np.asarray(rng.standard_normal(n), np.float32)
             acc[...] += np.outer(g, g)
 
-    t = _time(run, repeats)
+    t = time_calls(run, repeats)
     return t["median_s"] / draws
 
 
@@ -1001,7 +892,7 @@ def bench_gsm(
         y = (np.arange(n) % 10).astype(np.int32)
         w = random_ntk_weights(jax.random.key(0), width, d)
         kmat = quadratic_ntk_kernel(x, x, w, chunk_size=1000) + shift * jnp.eye(n)
-        kmat = _block(0.5 * (kmat + kmat.T))
+        kmat = block(0.5 * (kmat + kmat.T))
         k = int(
             reg.max_k(
                 n,
@@ -1014,7 +905,7 @@ def bench_gsm(
                 weights=w,
             )
         )
-        t_ours = _time(
+        t_ours = time_calls(
             lambda: gaussian_sampling_mechanism(
                 jax.random.key(1), kmat, k, epsilon=0.5, delta=1e-5
             ),
@@ -1037,10 +928,12 @@ def bench_gsm(
             f"({1e3 * draw:.2f} ms/draw, timed on {cfg['gsm_loop_draws']} draws, scaled)"
         )
         rows.append(
-            _row("gsm", f"n={n}", "loop sampler (scaled)", n=n, k=k, median_s=loop_total, note=note)
+            make_row(
+                "gsm", f"n={n}", "loop sampler (scaled)", n=n, k=k, median_s=loop_total, note=note
+            )
         )
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "gsm",
                 f"n={n}",
                 "gaussian_sampling_mechanism",
@@ -1056,7 +949,7 @@ def bench_gsm(
         plot["ours"].append((n, t_ours["median_s"]))
         plot["loop"].append((n, loop_total))
         # the full regression fit; its loop counterpart replaces the fit's sampling by the loop draws
-        t_fit = _time(
+        t_fit = time_calls(
             lambda: (
                 reg.fit(
                     jax.random.key(2),
@@ -1076,7 +969,7 @@ def bench_gsm(
         )
         fit_loop = t_fit["median_s"] - t_ours["median_s"] + loop_total
         rows.append(
-            _row(
+            make_row(
                 "gsm",
                 f"n={n}",
                 "regression fit with loop sampler (estimated)",
@@ -1087,7 +980,7 @@ def bench_gsm(
             )
         )
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "gsm",
                 f"n={n}",
                 "dp_ntk_regression.fit",
@@ -1128,7 +1021,7 @@ def _child(kind: str, n: int, extra: int) -> dict[str, Any]:
     for s in range(0, n, 5000):
         x_np[s : s + 5000] = rng.uniform(size=x_np[s : s + 5000].shape)
     x = jax.device_put(x_np)
-    _block(x)
+    block(x)
     del x_np
     y = (np.arange(n) % 10).astype(np.int32)
     reset = True
@@ -1142,7 +1035,7 @@ def _child(kind: str, n: int, extra: int) -> dict[str, Any]:
     if kind == "embed":
         net = features.fc_1l(800)
         params = features.init_params(jax.random.key(0), net, (28, 28))
-        _block(features.entk_mean_embedding(net.apply, params, x, y, 10, method="structured"))
+        block(features.entk_mean_embedding(net.apply, params, x, y, 10, method="structured"))
     elif kind == "dpkip":
         from privkernels import dp_kip
 
@@ -1162,7 +1055,7 @@ def _child(kind: str, n: int, extra: int) -> dict[str, Any]:
             sampling_rate=extra / n,  # the benchmark's n is public
             progress=False,
         )
-        _block(res.x_support if hasattr(res, "x_support") else res)
+        block(res.x_support if hasattr(res, "x_support") else res)
     else:
         raise ValueError(kind)
     return {
@@ -1201,7 +1094,7 @@ def bench_memory(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         for r in res:
             work = r["peak_kb"] - r["base_rss_kb"]
             rows.append(
-                _row(
+                make_row(
                     "memory",
                     label,
                     f"n={r['n']}",
@@ -1219,7 +1112,7 @@ def bench_memory(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         # one-sided: how much more working memory the largest n needs than the smallest
         rel_work = max(works) / max(works[0], 1) - 1
         rows.append(
-            _row(
+            make_row(
                 "memory",
                 label,
                 "working set growth 10k->60k",
@@ -1230,7 +1123,7 @@ def bench_memory(cfg: dict[str, Any]) -> list[dict[str, Any]]:
                 f"device); total peak grows {100 * rel_peak:.1f}% (includes the n*784*4-byte input itself)",
             )
         )
-        rows.append(_row("memory", label, "total peak RSS growth 10k->60k", ratio=rel_peak))
+        rows.append(make_row("memory", label, "total peak RSS growth 10k->60k", ratio=rel_peak))
     return rows
 
 
@@ -1296,13 +1189,8 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
     full sizes unless ``quick`` and adds the paper-profile cells
     (`benchmarks.perf_gpu`). Returns 0 (1 if a section failed).
     """
-    from benchmarks.common import write_results
-    from benchmarks.perf_loops import bench_dp_kip_epoch, bench_dp_kip_targets, bench_dp_ntk_loop
-
     gpu_name = None
     if device == "gpu":
-        from benchmarks.perf_gpu import bench_paper_cells, require_gpu
-
         gpu_name = require_gpu()
     cfg = QUICK if quick else FULL
     name = "perf-gpu" if device == "gpu" else ("perf-quick" if quick else "perf-full")
@@ -1313,7 +1201,7 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
     failures: list[str] = []
     roof = _matmul_roof(cfg["repeats"])
     rows.append(
-        _row(
+        make_row(
             "roof",
             "jnp.dot f32 2048x2048",
             "matmul (start)",
@@ -1336,7 +1224,7 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
             res = fn()
         except Exception as err:  # noqa: BLE001 - record and continue with the next section
             failures.append(key)
-            rows.append(_row(key, "ERROR", type(err).__name__, note=str(err)[:300]))
+            rows.append(make_row(key, "ERROR", type(err).__name__, note=str(err)[:300]))
             traceback.print_exc()
             return None
         print(

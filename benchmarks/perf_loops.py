@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.perf import TARGETS, _mnist_like, _ratio_row, _row, _time
+from benchmarks.perf_timing import TARGETS, make_row, mnist_like, ratio_row, time_calls
 
 #: the CPU target of the sync-free epoch (issue: >= 1.5x the per-step loop's steps/s)
 EPOCH_TARGET = TARGETS["epoch_scan_vs_loop"]
@@ -86,7 +86,7 @@ def _host_loop(trainer: Any, state: Any, xd: Any, yd: Any, key: Any, count: int,
 
 def bench_dp_kip_epoch(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, Any]]:
     """One DP-KIP epoch per kernel: scan vs per-step host loop (same keys, same steps)."""
-    x, y, source = _mnist_like(cfg["epoch_n"], data_dir, seed=3)
+    x, y, source = mnist_like(cfg["epoch_n"], data_dir, seed=3)
     rows: list[dict[str, Any]] = []
     for kernel, space in cfg["epoch_kernels"]:
         rows += _epoch_rows(cfg, 2.0 * x - 1.0, y, kernel, space, source)
@@ -128,13 +128,13 @@ def _compare_runs(
 ) -> list[dict[str, Any]]:
     """Time two ways (``(label, fn() -> state)``) of running the same steps with the same keys:
     the baseline's row, then the other's ratio row, noting the supports' largest difference."""
-    t_base, t_fast = _time(base[1], reps), _time(fast[1], reps)
+    t_base, t_fast = time_calls(base[1], reps), time_calls(fast[1], reps)
     a, b = np.asarray(base[1]().params["x"]), np.asarray(fast[1]().params["x"])
     diff = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
     return [
-        _row(section, case, base[0], n=steps, throughput=steps / t_base["median_s"],
+        make_row(section, case, base[0], n=steps, throughput=steps / t_base["median_s"],
              note=f"steps/s in `throughput`; {base_note}", **t_base),
-        _ratio_row(
+        ratio_row(
             section, case, fast[0], t_fast["median_s"], t_base["median_s"],
             baseline=base[0], target=target, n=steps, throughput=steps / t_fast["median_s"],
             ratio_cpu=t_base["cpu_s"] / max(t_fast["cpu_s"], 1e-12),
@@ -149,7 +149,7 @@ def bench_dp_kip_targets(cfg: dict[str, Any], data_dir: str | None) -> list[dict
 
     from privkernels.dp_kip.krr import target_repr
 
-    x, y, source = _mnist_like(cfg["epoch_n"], data_dir, seed=3)
+    x, y, source = mnist_like(cfg["epoch_n"], data_dir, seed=3)
     x = 2.0 * x - 1.0
     n, batch, spc, epochs = len(y), cfg["epoch_batch"], cfg["epoch_spc"], cfg["targets_epochs"]
     reps = max(5, cfg["epoch_repeats"])
@@ -181,7 +181,7 @@ def bench_dp_ntk_loop(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     from privkernels.features import fc_1l
 
     steps, gb = cfg["ntk_loop_steps"], cfg["ntk_loop_batch"]
-    x, y, source = _mnist_like(2000, None, seed=4)
+    x, y, source = mnist_like(2000, None, seed=4)
     res = dp_ntk.fit(
         jax.random.key(0), x.reshape(len(x), -1), y, epsilon=1.0, n_classes=10,
         network=fc_1l(800), iterations=1, batch_size=gb, progress=False,
@@ -200,14 +200,14 @@ def bench_dp_ntk_loop(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         return st
 
     reps = max(5, cfg["epoch_repeats"])
-    t_loop = _time(loop, reps)
-    t_scan = _time(lambda: run_steps(state, steps, *args)[0], reps)
+    t_loop = time_calls(loop, reps)
+    t_scan = time_calls(lambda: run_steps(state, steps, *args)[0], reps)
     case = f"fc_1l(800) e-NTK, generator batch {gb}, {steps} steps"
     return [
-        _row("dp_ntk_loop", case, "per-step loop (loss read every step)", n=steps,
+        make_row("dp_ntk_loop", case, "per-step loop (loss read every step)", n=steps,
              throughput=steps / t_loop["median_s"], note=f"steps/s in `throughput`; {source}",
              **t_loop),
-        _ratio_row(
+        ratio_row(
             "dp_ntk_loop", case, "run_steps: one compiled scan (library)", t_scan["median_s"],
             t_loop["median_s"], baseline="per-step loop", target=None, n=steps,
             throughput=steps / t_scan["median_s"],
