@@ -26,6 +26,8 @@ from privkernels._validation import (
     check_positive,
     infer_n_classes,
 )
+from privkernels.dp_ntk_regression import kernel_mean as km
+from privkernels.dp_ntk_regression import replace_one as r1
 from privkernels.dp_ntk_regression.kernel import (
     add_diagonal,
     check_input_bound,
@@ -241,8 +243,6 @@ def _noted(model: DPNTKRegressionModel, notes: tuple[str, ...]) -> DPNTKRegressi
 
 def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> DPNTKRegressionModel:
     """Sufficient-statistics perturbation (`replace_one` module): validate, features, release, solve."""
-    from privkernels.dp_ntk_regression import replace_one as r1
-
     _refuse_unused(args, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
     x_arr = check_array(args["x"], "x", finite=True)
     if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
@@ -291,8 +291,6 @@ def _fit_replace_one(key: Any, budget: Budget | None, args: dict[str, Any]) -> D
 
 def _fit_kernel_mean(key: Any, budget: Budget | None, args: dict[str, Any]) -> DPNTKRegressionModel:
     """The large-ridge limit (`kernel_mean` module): validate, class moments, one release."""
-    from privkernels.dp_ntk_regression import kernel_mean as km
-
     limit_ignores = ("features", "ridge_factor", "width", "weight_std", "reg")
     _refuse_unused(args, BETA_CLOSE_ONLY + limit_ignores, "solver='kernel-mean'")
     if args["target_bound"] != 1.0:
