@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -47,6 +46,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.common import write_results
+from benchmarks.perf_gpu import bench_paper_cells, require_gpu
+from benchmarks.perf_loops import bench_dp_kip_epoch, bench_dp_kip_targets, bench_dp_ntk_loop
+from benchmarks.perf_timing import (
+    COLUMNS,
+    TARGETS,
+    block,
+    make_row,
+    matmul_roof,
+    mnist_like,
+    ratio_row,
+    ratio_spread,
+    time_calls,
+    time_interleaved,
+    timing,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,202 +117,6 @@ FULL: dict[str, Any] = dict(
     ntk_loop_batch=5000,
 )
 
-TARGETS = {
-    "structured_vs_loop": 100.0,
-    "structured_vs_generic": 5.0,
-    "structured_roof_fraction": 0.30,
-    "dp_kip_vs_loop": 20.0,
-    "scatternet_vs_numpy": 2.5,
-    "gsm_vs_loop_n2000": 10.0,
-    "memory_flat_rel": 0.15,
-    "epoch_scan_vs_loop": 1.5,
-}
-
-
-# --------------------------------------------------------------------------- timing
-
-
-def _block(out: Any) -> Any:
-    import jax
-
-    return jax.block_until_ready(out)
-
-
-def _time(fn: Callable[..., Any], repeats: int) -> dict[str, float]:
-    """First call (compile + run) then ``repeats`` (>= 5) timed calls of ``fn()``.
-
-    ``fn`` takes no arguments; its parameters, if any, have defaults (a loop
-    variable bound as ``lambda c=c: ...``).
-
-    ``median_s`` / ``min_s``: wall clock; ``cpu_s``: median process CPU time
-    (all threads) -- on a shared, oversubscribed machine the wall clock includes
-    time the process spent descheduled, CPU time does not.
-    """
-    t0 = time.perf_counter()
-    _block(fn())
-    first = time.perf_counter() - t0
-    times, cpu = [], []
-    for _ in range(max(5, repeats)):
-        c0 = time.process_time()
-        t0 = time.perf_counter()
-        _block(fn())
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    med = statistics.median(times)
-    return {
-        "first_s": first,
-        "median_s": med,
-        "min_s": min(times),
-        "cpu_s": statistics.median(cpu),
-        "compile_s": max(0.0, first - med),
-    }
-
-
-def _time_interleaved(
-    fns: dict[str, Callable[..., Any]], repeats: int
-) -> dict[str, dict[str, Any]]:
-    """`_time` for several ways of doing one job, run in turn: a first call of each, then
-    ``repeats`` (>= 5) rounds that call every ``fn`` once, in the given order.
-
-    On a shared, oversubscribed machine the speed of the process drifts (other jobs come
-    and go, a descheduled thread of XLA's pool stalls the other one): timing a baseline's
-    runs first and the fast path's afterwards measures each under another load, and their
-    ratio moves by several times between two runs of the same code. Taken in turn, both
-    see the same load. Each result has `_time`'s keys plus ``runs`` (the wall times in
-    round order) for `_ratio_spread`.
-    """
-    first: dict[str, float] = {}
-    for name, fn in fns.items():
-        t0 = time.perf_counter()
-        _block(fn())
-        first[name] = time.perf_counter() - t0
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    cpu: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(max(5, repeats)):
-        for name, fn in fns.items():
-            c0 = time.process_time()
-            t0 = time.perf_counter()
-            _block(fn())
-            times[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
-    out: dict[str, dict[str, Any]] = {}
-    for name in fns:
-        med = statistics.median(times[name])
-        out[name] = {
-            "first_s": first[name],
-            "median_s": med,
-            "min_s": min(times[name]),
-            "cpu_s": statistics.median(cpu[name]),
-            "compile_s": max(0.0, first[name] - med),
-            "runs": times[name],
-        }
-    return out
-
-
-def _ratio_spread(base: dict[str, Any], fast: dict[str, Any], scale: float = 1.0) -> str:
-    """``"per-round ratio min-max"`` of two `_time_interleaved` results (``scale`` times
-    base / fast, round by round): how far the load moved the ratio during the run."""
-    r = [scale * b / f for b, f in zip(base["runs"], fast["runs"], strict=True) if f > 0]
-    return f"interleaved; per-round ratio {min(r):.3g}-{max(r):.3g}" if r else "interleaved"
-
-
-def _timing(t: dict[str, Any]) -> dict[str, float]:
-    """A `_time_interleaved` result without ``runs`` (the row's timing columns)."""
-    return {k: v for k, v in t.items() if k != "runs"}
-
-
-# the columns of every perf table, in order
-COLUMNS = [
-    "section",
-    "case",
-    "variant",
-    "n",
-    "k",
-    "median_s",
-    "cpu_s",
-    "compile_s",
-    "per_example_ms",
-    "throughput",
-    "gflops",
-    "ratio",
-    "ratio_cpu",
-    "target",
-    "meets",
-    "baseline",
-    "peak_mb",
-    "working_mb",
-    "data_mb",
-    "note",
-    "gpu_util_mean",
-]
-
-
-def _row(section: str, case: str, variant: str, **kw: Any) -> dict[str, Any]:
-    row = {"section": section, "case": case, "variant": variant}
-    row.update(kw)
-    return row
-
-
-def _ratio_row(
-    section: str,
-    case: str,
-    variant: str,
-    fast_s: float,
-    base_s: float,
-    *,
-    target: float | None = None,
-    baseline: str = "",
-    **kw: Any,
-) -> dict[str, Any]:
-    """Row with ``ratio = base_s / fast_s`` (wall clock) and whether it meets ``target``."""
-    ratio = base_s / fast_s if fast_s > 0 else float("nan")
-    return _row(
-        section,
-        case,
-        variant,
-        ratio=ratio,
-        baseline=baseline,
-        target=target,
-        meets=None if target is None else bool(ratio >= target),
-        **kw,
-    )
-
-
-def _matmul_roof(repeats: int) -> dict[str, float]:
-    import jax
-    import jax.numpy as jnp
-
-    n = 2048
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-    f = jax.jit(jnp.dot)
-    t = _time(lambda: f(a, b), repeats)
-    return {
-        "gflops": 2 * n**3 / t["median_s"] / 1e9,
-        "gflops_best": 2 * n**3 / t["min_s"] / 1e9,
-        **t,
-    }
-
-
-# --------------------------------------------------------------------------- data
-
-
-def _mnist_like(n: int, data_dir: str | None, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
-    if data_dir:
-        try:
-            from privkernels.data import load
-
-            ds = load("mnist", data_dir=data_dir, split="train")
-            return np.asarray(ds.x[:n], np.float32), np.asarray(ds.y[:n], np.int32), "mnist"
-        except Exception:  # noqa: BLE001 - fall back to synthetic data of the same shape
-            pass
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(size=(n, 28, 28)).astype(np.float32)
-    y = (np.arange(n) % 10).astype(np.int32)
-    rng.shuffle(y)
-    return x, y, "synthetic uniform (28x28)"
-
-
 # --------------------------------------------------------------------------- e-NTK
 
 
@@ -348,7 +168,7 @@ def _torch_row(x: np.ndarray, y: np.ndarray, width: int, repeats: int) -> dict[s
     try:
         import torch  # noqa: F401
     except ImportError:
-        return _row(
+        return make_row(
             "entk",
             "fc_1l",
             "torch per-sample autograd.grad loop",
@@ -371,8 +191,8 @@ def _torch_row(x: np.ndarray, y: np.ndarray, width: int, repeats: int) -> dict[s
             f = torch.cat([t.reshape(-1) for t in g])
             acc[:, int(y[i])] += f / f.norm() / n
 
-    t = _time(run, repeats)
-    return _row(
+    t = time_calls(run, repeats)
+    return make_row(
         "entk",
         "fc_1l",
         "torch per-sample autograd.grad loop",
@@ -393,7 +213,7 @@ def bench_entk(
     reps = cfg["repeats"]
     rows: list[dict[str, Any]] = []
     plot: dict[str, Any] = {"chunks": {}}
-    x, y, source = _mnist_like(cfg["entk_n_struct"], data_dir)
+    x, y, source = mnist_like(cfg["entk_n_struct"], data_dir)
     nets = {
         "fc_1l(800)": features.fc_1l(800),
         "fc_2l(800,800)": features.fc_2l(800, 800),
@@ -419,11 +239,11 @@ def bench_entk(
             ways["structured"] = lambda: features.entk_mean_embedding(
                 apply_fn, params, x, y, 10, method="structured"
             )
-        timed = _time_interleaved(ways, reps)
-        t_loop = _timing(timed["loop"])
+        timed = time_interleaved(ways, reps)
+        t_loop = timing(timed["loop"])
         loop_pe = t_loop["median_s"] / nl
         rows.append(
-            _row(
+            make_row(
                 "entk",
                 name,
                 "per-example jax.grad loop",
@@ -436,10 +256,10 @@ def bench_entk(
             )
         )
         # generic vmap path
-        t_gen = _timing(timed["generic"])
+        t_gen = timing(timed["generic"])
         gen_pe = t_gen["median_s"] / ng
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "entk",
                 name,
                 "generic (vmap grad)",
@@ -456,7 +276,7 @@ def bench_entk(
         )
         if not dense:
             rows.append(
-                _row(
+                make_row(
                     "entk",
                     name,
                     "structured",
@@ -465,13 +285,13 @@ def bench_entk(
             )
             continue
         ns = cfg["entk_n_struct"]
-        t_st = _timing(timed["structured"])
+        t_st = timing(timed["structured"])
         st_pe = t_st["median_s"] / ns
         flops = _structured_flops(params, cols=1)
         gfs = flops / st_pe / 1e9
         is_main = name == "fc_1l(800)"
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "entk",
                 name,
                 "structured vs loop",
@@ -484,12 +304,12 @@ def bench_entk(
                 per_example_ms=1e3 * st_pe,
                 throughput=1 / st_pe,
                 ratio_cpu=t_loop["cpu_s"] / nl / (t_st["cpu_s"] / ns),
-                note=_ratio_spread(timed["loop"], timed["structured"], ns / nl),
+                note=ratio_spread(timed["loop"], timed["structured"], ns / nl),
                 **t_st,
             )
         )
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "entk",
                 name,
                 "structured vs generic",
@@ -503,7 +323,7 @@ def bench_entk(
         )
         frac = gfs / roof
         rows.append(
-            _row(
+            make_row(
                 "entk",
                 name,
                 "structured roof fraction",
@@ -518,7 +338,7 @@ def bench_entk(
         if is_main:
             # soft-label (one-hot layout, C columns) variant: what a traced-label generator batch takes
             ymat = np.asarray(jax.nn.one_hot(y, 10), np.float32)
-            t_soft = _time(
+            t_soft = time_calls(
                 lambda: features.entk_mean_embedding(
                     apply_fn, params, x, ymat, 10, method="structured"
                 ),
@@ -526,7 +346,7 @@ def bench_entk(
             )
             soft_pe = t_soft["median_s"] / ns
             rows.append(
-                _ratio_row(
+                ratio_row(
                     "entk",
                     name,
                     "structured (label matrix, dense layout) vs loop",
@@ -542,7 +362,7 @@ def bench_entk(
             # chunk-size sweep (plot)
             sweep = []
             for c in cfg["entk_chunks"]:
-                t_c = _time(
+                t_c = time_calls(
                     lambda c=c: features.entk_mean_embedding(
                         apply_fn, params, x, y, 10, method="structured", chunk_size=c
                     ),
@@ -550,7 +370,7 @@ def bench_entk(
                 )
                 sweep.append((c, ns / t_c["median_s"]))
                 rows.append(
-                    _row(
+                    make_row(
                         "entk",
                         name,
                         f"structured chunk_size={c}",
@@ -563,7 +383,7 @@ def bench_entk(
             for c in (8, 32):
                 if c > ng:
                     continue
-                t_c = _time(
+                t_c = time_calls(
                     lambda c=c: features.entk_mean_embedding(
                         apply_fn, params, xg, yg, 10, method="generic", chunk_size=c
                     ),
@@ -571,7 +391,7 @@ def bench_entk(
                 )
                 gsweep.append((c, ng / t_c["median_s"]))
                 rows.append(
-                    _row(
+                    make_row(
                         "entk",
                         name,
                         f"generic chunk_size={c}",
@@ -630,9 +450,9 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     step_traced = make_step(False)
-    t_fast = _time(lambda: step_traced(gparams, opt_state, target, z, onehot), reps)
+    t_fast = time_calls(lambda: step_traced(gparams, opt_state, target, z, onehot), reps)
     step_conc = make_step(True)
-    t_conc = _time(lambda: step_conc(gparams, opt_state, target, z, onehot), reps)
+    t_conc = time_calls(lambda: step_conc(gparams, opt_state, target, z, onehot), reps)
 
     # loop baseline: generator forward, per-example phi (forward), residual, per-example VJP of phi
     phi_one = _phi_one_fn(net.apply, ntk_params)
@@ -652,10 +472,10 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
             outs.append(np.asarray(phi_vjp(xg[i], -2.0 * resid[:, labels_np[i]] / b)))
         return np.stack(outs)
 
-    t_loop_part = _time(loop_part, reps)
-    t_gfwd = _time(lambda: gen_fwd(gparams), reps)
+    t_loop_part = time_calls(loop_part, reps)
+    t_gfwd = time_calls(lambda: gen_fwd(gparams), reps)
     ct = jnp.zeros((b, 28, 28), jnp.float32)
-    t_gvjp = _time(lambda: gen_vjp(gparams, ct), reps)
+    t_gvjp = time_calls(lambda: gen_vjp(gparams, ct), reps)
     per_ex = max(t_loop_part["median_s"] - t_gfwd["median_s"], 1e-9) / nl
     loop_total = t_gfwd["median_s"] + t_gvjp["median_s"] + b * per_ex
     note = (
@@ -663,7 +483,7 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         f"per-example VJP of phi), per-example part timed on {nl} examples and scaled"
     )
     rows.append(
-        _row(
+        make_row(
             "generator",
             "dp_ntk step",
             "per-example loop (scaled)",
@@ -674,7 +494,7 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
     rows.append(
-        _ratio_row(
+        ratio_row(
             "generator",
             "dp_ntk step",
             "jit step, traced labels (dense C-column layout)",
@@ -686,7 +506,7 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
     rows.append(
-        _ratio_row(
+        ratio_row(
             "generator",
             "dp_ntk step",
             "jit step, concrete balanced labels (class-pure chunks)",
@@ -699,9 +519,9 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     )
     # what bounds the step: the generator network alone, and the e-NTK part alone
     gen_only = jax.jit(jax.grad(lambda g, zz, oh: jnp.sum(jnp.asarray(gen.apply(g, zz, oh)) ** 2)))
-    t_g = _time(lambda: gen_only(gparams, z, onehot), reps)
+    t_g = time_calls(lambda: gen_only(gparams, z, onehot), reps)
     rows.append(
-        _row(
+        make_row(
             "generator",
             "dp_ntk step",
             "generator network fwd+bwd alone",
@@ -723,9 +543,9 @@ def bench_generator(cfg: dict[str, Any]) -> list[dict[str, Any]]:
                 )
             )(xx)
 
-        t_f = _time(lambda feat_grad=feat_grad: feat_grad(xg, target, onehot), reps)
+        t_f = time_calls(lambda feat_grad=feat_grad: feat_grad(xg, target, onehot), reps)
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "generator",
                 "dp_ntk step",
                 f"e-NTK part only (embedding + grad w.r.t. x), {label}",
@@ -765,7 +585,7 @@ def _bench_dp_kip_size(
     from privkernels.privacy import clip_per_example
 
     reps = cfg["repeats"]
-    x, y, source = _mnist_like(b, data_dir, seed=1)
+    x, y, source = mnist_like(b, data_dir, seed=1)
     n_classes = 10
     m = n_classes * spc
     x_s = dp_kip.init_support(jax.random.key(0), m, (28, 28))
@@ -813,10 +633,10 @@ def _bench_dp_kip_size(
                 np.float32
             )
 
-        t_loop = _time(loop, reps)
+        t_loop = time_calls(loop, reps)
         loop_pe = t_loop["median_s"] / nl
         rows.append(
-            _row(
+            make_row(
                 "dp_kip",
                 case,
                 "per-example grad loop (input space)",
@@ -837,11 +657,11 @@ def _bench_dp_kip_size(
             loop: Callable[[], Any] = loop,
         ) -> None:
             # the loop again, in turn with this variant: both under the same load
-            timed = _time_interleaved({"loop": loop, "fast": fn}, reps)
-            t, t_base = _timing(timed["fast"]), timed["loop"]
-            spread = _ratio_spread(t_base, timed["fast"], b / nl)
+            timed = time_interleaved({"loop": loop, "fast": fn}, reps)
+            t, t_base = timing(timed["fast"]), timed["loop"]
+            spread = ratio_spread(t_base, timed["fast"], b / nl)
             rows.append(
-                _ratio_row(
+                ratio_row(
                     "dp_kip",
                     case,
                     variant,
@@ -861,7 +681,7 @@ def _bench_dp_kip_size(
         input_space = all_variants or kname == "fc_ntk"
         if kname == "entk" and not cfg["kip_entk_input_space"]:
             rows.append(
-                _row(
+                make_row(
                     "dp_kip",
                     case,
                     "input-space vmap / adjoint",
@@ -969,7 +789,7 @@ def bench_scatternet(
 
     reps = cfg["repeats"]
     n = cfg["scat_n"]
-    x, _, source = _mnist_like(n, data_dir, seed=2)
+    x, _, source = mnist_like(n, data_dir, seed=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from kymatio.scattering2d.frontend.numpy_frontend import (
@@ -977,13 +797,13 @@ def bench_scatternet(
         )
 
         scat_np = Scattering2D(J=2, shape=(28, 28), L=8)
-    timed = _time_interleaved(
+    timed = time_interleaved(
         {"numpy": lambda: scat_np(x[:, None]), "jax": lambda: features.scatternet_features(x)},
         reps,
     )
-    t_np, t_jax = _timing(timed["numpy"]), _timing(timed["jax"])
+    t_np, t_jax = timing(timed["numpy"]), timing(timed["jax"])
     rows = [
-        _row(
+        make_row(
             "scatternet",
             "J=2,L=8 28x28",
             "kymatio numpy backend",
@@ -992,7 +812,7 @@ def bench_scatternet(
             note=source,
             **t_np,
         ),
-        _ratio_row(
+        ratio_row(
             "scatternet",
             "J=2,L=8 28x28",
             "jitted JAX (one batch)",
@@ -1004,7 +824,7 @@ def bench_scatternet(
             throughput=n / t_jax["median_s"],
             ratio_cpu=t_np["cpu_s"] / t_jax["cpu_s"],
             note="default chunk_size=None (whole batch at once); "
-            + _ratio_spread(timed["numpy"], timed["jax"]),
+            + ratio_spread(timed["numpy"], timed["jax"]),
             **t_jax,
         ),
     ]
@@ -1012,10 +832,10 @@ def bench_scatternet(
     for c in cfg["scat_chunks"]:
         if c >= n:
             continue
-        t_c = _time(lambda c=c: features.scatternet_features(x, chunk_size=c), 5)
+        t_c = time_calls(lambda c=c: features.scatternet_features(x, chunk_size=c), 5)
         sweep.append((c, n / t_c["median_s"]))
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "scatternet",
                 "J=2,L=8 28x28",
                 f"jitted JAX chunk_size={c}",
@@ -1047,7 +867,7 @@ def _loop_sampler_draw_time(lfac: np.ndarray, draws: int, repeats: int) -> float
             g = lfac @ np.asarray(rng.standard_normal(n), np.float32)
             acc[...] += np.outer(g, g)
 
-    t = _time(run, repeats)
+    t = time_calls(run, repeats)
     return t["median_s"] / draws
 
 
@@ -1074,7 +894,7 @@ def bench_gsm(
         y = (np.arange(n) % 10).astype(np.int32)
         w = random_ntk_weights(jax.random.key(0), width, d)
         kmat = quadratic_ntk_kernel(x, x, w, chunk_size=1000) + shift * jnp.eye(n)
-        kmat = _block(0.5 * (kmat + kmat.T))
+        kmat = block(0.5 * (kmat + kmat.T))
         k = int(
             reg.max_k(
                 n,
@@ -1087,7 +907,7 @@ def bench_gsm(
                 weights=w,
             )
         )
-        t_ours = _time(
+        t_ours = time_calls(
             lambda: gaussian_sampling_mechanism(
                 jax.random.key(1), kmat, k, epsilon=0.5, delta=1e-5
             ),
@@ -1110,10 +930,12 @@ def bench_gsm(
             f"({1e3 * draw:.2f} ms/draw, timed on {cfg['gsm_loop_draws']} draws, scaled)"
         )
         rows.append(
-            _row("gsm", f"n={n}", "loop sampler (scaled)", n=n, k=k, median_s=loop_total, note=note)
+            make_row(
+                "gsm", f"n={n}", "loop sampler (scaled)", n=n, k=k, median_s=loop_total, note=note
+            )
         )
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "gsm",
                 f"n={n}",
                 "gaussian_sampling_mechanism",
@@ -1129,7 +951,7 @@ def bench_gsm(
         plot["ours"].append((n, t_ours["median_s"]))
         plot["loop"].append((n, loop_total))
         # the full regression fit; its loop counterpart replaces the fit's sampling by the loop draws
-        t_fit = _time(
+        t_fit = time_calls(
             lambda: (
                 reg.fit(
                     jax.random.key(2),
@@ -1149,7 +971,7 @@ def bench_gsm(
         )
         fit_loop = t_fit["median_s"] - t_ours["median_s"] + loop_total
         rows.append(
-            _row(
+            make_row(
                 "gsm",
                 f"n={n}",
                 "regression fit with loop sampler (estimated)",
@@ -1160,7 +982,7 @@ def bench_gsm(
             )
         )
         rows.append(
-            _ratio_row(
+            ratio_row(
                 "gsm",
                 f"n={n}",
                 "dp_ntk_regression.fit",
@@ -1201,7 +1023,7 @@ def _child(kind: str, n: int, extra: int) -> dict[str, Any]:
     for s in range(0, n, 5000):
         x_np[s : s + 5000] = rng.uniform(size=x_np[s : s + 5000].shape)
     x = jax.device_put(x_np)
-    _block(x)
+    block(x)
     del x_np
     y = (np.arange(n) % 10).astype(np.int32)
     reset = True
@@ -1215,7 +1037,7 @@ def _child(kind: str, n: int, extra: int) -> dict[str, Any]:
     if kind == "embed":
         net = features.fc_1l(800)
         params = features.init_params(jax.random.key(0), net, (28, 28))
-        _block(features.entk_mean_embedding(net.apply, params, x, y, 10, method="structured"))
+        block(features.entk_mean_embedding(net.apply, params, x, y, 10, method="structured"))
     elif kind == "dpkip":
         from privkernels import dp_kip
 
@@ -1235,7 +1057,7 @@ def _child(kind: str, n: int, extra: int) -> dict[str, Any]:
             sampling_rate=extra / n,  # the benchmark's n is public
             progress=False,
         )
-        _block(res.x_support if hasattr(res, "x_support") else res)
+        block(res.x_support if hasattr(res, "x_support") else res)
     else:
         raise ValueError(kind)
     return {
@@ -1274,7 +1096,7 @@ def bench_memory(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         for r in res:
             work = r["peak_kb"] - r["base_rss_kb"]
             rows.append(
-                _row(
+                make_row(
                     "memory",
                     label,
                     f"n={r['n']}",
@@ -1292,7 +1114,7 @@ def bench_memory(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         # one-sided: how much more working memory the largest n needs than the smallest
         rel_work = max(works) / max(works[0], 1) - 1
         rows.append(
-            _row(
+            make_row(
                 "memory",
                 label,
                 "working set growth 10k->60k",
@@ -1303,7 +1125,7 @@ def bench_memory(cfg: dict[str, Any]) -> list[dict[str, Any]]:
                 f"device); total peak grows {100 * rel_peak:.1f}% (includes the n*784*4-byte input itself)",
             )
         )
-        rows.append(_row("memory", label, "total peak RSS growth 10k->60k", ratio=rel_peak))
+        rows.append(make_row("memory", label, "total peak RSS growth 10k->60k", ratio=rel_peak))
     return rows
 
 
@@ -1369,13 +1191,9 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
     full sizes unless ``quick`` and adds the paper-profile cells
     (`benchmarks.perf_gpu`). Returns 0 (1 if a section failed).
     """
-    from benchmarks.common import write_results
-    from benchmarks.perf_loops import bench_dp_kip_epoch, bench_dp_kip_targets, bench_dp_ntk_loop
 
     gpu_name = None
     if device == "gpu":
-        from benchmarks.perf_gpu import bench_paper_cells, require_gpu
-
         gpu_name = require_gpu()
     cfg = QUICK if quick else FULL
     name = "perf-gpu" if device == "gpu" else ("perf-quick" if quick else "perf-full")
@@ -1384,9 +1202,9 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
     load_start = os.getloadavg()
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
-    roof = _matmul_roof(cfg["repeats"])
+    roof = matmul_roof(cfg["repeats"])
     rows.append(
-        _row(
+        make_row(
             "roof",
             "jnp.dot f32 2048x2048",
             "matmul (start)",
@@ -1409,7 +1227,7 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
             res = fn()
         except Exception as err:  # noqa: BLE001 - record and continue with the next section
             failures.append(key)
-            rows.append(_row(key, "ERROR", type(err).__name__, note=str(err)[:300]))
+            rows.append(make_row(key, "ERROR", type(err).__name__, note=str(err)[:300]))
             traceback.print_exc()
             return None
         print(

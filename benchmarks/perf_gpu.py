@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.perf import _row
+from benchmarks.perf_timing import make_row
 
 
 def require_gpu() -> str:
@@ -122,7 +122,7 @@ def bench_paper_cells(
         rows, wall, util = _run_cell("dp-kip-table2", opts, data_dir)
         r = rows[0]
         out.append(
-            _row(
+            make_row(
                 "paper_cells",
                 "DP-KIP-ScatterNet MNIST 10/class eps=1 (paper profile)",
                 f"clip_space={space}",
@@ -142,7 +142,7 @@ def bench_paper_cells(
     paper = {r["metric"]: r["paper_value"] for r in rows}
     r = rows[0]
     out.append(
-        _row(
+        make_row(
             "paper_cells",
             "DP-NTK Table 2 MNIST eps=1 (paper profile)",
             "fc_1l(800), 2000 x 5000",

@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.perf import (
+from benchmarks.perf_timing import (
     TARGETS,
-    _mnist_like,
-    _ratio_row,
-    _ratio_spread,
-    _row,
-    _time_interleaved,
-    _timing,
+    make_row,
+    mnist_like,
+    ratio_row,
+    ratio_spread,
+    time_interleaved,
+    timing,
 )
 
 #: the CPU target of the sync-free epoch (issue: >= 1.5x the per-step loop's steps/s)
@@ -126,7 +126,7 @@ def _compute_only(trainer: Any, state: Any, xd: Any, yd: Any, key: Any, count: i
 
 def bench_dp_kip_epoch(cfg: dict[str, Any], data_dir: str | None) -> list[dict[str, Any]]:
     """One DP-KIP epoch per kernel: scan vs per-step host loop (same keys, same steps)."""
-    x, y, source = _mnist_like(cfg["epoch_n"], data_dir, seed=3)
+    x, y, source = mnist_like(cfg["epoch_n"], data_dir, seed=3)
     rows: list[dict[str, Any]] = []
     for kernel, space in cfg["epoch_kernels"]:
         rows += _epoch_rows(cfg, 2.0 * x - 1.0, y, kernel, space, source)
@@ -171,19 +171,19 @@ def _compare_runs(
     bound: tuple[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Time two ways (``(label, fn() -> state)``) of running the same steps with the same keys,
-    in turn (`benchmarks.perf._time_interleaved`): the baseline's row, then the other's ratio
+    in turn (`benchmarks.perf_timing.time_interleaved`): the baseline's row, then the other's ratio
     row, noting the supports' largest difference. ``bound``: a third way, timed in the same
     rounds, whose ratio row bounds the other's (the baseline's compute without its overhead)."""
     ways = {"base": base[1], "fast": fast[1], **({"bound": bound[1]} if bound else {})}
-    timed = _time_interleaved(ways, reps)
-    t_base, t_fast = _timing(timed["base"]), _timing(timed["fast"])
+    timed = time_interleaved(ways, reps)
+    t_base, t_fast = timing(timed["base"]), timing(timed["fast"])
     a, b = np.asarray(base[1]().params["x"]), np.asarray(fast[1]().params["x"])
     diff = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
-    spread = _ratio_spread(timed["base"], timed["fast"])
+    spread = ratio_spread(timed["base"], timed["fast"])
     rows = [
-        _row(section, case, base[0], n=steps, throughput=steps / t_base["median_s"],
+        make_row(section, case, base[0], n=steps, throughput=steps / t_base["median_s"],
              note=f"steps/s in `throughput`; {base_note}", **t_base),
-        _ratio_row(
+        ratio_row(
             section, case, fast[0], t_fast["median_s"], t_base["median_s"],
             baseline=base[0], target=target, n=steps, throughput=steps / t_fast["median_s"],
             ratio_cpu=t_base["cpu_s"] / max(t_fast["cpu_s"], 1e-12),
@@ -192,13 +192,13 @@ def _compare_runs(
         ),
     ]  # fmt: skip
     if bound is not None:
-        t_bound = _timing(timed["bound"])
-        rows.append(_ratio_row(
+        t_bound = timing(timed["bound"])
+        rows.append(ratio_row(
             section, case, bound[0], t_bound["median_s"], t_base["median_s"], baseline=base[0],
             n=steps, throughput=steps / t_bound["median_s"],
             ratio_cpu=t_base["cpu_s"] / max(t_bound["cpu_s"], 1e-12),
             note=f"host work per step = (loop - this) / steps; "
-            f"{_ratio_spread(timed['base'], timed['bound'])}", **t_bound,
+            f"{ratio_spread(timed['base'], timed['bound'])}", **t_bound,
         ))  # fmt: skip
     return rows
 
@@ -209,7 +209,7 @@ def bench_dp_kip_targets(cfg: dict[str, Any], data_dir: str | None) -> list[dict
 
     from privkernels.dp_kip.krr import target_repr
 
-    x, y, source = _mnist_like(cfg["epoch_n"], data_dir, seed=3)
+    x, y, source = mnist_like(cfg["epoch_n"], data_dir, seed=3)
     x = 2.0 * x - 1.0
     n, batch, spc, epochs = len(y), cfg["epoch_batch"], cfg["epoch_spc"], cfg["targets_epochs"]
     reps = max(5, cfg["epoch_repeats"])
@@ -241,7 +241,7 @@ def bench_dp_ntk_loop(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     from privkernels.features import fc_1l
 
     steps, gb = cfg["ntk_loop_steps"], cfg["ntk_loop_batch"]
-    x, y, source = _mnist_like(2000, None, seed=4)
+    x, y, source = mnist_like(2000, None, seed=4)
     res = dp_ntk.fit(
         jax.random.key(0), x.reshape(len(x), -1), y, epsilon=1.0, n_classes=10,
         network=fc_1l(800), iterations=1, batch_size=gb, progress=False,
@@ -260,20 +260,20 @@ def bench_dp_ntk_loop(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         return st
 
     reps = max(5, cfg["epoch_repeats"])
-    timed = _time_interleaved(
+    timed = time_interleaved(
         {"loop": loop, "scan": lambda: run_steps(state, steps, *args)[0]}, reps
     )
-    t_loop, t_scan = _timing(timed["loop"]), _timing(timed["scan"])
+    t_loop, t_scan = timing(timed["loop"]), timing(timed["scan"])
     case = f"fc_1l(800) e-NTK, generator batch {gb}, {steps} steps"
     return [
-        _row("dp_ntk_loop", case, "per-step loop (loss read every step)", n=steps,
+        make_row("dp_ntk_loop", case, "per-step loop (loss read every step)", n=steps,
              throughput=steps / t_loop["median_s"], note=f"steps/s in `throughput`; {source}",
              **t_loop),
-        _ratio_row(
+        ratio_row(
             "dp_ntk_loop", case, "run_steps: one compiled scan (library)", t_scan["median_s"],
             t_loop["median_s"], baseline="per-step loop", target=None, n=steps,
             throughput=steps / t_scan["median_s"],
             ratio_cpu=t_loop["cpu_s"] / max(t_scan["cpu_s"], 1e-12),
-            note=_ratio_spread(timed["loop"], timed["scan"]), **t_scan,
+            note=ratio_spread(timed["loop"], timed["scan"]), **t_scan,
         ),
     ]  # fmt: skip

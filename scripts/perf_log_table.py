@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import markdown_table  # noqa: E402
-from benchmarks.perf import COLUMNS  # noqa: E402
+from benchmarks.perf_timing import COLUMNS  # noqa: E402
 
 _ROW = re.compile(r"^\[perf\] row (\{.*\})\s*$")
 _DONE = re.compile(r"^\[perf\] (\w+) done in ([0-9.]+) s")

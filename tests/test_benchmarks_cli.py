@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -42,12 +46,24 @@ def test_run_defaults_to_results_and_missing_data_is_one_line(tmp_path, monkeypa
     assert "Traceback" not in err and not (tmp_path / "results").exists()
 
 
-def test_privkernels_bench_runs_from_any_directory(tmp_path, monkeypatch, capsys):
-    from privkernels.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    assert main(["bench", "list"]) == 0
-    assert "dp-ntk-table4" in capsys.readouterr().out
+def test_package_cli_never_imports_the_benchmarks():
+    """The installed package does not reach the (uninstalled) benchmarks folder: its CLI
+    has no ``bench`` subcommand (argparse refuses it, exit 2) and loads no ``benchmarks``
+    module, even run from the checkout's root where ``benchmarks`` is importable."""
+    code = (
+        "import sys\n"
+        "from privkernels.cli import main\n"
+        "try:\n"
+        "    main(['bench', 'list'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 2, e.code\n"
+        "else:\n"
+        "    raise AssertionError('bench was accepted')\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'benchmarks']\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
 
 def test_table3_convnet_augment_option(tmp_path):
@@ -328,16 +344,16 @@ def test_validation_split_is_public_disjoint_and_complete():
 
 
 def test_perf_times_the_ways_of_a_ratio_in_turn():
-    """`_time_interleaved`: a first call of each way, then rounds that call every way once,
-    in order (so a baseline and its fast path see the same load); `_ratio_spread` pairs the
+    """`time_interleaved`: a first call of each way, then rounds that call every way once,
+    in order (so a baseline and its fast path see the same load); `ratio_spread` pairs the
     rounds. Counts and order only: no timing is asserted."""
-    from benchmarks.perf import _ratio_spread, _time_interleaved, _timing
+    from benchmarks.perf_timing import ratio_spread, time_interleaved, timing
 
     calls: list[str] = []
-    timed = _time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 5)
+    timed = time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 5)
     assert calls == ["a", "b"] * 6
     assert set(timed) == {"a", "b"}
     for t in timed.values():
         assert len(t["runs"]) == 5
-        assert set(_timing(t)) == {"first_s", "median_s", "min_s", "cpu_s", "compile_s"}
-    assert _ratio_spread(timed["a"], timed["b"]).startswith("interleaved")
+        assert set(timing(t)) == {"first_s", "median_s", "min_s", "cpu_s", "compile_s"}
+    assert ratio_spread(timed["a"], timed["b"]).startswith("interleaved")

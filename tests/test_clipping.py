@@ -288,7 +288,7 @@ def test_long_chains_raise_or_are_split_never_silently_drop_every_example():
     hlo = jax.jit(per_example_norms).lower(huge).compile().as_text()
     assert sum(" reduce(" in line for line in hlo.splitlines()) >= 4
     g = np.random.default_rng(1).normal(size=(2, 300_000)).astype(np.float32)
-    from privkernels.privacy.clipping import _sum_by_64
+    from privkernels._numerics import _sum_by_64
 
     np.testing.assert_allclose(
         np.asarray(_sum_by_64(jnp.asarray(g * g))),

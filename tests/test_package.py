@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +35,121 @@ def test_methods_import() -> None:
 def test_unknown_attribute() -> None:
     with pytest.raises(AttributeError):
         privkernels.not_a_module  # noqa: B018
+
+
+# ----------------------------------------------------------------------------- layering
+
+SRC = Path(privkernels.__file__).resolve().parent
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _owner(module: str) -> str:
+    """The subpackage a module belongs to (``""`` for modules directly in privkernels)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (SRC / parts[1]).is_dir() else ""
+
+
+def _source(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module an ``import from`` reads (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    if MODULES[module].name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _runtime_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """Imports run when the module loads: its top level, ``if`` and ``try`` blocks, not
+    ``if TYPE_CHECKING:`` blocks and not function bodies."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            out.append(node)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            out += _runtime_imports(node.body) + _runtime_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                out += _runtime_imports(block)
+    return out
+
+
+def _edges(module: str, tree: ast.Module) -> set[str]:
+    """The privkernels modules ``module`` imports when it loads."""
+    out = set()
+    for node in _runtime_imports(tree.body):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in MODULES}
+            continue
+        src = _source(module, node)
+        for alias in node.names:
+            sub = f"{src}.{alias.name}"
+            out.add(sub if sub in MODULES else src)
+    return out & MODULES.keys()
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (or a self-import)."""
+    order, low, stack, found = {}, {}, [], []
+
+    def visit(v: str) -> None:
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            comp = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(comp) > 1 or v in graph[v]:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in order:
+            visit(v)
+    return found
+
+
+def test_no_private_name_is_imported_across_subpackages() -> None:
+    """``from privkernels.X import _y`` only inside X's own subpackage: a name another
+    subpackage needs is public (or moved lower, e.g. ``privkernels._numerics``)."""
+    bad = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            src = _source(module, node)
+            if src.split(".")[0] != "privkernels" or _owner(src) == _owner(module):
+                continue
+            bad += [f"{module}: {src}.{a.name}" for a in node.names if a.name[:1] == "_"
+                    and not a.name.startswith("__")]  # fmt: skip
+    assert not bad, bad
+
+
+def test_no_import_cycle_among_modules() -> None:
+    """The module-level imports of privkernels form no cycle."""
+    graph = {m: _edges(m, ast.parse(p.read_text())) for m, p in MODULES.items()}
+    assert not _cycles(graph)
+
+
+def test_the_layering_checks_see_a_cycle_and_a_private_import() -> None:
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    tree = ast.parse("from privkernels.privacy.clipping import _x\nimport privkernels.linalg")
+    assert _edges("privkernels.features.entk", tree) == {
+        "privkernels.privacy.clipping",
+        "privkernels.linalg",
+    }
+    node = tree.body[0]
+    assert isinstance(node, ast.ImportFrom)
+    assert _owner(_source("privkernels.features.entk", node)) == "privacy"

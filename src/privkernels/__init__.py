@@ -46,6 +46,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    # imports at first access, not at module level: keeps ``import privkernels`` cheap
     if name in _SUBMODULES:
         return importlib.import_module(f"privkernels.{name}")
     if name == "PrivacyReport":

@@ -11,7 +11,11 @@ import functools
 import math
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from privkernels._warnings import warn_privacy_leak
 
 __all__ = [
     "check_epsilon",
@@ -107,17 +111,12 @@ def check_bool(value: Any, name: str) -> bool:
 
 def _compute_dtype(dtype: Any) -> np.dtype:
     """The dtype JAX computes in for ``dtype`` (float64 -> float32 unless x64 is on)."""
-    import jax
-
     return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
 @functools.cache
 def _reductions() -> dict[str, Any]:
     """Module-level jitted reductions (one compilation per dtype and shape)."""
-    import jax
-    import jax.numpy as jnp
-
     return {
         "finite": jax.jit(lambda a, t: jnp.all(jnp.isfinite(a.astype(t))), static_argnums=1),
         "range": jax.jit(lambda a: (jnp.min(a), jnp.max(a))),
@@ -142,8 +141,6 @@ def check_finite(arr: Any, name: str, *, dtype: Any = None) -> None:
     are reduced where they live (a sharded global array is never fetched);
     tracers cannot be checked (the caller validates before ``jit``).
     """
-    import jax
-
     if not np.issubdtype(arr.dtype, np.floating):
         return
     target = _compute_dtype(arr.dtype if dtype is None else dtype)
@@ -214,8 +211,6 @@ def check_in_range(arr: Any, name: str, lo: float, hi: float, hint: str) -> None
     Only the fact is reported, never a value from the data; reduced where the
     array lives (host or device, global arrays included).
     """
-    import jax
-
     if isinstance(arr, jax.Array):
         with jax.ensure_compile_time_eval():
             a_lo, a_hi = (float(_scalar(v)) for v in _reductions()["range"](arr))
@@ -227,8 +222,6 @@ def check_in_range(arr: Any, name: str, lo: float, hi: float, hint: str) -> None
 
 def _label_range(arr: Any) -> tuple[int, int]:
     """``(min, max)`` of a label array, reduced where it lives (host or device)."""
-    import jax
-
     if isinstance(arr, jax.Array):
         with jax.ensure_compile_time_eval():
             lo, hi = _reductions()["range"](arr)
@@ -252,8 +245,6 @@ def check_labels(
     one more example of that class would be accepted). Error messages never
     contain label values.
     """
-    import jax
-
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     arr = y if isinstance(y, jax.Array) else np.asarray(y)
     if arr.ndim != 1:
@@ -291,8 +282,6 @@ def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, b
     `N_CLASSES_INFERRED_NOTE` to their report when ``inferred`` is True.
     The only place in privkernels that reads the label range from data.
     """
-    import jax
-
     if n_classes is not None:
         return check_int(n_classes, "n_classes", minimum=minimum), False
     arr = y if isinstance(y, jax.Array) else np.asarray(y)
@@ -301,17 +290,12 @@ def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, b
     if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise TypeError(f"y must hold integer class labels, got dtype {arr.dtype}")
     check_finite(arr, "y")
-    from privkernels.privacy.warnings import warn_privacy_leak
-
     warn_privacy_leak("n_classes (inferred as max(y) + 1; pass n_classes explicitly)", stacklevel=4)
     return max(int(_label_range(arr)[1]) + 1, minimum), True
 
 
 def check_key(key: Any, name: str = "key") -> Any:
     """Require a JAX PRNG key (typed ``jax.random.key`` or raw uint32[2])."""
-    import jax
-    import jax.numpy as jnp
-
     if isinstance(key, (int, np.integer)):
         raise TypeError(
             f"{name} must be a jax.random key (e.g. jax.random.key(0)), got an int; "

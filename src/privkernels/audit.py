@@ -36,8 +36,11 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from privkernels import dp_kip, privacy
 from privkernels._validation import (
     check_array,
     check_fraction,
@@ -119,7 +122,7 @@ def clopper_pearson(k: Any, n: Any, alpha: float = 0.05) -> tuple[Any, Any]:
       ``(lo, hi)`` floats (or float arrays broadcast from ``k``, ``n``) with
       ``lo = 0`` when ``k = 0`` and ``hi = 1`` when ``k = n``.
     """
-    from scipy.stats import beta
+    from scipy.stats import beta  # heavy (seconds to import): loaded on first use
 
     alpha = check_fraction(alpha, "alpha")
     k_arr = np.asarray(k)
@@ -148,7 +151,7 @@ def clopper_pearson(k: Any, n: Any, alpha: float = 0.05) -> tuple[Any, Any]:
 
 def _cp_upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
     """One-sided upper Clopper-Pearson bound: ``P[p <= hi] >= level``."""
-    from scipy.stats import beta
+    from scipy.stats import beta  # heavy (seconds to import): loaded on first use
 
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(all="ignore"):
@@ -305,8 +308,6 @@ def epsilon_lower_bound(
 
 
 def _flatten_outputs(out: Any, n: int) -> np.ndarray:
-    import jax
-
     leaves = jax.tree_util.tree_leaves(out)
     if not leaves:
         raise ValueError("mechanism_fn returned no arrays")
@@ -334,8 +335,6 @@ def run_trials(
     Returns:
       ``(trials, m)`` float64 array: every output pytree flattened.
     """
-    import jax
-
     key = check_key(key)
     trials = check_int(trials, "trials", minimum=1)
     keys = jax.random.split(key, trials)
@@ -398,8 +397,6 @@ def audit_gaussian_release(
     Returns:
       `AuditResult` comparing the lower bound with ``epsilon``.
     """
-    import jax
-
     key = check_key(key)
     trials = check_int(trials, "trials", minimum=20)
     delta = _check_delta0(delta)
@@ -487,11 +484,6 @@ def audit_dpsgd_step(
     Returns:
       `AuditResult`.
     """
-    import jax
-    import jax.numpy as jnp
-
-    from privkernels import privacy
-
     key = check_key(key)
     clip_norm = check_positive(clip_norm, "clip_norm")
     noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
@@ -545,8 +537,8 @@ def gaussian_audit_epsilon(mu: float, delta: float) -> float:
     (Balle & Wang 2018), solved for eps; a reference for what a perfect audit
     of a Gaussian release with noise std ``sensitivity / mu`` could reach.
     """
-    from scipy.optimize import brentq
-    from scipy.stats import norm
+    from scipy.optimize import brentq  # heavy (seconds to import): loaded on first use
+    from scipy.stats import norm  # heavy (seconds to import): loaded on first use
 
     mu = check_positive(mu, "mu")
     delta = check_fraction(delta, "delta")
@@ -599,10 +591,6 @@ def dp_kip_full_batch_step(
       ``(train_step, state, pad)``: call ``train_step(state, Batch(x, y, mask), key)``
       with rows padded to ``pad``.
     """
-    import jax.numpy as jnp
-
-    from privkernels import dp_kip
-
     xs = jnp.asarray(x_support, jnp.float32)
     spc = xs.shape[0] // n_classes
     cfg, plan, opt = dp_kip.configure(

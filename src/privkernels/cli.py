@@ -1,4 +1,4 @@
-"""The ``privkernels`` command line: synthetic tables, distilled sets, reports, benchmarks.
+"""The ``privkernels`` command line: synthetic tables, distilled sets, reports.
 
 ::
 
@@ -6,18 +6,19 @@
     privkernels synth data.csv --schema schema.json --epsilon 1 --out syn.csv
     privkernels distill data.csv --label y --epsilon 1 --out support.npz
     privkernels report syn.model.npz
-    privkernels bench run dp-ntk-table4 --out results   # from a source checkout
 
 ``synth`` and ``distill`` write the privacy report as JSON beside their output
 (``<out>.privacy.json``) and print its summary; ``synth`` also saves the fitted
 model (``<out>.model.npz``) so more rows can be drawn later without touching the
 data. Errors in the input are reported in one line (exit status 2), before any
-noise is drawn.
+noise is drawn. The benchmarks are not part of the package: run them from a source
+checkout with ``python -m benchmarks``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import warnings
@@ -27,8 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
+from privkernels.data.frames import infer_schema, read_csv, write_csv
+from privkernels.data.schema import TabularSchema
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
 from privkernels.privacy.report import PrivacyReport
+from privkernels.synth import fit_table, load_table_synth
+from privkernels.tuning import events_of_report, same_events
 
 __all__ = ["main"]
 
@@ -44,8 +50,6 @@ def _write_report(report: Any, out: Path) -> Path:
 
 
 def _cmd_schema(a: argparse.Namespace) -> int:
-    from privkernels.data.frames import infer_schema, read_csv
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         schema = infer_schema(read_csv(a.data), label=a.label, name=Path(a.data).stem)
@@ -59,10 +63,6 @@ def _cmd_schema(a: argparse.Namespace) -> int:
 
 
 def _cmd_synth(a: argparse.Namespace) -> int:
-    from privkernels.data.frames import read_csv, write_csv
-    from privkernels.data.schema import TabularSchema
-    from privkernels.synth import fit_table, load_table_synth
-
     out = Path(a.out)
     if a.model:  # sampling only: post-processing, no release key
         model = load_table_synth(a.model)
@@ -122,6 +122,7 @@ def _value(text: str) -> Any:
 def _tuned_table(a: argparse.Namespace, schema: Any, table: Any, key: Any,
                  public_key: Any) -> tuple[Any, Any]:  # fmt: skip
     """``synth --tune``: `PrivateSearchCV` over `DPNTKGenerator` s; the model and the search's report."""
+    # privkernels.sklearn loads scikit-learn (seconds): only the commands that use it pay
     from privkernels.sklearn import DPNTKGenerator, PrivateSearchCV
 
     base = DPNTKGenerator(schema=schema, iterations=a.iterations, verbose=False)
@@ -133,8 +134,6 @@ def _tuned_table(a: argparse.Namespace, schema: Any, table: Any, key: Any,
 
 
 def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
-    from privkernels.data.frames import read_csv
-
     if path.endswith(".npz"):
         with np.load(path, allow_pickle=False) as z:
             if "x" not in z.files or "y" not in z.files:
@@ -154,8 +153,8 @@ def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cmd_distill(a: argparse.Namespace) -> int:
-    from privkernels.data.frames import write_csv
-    from privkernels.sklearn import DPKIPClassifier
+    # privkernels.sklearn loads scikit-learn (seconds): only the commands that use it pay
+    from privkernels.sklearn import DPKIPClassifier, PrivateSearchCV
 
     if a.tune and (a.classes is None or a.neighbouring != "add-remove"):  # before any read
         raise ValueError(
@@ -183,8 +182,6 @@ def _cmd_distill(a: argparse.Namespace) -> int:
             est.fit(x.reshape(len(x), -1), labels)
             report = est.privacy_report_
         else:
-            from privkernels.sklearn import PrivateSearchCV
-
             search = PrivateSearchCV(est, grid, epsilon=a.epsilon, delta=a.delta,
                                      random_state=a.seed).fit(x.reshape(len(x), -1), labels)  # fmt: skip
             est, report = search.best_estimator_, search.privacy_report_
@@ -203,8 +200,6 @@ def _cmd_distill(a: argparse.Namespace) -> int:
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
-    from privkernels import checkpoint
-
     if str(a.file).endswith(".json"):  # the <out>.privacy.json that synth and distill write
         report = PrivacyReport.from_json(Path(a.file).read_text())
         _check_beside(Path(a.file), report)
@@ -223,8 +218,6 @@ def _check_beside(path: Path, report: Any) -> None:
     beside it (``<out>`` for distill, ``<out>.model.npz`` for synth), which its method's
     loader checks; say so on stderr when there is none. A search's report is checked
     against the chosen model's own fit (`_check_search_beside`)."""
-    from privkernels import checkpoint
-
     out = path.with_name(path.name.removesuffix(".privacy.json"))
     model = next((p for p in (out, out.with_name(out.name + ".model.npz")) if p.is_file()), None)
     if model is None or not model.name.endswith(".npz"):
@@ -246,10 +239,6 @@ def _check_search_beside(path: Path, search: Any, saved: Any) -> None:
     """A search's report against the chosen model beside it: the model's own releases must
     be the chosen candidate's planned fit (events, budget, relation). The mean and shape of
     the number of runs cannot be checked from files (reports carry no signature)."""
-    import json
-
-    from privkernels.tuning import events_of_report, same_events
-
     p = search.mechanisms[0].param_dict
     planned = json.loads(str(p["events"]))[int(p["chosen"])][:-1]  # the score comes last
     same = same_events(events_of_report(saved), planned)
@@ -266,11 +255,11 @@ def _load_checked(path: str, meta: dict[str, Any]) -> None:
     """Load a result file with its method's loader, which checks the report against the
     saved configuration (relation, sensitivities, budget shares): ``ValueError`` otherwise.
     Checkpoints (resumable runs) are checked by the fit that resumes them."""
-    from privkernels import dp_kip, dp_ntk, dp_ntk_regression, synth
-    from privkernels import sklearn as est
-
     if "estimator" in meta:
-        est.load(path)
+        # privkernels.sklearn loads scikit-learn (seconds): only estimator files pay
+        from privkernels.sklearn import load as load_estimator
+
+        load_estimator(path)
         return
     loaders: dict[str, Callable[[str], Any]] = {
         dp_kip.result.FORMAT: dp_kip.load,
@@ -281,22 +270,6 @@ def _load_checked(path: str, meta: dict[str, Any]) -> None:
     loader = loaders.get(str(meta.get("format", "")))
     if loader is not None:
         loader(path)
-
-
-def _cmd_bench(rest: Sequence[str]) -> int:
-    import privkernels
-
-    root = Path(privkernels.__file__).resolve().parents[2]
-    if not (root / "benchmarks" / "__main__.py").exists():
-        raise ValueError(
-            "the benchmarks ship with the source checkout: clone the repository and "
-            "`pip install -e .` there"
-        )
-    sys.path.insert(0, str(root))
-    import importlib
-
-    bench = importlib.import_module("benchmarks.__main__")  # not a dependency of the package
-    return int(bench.main(list(rest)) or 0)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -345,8 +318,6 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="print the privacy report of a saved file")
     r.add_argument("file")
     r.add_argument("--json", action="store_true")
-    sub.add_parser("bench", help="the benchmarks CLI (python -m benchmarks), from a checkout",
-                   add_help=False)  # fmt: skip
     return p
 
 
@@ -354,8 +325,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``privkernels`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "bench":
-            return _cmd_bench(argv[1:])
         a = _parser().parse_args(argv)
         if a.cmd == "synth" and a.epsilon is None and not a.model:
             raise ValueError("synth needs --epsilon (or --model)")

@@ -28,6 +28,7 @@ policy changes no CPU result.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -56,8 +57,6 @@ def full_precision(fn: F) -> F:
 
 def matmul_precision(name: str | None) -> Any:
     """A context manager for an explicit precision name (``None``: the backend default)."""
-    import contextlib
-
     if name is None or name == "default":
         return contextlib.nullcontext()
     return jax.default_matmul_precision(name)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import jax
+
 __all__ = ["enable_compilation_cache"]
 
 
@@ -31,8 +33,6 @@ def enable_compilation_cache(
     Returns:
       The cache directory.
     """
-    import jax
-
     path = Path(directory).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))

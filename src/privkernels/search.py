@@ -32,6 +32,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from privkernels import tuning
+from privkernels.data.frames import as_columns, split_table
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import seed_keys, seeded_call
 from privkernels.privacy.report import PrivacyReport
@@ -111,13 +112,12 @@ class _EstimatorCandidate:
 
 def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
     """Train-on-synthetic: a logistic regression on synthetic rows, right (1) or not (0)."""
+    # heavy (seconds to import): loaded on first use
     from sklearn.linear_model import LogisticRegression
 
     n = SYNTHETIC_ROWS  # a public count: a size read from the rows would tell them apart
     schema = getattr(gen, "schema_", None)
     if schema is not None:  # tables: both sides through the public schema
-        from privkernels.data.frames import as_columns, split_table
-
         syn_feats, ys = split_table(gen.synth_.sample(gen._sample_key(None), n), schema)
         xs = schema.encode(syn_feats)[0]
         val_feats, yv = split_table(x if y is None else {**as_columns(x), schema.label: y}, schema)

@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -118,7 +119,6 @@ def to_host(a: Any) -> np.ndarray:
     if isinstance(a, jax.Array) and not a.is_fully_addressable:
         if a.is_fully_replicated:
             return np.asarray(a.addressable_data(0))
-        from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(a, tiled=True))
     return np.asarray(a)

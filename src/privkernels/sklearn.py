@@ -35,12 +35,16 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+import jax
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from privkernels import checkpoint
+from privkernels import checkpoint, dp_kip, dp_ntk
+from privkernels import dp_ntk_regression as R
+from privkernels.data.frames import as_columns, infer_schema, to_frame
+from privkernels.data.schema import TabularSchema
 from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
 from privkernels.privacy.keys import (
     SAMPLE_TAG,
@@ -54,6 +58,8 @@ from privkernels.privacy.keys import (
 from privkernels.privacy.report import PrivacyReport
 from privkernels.privacy.warnings import warn_privacy_leak
 from privkernels.search import PrivateSearchCV
+from privkernels.synth import FORMAT as TABLE_FORMAT
+from privkernels.synth import fit_table, load_table_synth
 
 __all__ = [
     "DPKIPClassifier",
@@ -243,8 +249,6 @@ class _RegressionBase(_DPEstimator):
         self.fit_options = fit_options
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
-        from privkernels import dp_ntk_regression as R
-
         if X.shape[0] < 2:
             raise ValueError(f"n_samples = {X.shape[0]}: a fit needs at least 2 samples")
 
@@ -273,8 +277,6 @@ class _RegressionBase(_DPEstimator):
 
     @staticmethod
     def _load_result(path: Any) -> Any:
-        from privkernels import dp_ntk_regression as R
-
         return R.load(path)
 
 
@@ -307,8 +309,6 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted targets ``(n,)`` (or ``(n, c)``), float."""
-        from privkernels import dp_ntk_regression as R
-
         check_is_fitted(self, "model_")
         X = validate_data(self, X, dtype=np.float32, reset=False)
         return np.asarray(R.predict(self.model_, X), np.float64)
@@ -343,8 +343,6 @@ class DPNTKClassifier(ClassifierMixin, _RegressionBase):
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Kernel scores ``(n, n_classes)`` (``(n,)`` for two classes, as scikit-learn)."""
-        from privkernels import dp_ntk_regression as R
-
         check_is_fitted(self, "model_")
         X = validate_data(self, X, dtype=np.float32, reset=False)
         s = np.asarray(R.predict(self.model_, X), np.float64)
@@ -402,8 +400,6 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
         return X.reshape((X.shape[0], *shape))
 
     def fit(self, X: Any, y: Any) -> DPKIPClassifier:
-        from privkernels import dp_kip
-
         X, y = validate_data(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y, minimum=2)
         key, public_key = self._keys()
@@ -421,8 +417,6 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
         return self
 
     def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
-        from privkernels import dp_kip
-
         opts = dict(self.fit_options or {})
         if opts.get("neighbouring", "replace-one") != "add-remove":
             raise ValueError(
@@ -461,16 +455,12 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
         return self.classes_[np.asarray(self.result_.support_y)]
 
     def predict(self, X: Any) -> np.ndarray:
-        from privkernels import dp_kip
-
         check_is_fitted(self, "result_")
         X = validate_data(self, X, dtype=np.float32, reset=False)
         return self.classes_[dp_kip.predict_labels(self.result_, self._shape(X))]
 
     @staticmethod
     def _load_result(path: Any) -> Any:
-        from privkernels import dp_kip
-
         return dp_kip.load(path)
 
 
@@ -512,9 +502,6 @@ class DPNTKGenerator(_DPEstimator):
         self.fit_options = fit_options
 
     def _schema(self, table: Any) -> Any:
-        from privkernels.data.frames import infer_schema
-        from privkernels.data.schema import TabularSchema
-
         s = self.schema
         if s is None:
             if self.label is None:
@@ -529,8 +516,6 @@ class DPNTKGenerator(_DPEstimator):
         return s
 
     def fit(self, X: Any, y: Any = None) -> DPNTKGenerator:
-        from privkernels.synth import fit_table
-
         key, public_key = self._keys()
         self._sample_base = sampling_key(key, public_key)
         opts: dict[str, Any] = dict(label_mode=self.label_mode, iterations=self.iterations,
@@ -553,8 +538,6 @@ class DPNTKGenerator(_DPEstimator):
         return self
 
     def _fit_arrays(self, key: Any, X: Any, y: Any, opts: dict[str, Any]) -> None:
-        from privkernels import dp_ntk
-
         if y is None:
             raise ValueError("array input needs y (class labels)")
         X, y = validate_data(self, X, y, dtype=np.float32)
@@ -585,8 +568,6 @@ class DPNTKGenerator(_DPEstimator):
         apart from the fit's noise keys. A given ``random_state`` is folded with
         `SAMPLE_TAG`; otherwise the fit's sampling stream (`_sample_base`) with a counter,
         or fresh entropy for a loaded or unpickled copy."""
-        import jax
-
         if random_state is not None:
             return jax.random.fold_in(sample_key(random_state), SAMPLE_TAG)
         self._n_sampled = getattr(self, "_n_sampled", 0) + 1
@@ -607,8 +588,6 @@ class DPNTKGenerator(_DPEstimator):
 
     def sample_df(self, n: int, *, random_state: Any = None) -> Any:
         """``n`` synthetic rows as a pandas DataFrame (tabular: the schema's columns and dtypes)."""
-        from privkernels.data.frames import to_frame
-
         check_is_fitted(self, "synth_")
         if isinstance(self.synth_, _ArraySynth):
             x, y = self.sample(n, random_state=random_state)
@@ -618,10 +597,6 @@ class DPNTKGenerator(_DPEstimator):
         return self.synth_.sample_df(self._sample_key(random_state), n)
 
     def _load_result(self, path: Any) -> Any:
-        from privkernels import dp_ntk
-        from privkernels.synth import FORMAT as TABLE_FORMAT
-        from privkernels.synth import load_table_synth
-
         _, meta = checkpoint.load(path)
         if meta.get("format") == TABLE_FORMAT:
             return load_table_synth(path)
@@ -644,8 +619,6 @@ class _ArraySynth:
         return self.result.report
 
     def sample(self, key: Any, n: int) -> dict[str, np.ndarray]:
-        from privkernels import dp_ntk
-
         x, y = dp_ntk.sample(key, self.result, n)
         return {"x": x.reshape(n, -1), "y": y}
 
@@ -654,8 +627,6 @@ class _ArraySynth:
 
 
 def _with_label(X: Any, y: Any, label: str) -> Any:
-    from privkernels.data.frames import as_columns
-
     cols = as_columns(X)
     cols[label] = np.asarray(y)
     return cols

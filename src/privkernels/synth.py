@@ -25,11 +25,12 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from privkernels import checkpoint
+from privkernels import checkpoint, dp_ntk
 from privkernels._validation import N_CLASSES_INFERRED_NOTE, check_int, check_key, infer_n_classes
 from privkernels.data.frames import decoded_table, split_table, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
+from privkernels.generators import TabularGenerator, column_groups_from_schema
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = ["FORMAT", "TableSynth", "fit_table", "load_table_synth", "SCHEMA_INFERRED_NOTE"]
@@ -65,8 +66,6 @@ class TableSynth:
 
     def sample(self, key: Any, n: int) -> dict[str, np.ndarray]:
         """``n`` synthetic rows as ``{column: array}`` (label column last)."""
-        from privkernels import dp_ntk
-
         x, y = dp_ntk.sample(check_key(key), self.result, check_int(n, "n", minimum=1))
         return decoded_table(self.schema.project(x), y, self.schema)
 
@@ -90,8 +89,6 @@ def load_table_synth(path: str | os.PathLike[str]) -> TableSynth:
 
 def default_table_generator(schema: TabularSchema, n_classes: int) -> nn.Module:
     """`TabularGenerator` with heads from the schema and hidden widths ``(4d, 2d)``."""
-    from privkernels.generators import TabularGenerator, column_groups_from_schema
-
     d = schema.n_features
     groups = column_groups_from_schema(schema, d)
     hidden = (max(4 * d, 32), max(2 * d, 16))
@@ -136,8 +133,6 @@ def fit_table(
     Raises:
       ValueError: the table does not match the schema (before any noise).
     """
-    from privkernels import dp_ntk
-
     key = check_key(key)
     if not isinstance(schema, TabularSchema):
         raise TypeError(f"schema must be a TabularSchema, got {type(schema).__name__}")

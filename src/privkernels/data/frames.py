@@ -222,7 +222,7 @@ def _is_int_token(t: str) -> bool:
 def to_frame(columns: Mapping[str, np.ndarray], schema: TabularSchema | None = None) -> Any:
     """A pandas DataFrame of ``columns`` (nullable ``"int"`` columns as ``Int64``)."""
     try:
-        import pandas as pd
+        import pandas as pd  # optional output type, heavy: loaded on first use
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError("DataFrames need pandas (a dependency of privkernels)") from err
     df = pd.DataFrame(dict(columns))

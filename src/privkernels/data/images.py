@@ -146,6 +146,7 @@ def load_idx_dataset(
 
 def load_digits(split: str) -> Dataset:
     """scikit-learn 8x8 digits: ``x`` (n, 8, 8) = pixel / 16; first 1347 train, last 450 test."""
+    # heavy (seconds to import): loaded on first use
     from sklearn.datasets import load_digits as _sk_digits
 
     bunch = _sk_digits()

@@ -8,7 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from privkernels.data import images, tabular
 from privkernels.data.base import Dataset, resolve_data_dir, take_rows
+from privkernels.data.tabular import load_tabular
+from privkernels.data.tfds import import_tfds, load_tfds
 
 __all__ = ["IMAGE_DATASETS", "TABULAR_DATASETS", "list_datasets", "load", "required_files"]
 
@@ -38,8 +41,6 @@ def list_datasets(kind: str | None = None) -> list[str]:
 
 def required_files(name: str) -> list[str]:
     """Files (relative to the data root) that ``load(name)`` reads, for both splits."""
-    from privkernels.data import images, tabular
-
     if name in ("mnist", "fashion_mnist"):
         return [" or ".join(p) for s in ("train", "test") for p in images.idx_relpaths(name, s)]
     if name == "cifar10":
@@ -105,11 +106,8 @@ def load(
     if name in TABULAR_DATASETS:
         if source != "raw":
             raise ValueError(f"source={source!r} is only available for image datasets")
-        from privkernels.data.tabular import load_tabular
 
         return load_tabular(name, root, split, **options)
-
-    from privkernels.data import images
 
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test' for {name!r}, got {split!r}")
@@ -126,8 +124,6 @@ def load(
         "digits": images.MNIST_CLASS_NAMES,
     }[name]
     if source == "tfds":
-        from privkernels.data.tfds import import_tfds, load_tfds
-
         import_tfds()  # clear ImportError first, whatever the dataset
         ds = load_tfds(name, root, split, class_names, tfds_data_dir=tfds_dir)
     elif name == "digits":

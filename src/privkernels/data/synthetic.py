@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
+from privkernels._validation import check_int, check_key, check_positive
 from privkernels.data.base import Dataset
 from privkernels.data.schema import TabularSchema, categorical, numeric
 
@@ -27,9 +29,6 @@ def rng_from(seed_or_key: Any) -> np.random.Generator:
         if seed_or_key < 0:
             raise ValueError(f"seed must be >= 0, got {seed_or_key}")
         return np.random.default_rng(int(seed_or_key))
-    import jax
-
-    from privkernels._validation import check_key
 
     key = check_key(seed_or_key, "seed_or_key")
     words = np.asarray(jax.random.bits(key, (4,), dtype=np.uint32)).tolist()
@@ -37,8 +36,6 @@ def rng_from(seed_or_key: Any) -> np.random.Generator:
 
 
 def _check_sizes(n: int, n_classes: int) -> None:
-    from privkernels._validation import check_int
-
     check_int(n, "n", minimum=1)
     check_int(n_classes, "n_classes", minimum=1)
 
@@ -63,8 +60,6 @@ def gaussian_blobs(
     (drawn from the seed). Labels are balanced (``i mod n_classes``, shuffled).
     Returns ``x`` ``(n, d)`` float32 (unbounded), ``y`` ``(n,)`` int32.
     """
-    from privkernels._validation import check_int, check_positive
-
     _check_sizes(n, n_classes)
     check_int(d, "d", minimum=1)
     check_positive(scale, "scale")

@@ -60,6 +60,7 @@ import numpy as np
 
 from privkernels.data.base import Dataset, require_files, stratified_split_indices, take_rows
 from privkernels.data.schema import ColumnSpec, TabularSchema, categorical, numeric
+from privkernels.privacy.warnings import warn_privacy_leak
 
 __all__ = [
     "TABULAR",
@@ -1116,8 +1117,6 @@ def load_tabular(
 
     data_bounds = None
     if scale == "data":
-        from privkernels.privacy.warnings import warn_privacy_leak
-
         train_table = table if split == "train" else read_split("train")[0]
         data_bounds = _data_bounds(schema, train_table)
         warn_privacy_leak(

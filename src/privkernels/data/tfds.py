@@ -31,6 +31,7 @@ _INSTALL_HINT = (
 def import_tfds() -> Any:
     """Import ``tensorflow_datasets`` or raise ImportError naming the ``tfds`` extra."""
     try:
+        # optional dependency (extra 'tfds')
         import tensorflow_datasets as tfds  # type: ignore[import-not-found]
     except ImportError as err:
         raise ImportError(_INSTALL_HINT) from err

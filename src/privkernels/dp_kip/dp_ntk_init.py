@@ -41,9 +41,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from privkernels import dp_ntk
 from privkernels._validation import check_fraction, check_int, check_positive
+from privkernels.data import standardize_per_example
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.report import PrivacyReport, check_neighbouring
 
@@ -159,8 +163,6 @@ def to_unit_range(x: Any, data_range: tuple[float, float] | str) -> Any:
     Every finite input gives a finite output in ``[0, 1]``, so no record can make the
     release fail (near the float32 limits the map may lose its precision, not its range).
     """
-    import jax.numpy as jnp
-
     x = jnp.asarray(x, jnp.float32)
     if isinstance(data_range, str):
         axes = tuple(range(1, x.ndim))
@@ -175,8 +177,6 @@ def to_unit_range(x: Any, data_range: tuple[float, float] | str) -> Any:
 
 def from_unit_range(xs: np.ndarray, data_range: tuple[float, float] | str) -> np.ndarray:
     """``(m, ...)`` samples in ``[0, 1]`` mapped back to the inputs' scale (float32)."""
-    from privkernels.data import standardize_per_example
-
     if isinstance(data_range, str):
         return standardize_per_example(np.asarray(xs, np.float32)).astype(np.float32)
     lo, hi = data_range
@@ -223,10 +223,6 @@ def dp_ntk_start(
     (under add-remove n is private: the generator's batch is ``spec.batch_size``,
     not capped at n).
     """
-    import jax
-
-    from privkernels import dp_ntk
-
     if neighbouring is not None:  # None: a non-private run (no relation)
         check_neighbouring(neighbouring, dp_ntk.release.DP_NTK_RELATIONS)
     add_remove = neighbouring == "add-remove" and budget is not None

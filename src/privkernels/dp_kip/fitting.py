@@ -19,6 +19,7 @@ import numpy as np
 import optax
 
 from privkernels import checkpoint
+from privkernels._batching import map_row_chunks
 from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
     check_array,
@@ -68,6 +69,7 @@ from privkernels.privacy.report import (
     with_notes,
 )
 from privkernels.privacy.warnings import warn_privacy_leak
+from privkernels.sharding import shard_rows
 
 __all__ = ["fit", "configure", "plan_run", "Settings", "KERNEL_DEFAULTS", "DEFAULT_BATCH_SIZE"]
 
@@ -585,8 +587,6 @@ def _device_data(x: Any, y: Any, n_classes: int, mesh: Any) -> tuple[jax.Array, 
     With a mesh: the rows sharded over it (each device appends its own public row).
     """
     if mesh is not None:
-        from privkernels.sharding import shard_rows
-
         xd = jnp.asarray(x).astype(jnp.float32)
         yd = jax.jit(lambda a: encode_labels(a, n_classes))(jnp.asarray(y))
         (xs, ys), _ = shard_rows(mesh, xd, yd)
@@ -624,8 +624,6 @@ def _new_history(has_test: bool, diagnostics: bool) -> dict[str, list[Any]]:
 
 
 def _evaluator(spec: KernelSpec, cfg: DPKIPConfig, xt: jax.Array, yt: np.ndarray) -> Any:
-    from privkernels._batching import map_row_chunks
-
     run = predictor(spec, cfg)
     yt_enc = np.asarray(encode_labels(jnp.asarray(yt), cfg.n_classes))
 
@@ -698,7 +696,7 @@ def _train(
 def _progress_bar(progress: bool, cfg: DPKIPConfig, initial: int) -> Any:
     if not progress:
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # only when a progress bar is shown
 
     return tqdm(
         total=cfg.planned_steps,

@@ -17,6 +17,9 @@ from typing import Any
 
 import jax
 
+from privkernels import features
+from privkernels.features.scatternet import check_group_norm, num_scattering_maps
+
 __all__ = ["KERNELS", "KernelSpec", "make_kernel"]
 
 KERNELS = ("scatternet", "fc_ntk", "entk")
@@ -72,7 +75,6 @@ def make_kernel(
     if name not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
     opts = dict(options or {})
-    from privkernels import features
 
     if name == "fc_ntk":
         full = {**_FC_NTK_DEFAULTS, **opts}
@@ -116,7 +118,6 @@ def make_kernel(
                 f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}"
             )
         J, L = int(full["J"]), int(full["L"])
-        from privkernels.features.scatternet import check_group_norm, num_scattering_maps
 
         if full["group_norm"] == "auto":  # 27 groups of 3 for the default J=2, L=8
             n_maps = num_scattering_maps(J, L)

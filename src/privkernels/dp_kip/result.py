@@ -7,8 +7,10 @@ saving and loading cost no privacy.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,9 +22,12 @@ import numpy as np
 from privkernels import checkpoint
 from privkernels._batching import map_row_chunks
 from privkernels._validation import check_array, check_int, check_labels
+from privkernels.dp_kip.dp_ntk_init import NTK_SPLIT
 from privkernels.dp_kip.kernels import KernelSpec, make_kernel
 from privkernels.dp_kip.krr import make_predictor
 from privkernels.dp_kip.train import DPKIPConfig
+from privkernels.dp_ntk.release import release_records_match
+from privkernels.privacy.accounting import dpsgd_epsilon
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.report import PrivacyReport
 
@@ -130,7 +135,6 @@ def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -
         > 1e-12 * max(1.0, float(config.noise_multiplier or 0))
     ):
         raise ValueError("saved report does not match the saved run (relation, steps or sigma)")
-    from privkernels.privacy.accounting import dpsgd_epsilon
 
     spent = dpsgd_epsilon(
         float(config.noise_multiplier or 0),
@@ -186,11 +190,6 @@ def _check_dp_ntk_records(records: Any, config: DPKIPConfig) -> None:
     (replace-one: the mean embedding at ``2/config.n``; add-remove: the class sums and the
     dataset size n, `dp_ntk_init.NTK_SPLIT` of the share), with the share
     ``budget_fraction`` of the total."""
-    import re
-
-    from privkernels.dp_kip.dp_ntk_init import NTK_SPLIT
-    from privkernels.dp_ntk.release import release_records_match
-
     match = re.match(r"dp_ntk\(fraction=([0-9.eE+-]+)", config.init)
     add_remove = config.neighbouring == "add-remove"
     ok = match is not None and (add_remove or config.n is not None)
@@ -227,8 +226,6 @@ _PREDICTORS: OrderedDict[tuple[Any, ...], Callable[..., Any]] = OrderedDict()
 
 def predictor(spec: KernelSpec, config: DPKIPConfig) -> Callable[..., Any]:
     """Jitted ``(x_s, y_s, x_batch) -> (b, c)``, shared across results with equal settings."""
-    import json
-
     if config.kernel == "entk":
         return make_predictor(spec, config.ridge)
     key = (

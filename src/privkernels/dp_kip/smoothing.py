@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from privkernels._validation import check_positive
 
@@ -68,8 +69,6 @@ def smooth_updates(sigma: float) -> Any:
 
     ``sigma``: blur standard deviation in pixels (> 0). Other leaves pass through.
     """
-    import optax
-
     sigma = check_positive(sigma, "sigma")
 
     def init(params: Any) -> SmoothState:

@@ -30,14 +30,24 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from privkernels._config import ConfigMixin
 from privkernels.dp_kip.clipped_sums import clipped_sum_fn
+from privkernels.dp_kip.init import support_labels
 from privkernels.dp_kip.kernels import KernelSpec
-from privkernels.dp_kip.krr import support_repr
+from privkernels.dp_kip.krr import encode_labels, support_repr
 from privkernels.privacy.dpsgd import DPSGDNoiseState, DPSGDPlan, dpsgd_noise
 from privkernels.privacy.keys import fold_digest
-from privkernels.privacy.sampling import poisson_schedule
+from privkernels.privacy.sampling import (
+    compact_indices,
+    poisson_inclusion,
+    poisson_pad_to,
+    poisson_schedule,
+)
+from privkernels.sharding import mesh_axis, to_host
 
 __all__ = [
     "TARGETS",
@@ -202,8 +212,6 @@ def _step_fn(
     the same key, so all of them make the same update. ``targets="repr"``:
     ``batch.x`` already holds the targets' `support_repr` rows (`TARGETS`).
     """
-    import optax
-
     space, chunk, private = config.clip_space, config.chunk_size, config.private
     clipped_sum = clipped_sum_fn(config.strategy, spec, space=space, ridge=config.ridge)
 
@@ -283,11 +291,6 @@ def _mesh_scan_fn(step: Callable[..., Any], mesh: Any) -> Callable[..., Any]:
     (padding points at a local public zero row), and the step adds the
     per-device clipped sums with one ``psum`` before the noise.
     """
-    from jax.sharding import PartitionSpec as P
-
-    from privkernels.privacy.sampling import compact_indices
-    from privkernels.sharding import mesh_axis
-
     name, _ = mesh_axis(mesh)
 
     def local(state, xl, yl, inc, noise_keys, hyper, pad):  # type: ignore[no-untyped-def]
@@ -336,7 +339,6 @@ def _compiled(
         step = _step_fn(config, spec, optimizer, targets=targets)
         if mesh is None:
             return jax.jit(step), _scan_fn(step)
-        from privkernels.sharding import mesh_axis
 
         sharded = _step_fn(config, spec, optimizer, axis_name=mesh_axis(mesh)[0], targets=targets)
         return jax.jit(step), _mesh_scan_fn(sharded, mesh)
@@ -439,12 +441,6 @@ def _mesh_runner(
     digest: tuple[int, int] | None,
 ) -> Callable[..., tuple[State, StepInfo]]:
     """``run_steps`` over a mesh: Poisson inclusion drawn ahead, sharded by rows."""
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from privkernels.privacy.sampling import poisson_inclusion
-    from privkernels.sharding import mesh_axis, to_host
-
     name, d = mesh_axis(mesh)
 
     def run_steps(
@@ -487,8 +483,6 @@ def planning_size(n: int | None, batch_size: int, q: float) -> int:
 def padded_batch_length(n: int, q: float, chunk_size: int) -> tuple[int, int]:
     """``(chunk, pad)``: a chunk length ``<= chunk_size`` that splits the usual padded batch
     with little waste, and that padded length (``P[Binomial(n, q) > pad] <= 1e-9``)."""
-    from privkernels.privacy.sampling import poisson_pad_to
-
     raw = int(poisson_pad_to(n, q, failure_prob=1e-9, pad_multiple=1))
     n_chunks = max(1, -(-raw // chunk_size))
     chunk = max(1, -(-raw // n_chunks))
@@ -499,9 +493,6 @@ def initial_state(
     config: DPKIPConfig, params: dict[str, jax.Array], optimizer: Any, corrupted: np.ndarray
 ) -> State:
     """The state before step 0 (support already drawn by the initialiser)."""
-    from privkernels.dp_kip.init import support_labels
-    from privkernels.dp_kip.krr import encode_labels
-
     y_s = encode_labels(
         jnp.asarray(support_labels(config.n_classes, config.support_per_class)), config.n_classes
     )

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from privkernels import checkpoint
+from privkernels import checkpoint, features
 from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
     check_in_range,
@@ -66,9 +66,7 @@ def default_network(n_classes: int, *, centered: bool = False) -> nn.Module:
     """``fc_1l(800, out_features=n_classes, layer_norm=True)``: the e-NTK network of the
     paper's image experiments (Table 5), also the benchmarks' choice; ``centered``: on
     ``2 x - 1`` of its inputs (`privkernels.features.FC`)."""
-    from privkernels.features import fc_1l
-
-    return fc_1l(800, out_features=n_classes, layer_norm=True, centered=centered)
+    return features.fc_1l(800, out_features=n_classes, layer_norm=True, centered=centered)
 
 
 def default_generator(data_shape: tuple[int, ...], n_classes: int) -> nn.Module:
@@ -263,9 +261,7 @@ def _check_generator_range(x: Any, generator: nn.Module) -> None:
 
 
 def _init_ntk(key: Any, network: nn.Module, data_shape: tuple[int, ...]) -> Any:
-    from privkernels.features import init_params
-
-    return init_params(key, network, data_shape)
+    return features.init_params(key, network, data_shape)  # looked up at call time (spies)
 
 
 def _config(
@@ -425,7 +421,7 @@ def _train(
 def _bar(progress: bool, total: int, initial: int) -> Any:
     if not progress:
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # only when a progress bar is shown
 
     return tqdm(total=total, initial=initial, desc="DP-NTK", leave=False, mininterval=1.0)
 

@@ -33,6 +33,13 @@ from privkernels._validation import check_array, check_int, check_labels
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import release_key
 from privkernels.privacy.release import gaussian_release, matches_gaussian_release
+from privkernels.privacy.released import (
+    RELEASED_COUNTS,
+    RELEASED_MEAN,
+    RELEASED_N,
+    RELEASED_PROPORTIONS,
+    RELEASED_SUMS,
+)
 from privkernels.privacy.report import (
     ADD_REMOVE,
     REPLACE_ONE,
@@ -76,11 +83,6 @@ N_PRIVATE_NOTE = (
     "dataset size n: private (add-remove), never used unnoised; the released class sums are "
     "divided by a noisy n (the noisy total, or the total of the noisy class counts)"
 )
-#: How each release names itself in its record (``released`` starts with it); a
-#: saved report is checked against these names (`privkernels.dp_kip.result`).
-RELEASED_MEAN = "e-NTK mean embedding"
-RELEASED_SUMS = "e-NTK class sums"
-RELEASED_N = "dataset size n"
 #: The relations DP-NTK calibrates for: the mean (2/n) or the class sums and n (1 each).
 DP_NTK_RELATIONS = (REPLACE_ONE, ADD_REMOVE)
 
@@ -309,7 +311,7 @@ def proportions_release(
         jnp.asarray(props, jnp.float32),
         budget=budget,
         sensitivity=math.sqrt(2.0) / n,
-        released=f"class proportions ({n_classes},)",
+        released=f"{RELEASED_PROPORTIONS} ({n_classes},)",
         n=n,
         post_processing="clip at 0, renormalise",
     )
@@ -361,7 +363,7 @@ def counts_release(
         jnp.asarray(value, jnp.float32),
         budget=budget,
         sensitivity=1.0,
-        released=f"class counts ({n_classes},)" if per_class else f"{RELEASED_N} (1,)",
+        released=f"{RELEASED_COUNTS} ({n_classes},)" if per_class else f"{RELEASED_N} (1,)",
         post_processing="clipped at 0; the total divides the class sums",
     )
     return np.asarray(noisy, np.float64), PrivacyReport.from_mechanisms(
@@ -393,10 +395,10 @@ def _counts(y_np: Any, n_classes: int) -> np.ndarray:
 def _expected(relation: str, released_labels: bool, n: int) -> list[tuple[str, float]]:
     """``(released name prefix, sensitivity)`` of each record `fitting` writes."""
     if relation == ADD_REMOVE:
-        return [(RELEASED_SUMS, 1.0), ("class counts" if released_labels else RELEASED_N, 1.0)]
+        return [(RELEASED_SUMS, 1.0), (RELEASED_COUNTS if released_labels else RELEASED_N, 1.0)]
     out = [(RELEASED_MEAN, 2.0 / n)]
     if released_labels:
-        out.append(("class proportions", math.sqrt(2.0) / n))
+        out.append((RELEASED_PROPORTIONS, math.sqrt(2.0) / n))
     return out
 
 

@@ -25,6 +25,8 @@ from privkernels._validation import (
     check_positive,
     infer_n_classes,
 )
+from privkernels.dp_ntk_regression import kernel_mean as km
+from privkernels.dp_ntk_regression import replace_one as r1
 from privkernels.dp_ntk_regression.kernel import (
     add_diagonal,
     check_input_bound,
@@ -231,8 +233,6 @@ def _fit_replace_one(
     key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
 ) -> DPNTKRegressionModel:
     """Sufficient-statistics perturbation (`replace_one` module): validate, features, release, solve."""
-    from privkernels.dp_ntk_regression import replace_one as r1
-
     refuse_unused(s, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
     x_arr = check_array(inp.x, "x", finite=True)
     if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
@@ -283,8 +283,6 @@ def _fit_kernel_mean(
     key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
 ) -> DPNTKRegressionModel:
     """The large-ridge limit (`kernel_mean` module): validate, class moments, one release."""
-    from privkernels.dp_ntk_regression import kernel_mean as km
-
     limit_ignores = ("features", "ridge_factor", "width", "weight_std", "reg")
     refuse_unused(s, BETA_CLOSE_ONLY + limit_ignores, "solver='kernel-mean'")
     if s.target_bound != 1.0:

@@ -13,9 +13,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
+from jax.sharding import PartitionSpec as P
 
 from privkernels._validation import check_array, check_key, check_nonnegative, check_positive
+from privkernels.features import quadratic_ntk_kernel
+from privkernels.features.quadratic_ntk import compiled_quadratic_ntk_kernel, random_ntk_weights
 from privkernels.privacy.warnings import warn_privacy_leak
+from privkernels.sharding import mesh_axis, shard_rows, to_host
 
 __all__ = [
     "draw_weights",
@@ -38,8 +43,6 @@ def draw_weights(
 
     Data-independent: depends only on the key and the public ``d``.
     """
-    from privkernels.features.quadratic_ntk import random_ntk_weights
-
     return random_ntk_weights(key, width, d, sigma=weight_std, dtype=dtype)
 
 
@@ -89,8 +92,6 @@ def input_map(x: Any, radius: float, intercept: bool) -> jax.Array:
 
 
 def kernel_block(x1: jax.Array, x2: jax.Array, w: jax.Array) -> jax.Array:
-    from privkernels.features import quadratic_ntk_kernel
-
     return quadratic_ntk_kernel(x1, x2, w)
 
 
@@ -111,8 +112,6 @@ def kernel_matrix(
     device builds its rows with the same function against the replicated
     ``x2`` (every device needs all of ``x2``: this does not keep data on its host).
     """
-    from privkernels.features import quadratic_ntk_kernel
-
     if mesh is None:
         chunk, _ = chunking(x1.shape[0], chunk_size)
         return quadratic_ntk_kernel(x1, x2, w, chunk_size=chunk)
@@ -120,17 +119,12 @@ def kernel_matrix(
 
 
 def _mesh_rows(x1: jax.Array, x2: jax.Array, w: jax.Array, chunk_size: int, mesh: Any) -> jax.Array:
-    from jax.sharding import PartitionSpec as P
-
-    from privkernels.features.quadratic_ntk import _kernel_jit
-    from privkernels.sharding import mesh_axis, shard_rows, to_host
-
     name, d = mesh_axis(mesh)
     (xs,), n1 = shard_rows(mesh, x1)
     chunk, _ = chunking(int(xs.shape[0]) // d, chunk_size)
 
     def local(xl: jax.Array, xr: jax.Array, wl: jax.Array) -> jax.Array:
-        return _kernel_jit(xl, xr, wl, chunk_size=chunk)
+        return compiled_quadratic_ntk_kernel(xl, xr, wl, chunk_size=chunk)
 
     fn = jax.shard_map(
         local, mesh=mesh, in_specs=(P(name), P(), P()), out_specs=P(name), check_vma=False
@@ -182,7 +176,6 @@ def smallest_eigenvalue(
         w = jnp.asarray(w32, jnp.float64)
         xp = project_to_ball(jnp.asarray(np.asarray(x_arr).reshape(n, d), jnp.float64), input_bound)
         kmat = np.asarray(kernel_matrix(xp, xp, w, chunk_size))
-    import scipy.linalg
 
     lams = scipy.linalg.eigvalsh(kmat, subset_by_index=[0, 0], overwrite_a=True, check_finite=False)
     lam = lams[0]

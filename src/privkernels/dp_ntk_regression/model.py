@@ -25,7 +25,8 @@ from privkernels._config import ConfigMixin
 from privkernels._validation import check_array
 from privkernels.dp_ntk_regression.kernel import input_map, kernel_block
 from privkernels.dp_ntk_regression.kernel_mean import SENSITIVITY as KERNEL_MEAN_SENSITIVITY
-from privkernels.dp_ntk_regression.replace_one import ssp_sensitivity
+from privkernels.dp_ntk_regression.kernel_mean import scores as km_scores
+from privkernels.dp_ntk_regression.replace_one import ssp_features, ssp_sensitivity
 from privkernels.dp_ntk_regression.sensitivity import sensitivity_bound
 from privkernels.precision import full_precision
 from privkernels.privacy.budget import Budget
@@ -275,14 +276,10 @@ def predict(model: DPNTKRegressionModel, x: Any) -> np.ndarray:
     with x64(model.dtype == jnp.float64):
         xq = _queries(model, x)
         if model.config.solver == "kernel-mean":  # scores = x^T M_c x
-            from privkernels.dp_ntk_regression.kernel_mean import scores as km_scores
-
             out = km_scores(xq, model.alpha, input_bound=model.input_bound,
                             chunk_size=model.config.chunk_size)  # fmt: skip
             return out[:, 0] if model.config.target_ndim == 1 else out
         if model.sketch is not None:  # replace-one: scores = psi(x)^T beta
-            from privkernels.dp_ntk_regression.replace_one import ssp_features
-
             psi = ssp_features(xq, model.weights, model.sketch, model.config.chunk_size)
             scores = np.asarray(_feature_scores(jnp.asarray(psi), model.alpha))
             return scores[:, 0] if model.config.target_ndim == 1 else scores

@@ -24,12 +24,15 @@ assumed to be a separate, non-private evaluation split.
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from privkernels._validation import check_array
 
 __all__ = [
     "IMAGE_CLASSIFIERS",
@@ -79,8 +82,6 @@ def make_classifier(
     **overrides: Any,
 ) -> Any:
     """Instantiate classifier ``name`` with its fixed hyperparameters (+ ``overrides``)."""
-    import importlib
-
     table = TABULAR_CLASSIFIERS if table is None else table
     if name not in table:
         raise ValueError(f"unknown classifier {name!r}; known: {sorted(table)}")
@@ -107,8 +108,6 @@ def subsample(
 def _prepare(
     x_train: Any, y_train: Any, x_test: Any, y_test: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from privkernels._validation import check_array
-
     xtr = np.asarray(check_array(x_train, "x_train"), dtype=np.float32)
     xte = np.asarray(check_array(x_test, "x_test"), dtype=np.float32)
     xtr = xtr.reshape(len(xtr), -1)
@@ -125,6 +124,7 @@ def _prepare(
 
 
 def _fit_quietly(clf: Any, x: np.ndarray, y: np.ndarray) -> Any:
+    # heavy (seconds to import): loaded on first use
     from sklearn.exceptions import ConvergenceWarning
 
     with warnings.catch_warnings():
@@ -211,6 +211,7 @@ def evaluate_tabular(
       data hold a single class scores as a constant predictor (ROC-AUC 0.5,
       PR-AUC = positive rate, F1 of predicting that class).
     """
+    # heavy (seconds to import): loaded on first use
     from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 
     xtr, ytr, xte, yte = _prepare(x_train, y_train, x_test, y_test)

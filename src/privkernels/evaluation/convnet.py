@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from privkernels._validation import (
     check_array,
@@ -35,8 +37,6 @@ __all__ = [
 
 
 def _flax_module() -> Any:
-    import flax.linen as nn
-
     class _ConvNet(nn.Module):
         """``(b, h, w[, ch]) -> (b, n_classes)`` logits."""
 
@@ -150,8 +150,6 @@ def train_convnet(
     are the protocol of the Table 3 results measured before issue 16's
     protocol choice. Returns ``(module, params)``.
     """
-    import optax
-
     key = check_key(key)
     x = np.asarray(check_array(x, "x", ndim=(3, 4)), np.float32)
     n_classes = check_int(n_classes, "n_classes", minimum=2)

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privkernels import dp_kip
 from privkernels._validation import check_array, check_int, check_key, check_positive
 from privkernels.evaluation.convnet import train_convnet
 
@@ -68,8 +69,6 @@ def soft_targets(scores: Any, temperature: float) -> np.ndarray:
 def krr_teacher(result: Any) -> Callable[[Any], np.ndarray]:
     """The KRR predictor of a `privkernels.dp_kip.DPKIPResult` (`dp_kip.predict`, chunked):
     ``(n, *config.input_shape)`` -> ``(n, c)`` float32 scores."""
-    from privkernels import dp_kip
-
     return lambda x: dp_kip.predict(result, x)
 
 

@@ -80,9 +80,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
+from privkernels._numerics import ONE_REDUCTION, TWO_LEVELS, blocked_sum
 from privkernels._validation import check_array, check_int, check_labels
 from privkernels.precision import matmul_precision
+from privkernels.privacy.clipping import NORM_MARGIN
+from privkernels.sharding import mesh_axis, shard_rows, sum_over_shards
 
 __all__ = [
     "entk_features",
@@ -124,8 +128,6 @@ def _inv_norm(sq: jax.Array) -> jax.Array:
     per-record rule: its contribution, 0, is still within the bound). NaN-free
     derivatives (double where).
     """
-    from privkernels.privacy.clipping import NORM_MARGIN
-
     pos = (sq >= MIN_FEATURE_SQNORM) & jnp.isfinite(sq)
     safe = jnp.where(pos, sq, jnp.ones_like(sq))
     scale = jnp.asarray(1.0 / (1.0 + NORM_MARGIN), sq.dtype)
@@ -240,13 +242,11 @@ def _row_sqnorm(g: jax.Array) -> jax.Array:
 
     One reduction's worst-case float32 error grows with ``d``, and the
     normalisation's margin (`_inv_norm`) covers chains up to about 8,000
-    (`privkernels.privacy.clipping.blocked_sum`; a LeNet dense leaf has 48,000).
+    (`privkernels._numerics.blocked_sum`; a LeNet dense leaf has 48,000).
     """
-    from privkernels.privacy.clipping import _ONE_REDUCTION, _TWO_LEVELS, blocked_sum
-
-    if g.shape[1] <= _ONE_REDUCTION:
+    if g.shape[1] <= ONE_REDUCTION:
         return jnp.sum(g * g, axis=1)
-    return blocked_sum(g * g, _ONE_REDUCTION, _TWO_LEVELS)
+    return blocked_sum(g * g, ONE_REDUCTION, TWO_LEVELS)
 
 
 def _leaf_sqnorm(leaves: list[jax.Array]) -> jax.Array:
@@ -624,10 +624,6 @@ def _mesh_embedding_core(
     mesh: Any,
 ) -> jax.Array:
     """`_embedding_core` on every shard of a row-sharded ``(x, lw)``, then one all-reduce."""
-    from jax.sharding import PartitionSpec as P
-
-    from privkernels.sharding import mesh_axis, sum_over_shards
-
     name, _ = mesh_axis(mesh)
 
     def local(p: Any, xl: jax.Array, ll: jax.Array) -> jax.Array:
@@ -887,8 +883,6 @@ def _mesh_embedding(
 ) -> jax.Array:
     """The mesh branch of `entk_mean_embedding` (weights ``1/n``, or 1 with ``total``;
     one-hot layout)."""
-    from privkernels.sharding import mesh_axis, shard_rows
-
     n_classes = check_int(n_classes, "n_classes", minimum=1)
     n = int(x.shape[0])
     div = 1 if total else n  # a division by 1 is exact: unit weights

@@ -352,6 +352,7 @@ def fc_ntk_kernel(
 def _import_neural_tangents() -> Any:
     """Import neural-tangents lazily, with an actionable error when unavailable."""
     try:
+        # optional dependency (not installed by privkernels)
         import neural_tangents  # noqa: PLC0415
     except Exception as err:  # ImportError on jax>=0.6, or anything else at import
         raise ImportError(

@@ -27,7 +27,12 @@ import jax.numpy as jnp
 from privkernels._validation import check_array, check_int, check_key, check_positive
 from privkernels.precision import full_precision
 
-__all__ = ["quadratic_ntk_kernel", "quadratic_ntk_features", "random_ntk_weights"]
+__all__ = [
+    "quadratic_ntk_kernel",
+    "quadratic_ntk_features",
+    "random_ntk_weights",
+    "compiled_quadratic_ntk_kernel",
+]
 
 
 def random_ntk_weights(
@@ -60,7 +65,12 @@ def _block(x1: jax.Array, x2: jax.Array, w: jax.Array) -> jax.Array:
 
 
 @partial(jax.jit, static_argnames=("chunk_size",))
-def _kernel_jit(x1: jax.Array, x2: jax.Array, w: jax.Array, *, chunk_size: int | None) -> jax.Array:
+def compiled_quadratic_ntk_kernel(
+    x1: jax.Array, x2: jax.Array, w: jax.Array, *, chunk_size: int | None
+) -> jax.Array:
+    """`quadratic_ntk_kernel` without its argument checks: ``x1``, ``x2``, ``w`` already
+    2-D arrays of one floating dtype, ``chunk_size`` ``None`` or positive. For callers
+    that trace it themselves (e.g. per device inside ``shard_map``)."""
     n1 = x1.shape[0]
     if chunk_size is None or chunk_size >= n1:
         return _block(x1, x2, w)
@@ -113,7 +123,7 @@ def quadratic_ntk_kernel(x1: Any, x2: Any, w: Any, *, chunk_size: int | None = N
     if chunk_size is not None:
         chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
     a1, a2, aw = _prepare(x1, x2, w)
-    return _kernel_jit(a1, a2, aw, chunk_size=chunk_size)
+    return compiled_quadratic_ntk_kernel(a1, a2, aw, chunk_size=chunk_size)
 
 
 def quadratic_ntk_features(x: Any, w: Any) -> jax.Array:

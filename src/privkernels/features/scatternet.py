@@ -49,6 +49,7 @@ def _scattering(h: int, w: int, J: int, L: int) -> Any:
         warnings.simplefilter("ignore", FutureWarning)
         # The 2-D frontend only: ``kymatio.jax`` also imports the 3-D filter bank, which
         # needs scipy.special.sph_harm (removed in scipy 1.17).
+        # heavy, only the ScatterNet kernel needs it
         from kymatio.scattering2d.frontend.jax_frontend import ScatteringJax2D  # noqa: PLC0415
 
         return ScatteringJax2D(J=J, shape=(h, w), L=L)

@@ -54,12 +54,17 @@ the cache holds only floats derived from public parameters, never data.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import math
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
+
 from privkernels._validation import check_delta, check_epsilon, check_int, check_positive
+from privkernels.privacy.record import MechanismRecord
 from privkernels.privacy.relations import check_neighbouring
 
 __all__ = [
@@ -132,8 +137,6 @@ def _quiet_rdp() -> Any:
     Those orders are only left out of a minimum over orders, which loosens the
     bound (never the wrong way); the lines are noise for a user.
     """
-    import contextlib
-    import logging
 
     @contextlib.contextmanager
     def ctx() -> Any:
@@ -178,7 +181,7 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
       sigma (float), noise std per unit L2 sensitivity. E.g. 3.7306 at
       ``(1, 1e-5)``, 0.4999 at ``(10, 1e-5)``.
     """
-    import dp_accounting
+    import dp_accounting  # heavy (seconds to import): loaded on first use
 
     eps = check_epsilon(epsilon)
     d = check_delta(delta)
@@ -199,7 +202,7 @@ def gaussian_epsilon(sigma: float, delta: float) -> float:
       epsilon (float, >= 0; 0 when ``sigma`` is so large that the mechanism is
       ``(0, delta)``-DP).
     """
-    import dp_accounting
+    import dp_accounting  # heavy (seconds to import): loaded on first use
 
     s = check_positive(sigma, "sigma")
     d = check_delta(delta)
@@ -217,7 +220,7 @@ def dpsgd_event(noise_multiplier: float, *, sampling_rate: float, steps: int) ->
     ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), steps)``;
     for ``q == 1`` the Poisson wrapper is dropped (every example is used).
     """
-    import dp_accounting
+    import dp_accounting  # heavy (seconds to import): loaded on first use
 
     gaussian = dp_accounting.GaussianDpEvent(float(noise_multiplier))
     if sampling_rate >= 1.0:
@@ -227,7 +230,7 @@ def dpsgd_event(noise_multiplier: float, *, sampling_rate: float, steps: int) ->
 
 
 def _make_accountant(accountant: str, interval: float, relation: str = "add-remove") -> Any:
-    import dp_accounting
+    import dp_accounting  # heavy (seconds to import): loaded on first use
 
     rel = dp_accounting.NeighboringRelation
     neighbouring = rel.REPLACE_ONE if relation == "replace-one" else rel.ADD_OR_REMOVE_ONE
@@ -326,7 +329,7 @@ def _solve(gap: Callable[[float], float], lo: float, hi: float, tol: float) -> f
     Brent keeps a sign-change bracket, so the returned value lies within about
     ``tol`` above the exact root and always satisfies ``epsilon <= target``.
     """
-    from scipy import optimize
+    from scipy import optimize  # heavy (seconds to import): loaded on first use
 
     feasible = [hi]
 
@@ -430,7 +433,7 @@ def _calibrate(
     tol: float,
     relation: str = "add-remove",
 ) -> float:
-    import dp_accounting
+    import dp_accounting  # heavy (seconds to import): loaded on first use
 
     # Starting guess: the single-release sigma scaled by sqrt(q^2 * steps)
     # (small-q central-limit heuristic), floored; only affects speed.
@@ -534,8 +537,6 @@ def dpsgd_record(
     (pass ``steps`` = steps done, not planned) under ``neighbouring``; the
     sensitivity recorded is ``clip_norm`` (per example).
     """
-    from privkernels.privacy.report import MechanismRecord
-
     sigma = check_positive(noise_multiplier, "noise_multiplier")
     d = check_delta(delta)
     q = check_sampling_rate(sampling_rate)
@@ -613,7 +614,7 @@ class SelectionEvent(NamedTuple):
 
     def dp_event(self) -> Any:
         """The dp-accounting ``DpEvent``."""
-        import dp_accounting
+        import dp_accounting  # heavy (seconds to import): loaded on first use
 
         if self.kind == "gaussian":
             return dp_accounting.GaussianDpEvent(float(self.sigma))
@@ -624,7 +625,7 @@ class SelectionEvent(NamedTuple):
 
 def candidate_rdp(events: Any) -> tuple[Any, Any]:
     """``(orders, rdp)`` of one candidate's composed events (dp-accounting's RDP orders)."""
-    import dp_accounting
+    import dp_accounting  # heavy (seconds to import): loaded on first use
 
     acc = dp_accounting.rdp.RdpAccountant()
     with _quiet_rdp():
@@ -679,7 +680,7 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
     Returns:
       epsilon (float).
     """
-    import numpy as np
+    # heavy (seconds to import): loaded on first use
     from dp_accounting.rdp import rdp_privacy_accountant as rdp_mod
 
     mean = float(mean)

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from privkernels._numerics import ONE_REDUCTION, TWO_LEVELS, blocked_sum
 from privkernels._validation import check_key, check_positive
 
 __all__ = [
@@ -84,59 +85,19 @@ def _leading_size(leaves: list[Any], name: str) -> int:
     return sizes.pop()
 
 
-#: Longest float32 sum `_blocked_sumsq` leaves to one reduction: its worst-case
-#: relative error, ``gamma_4096 ~ 2.4e-4``, moves a norm by half that, inside `NORM_MARGIN`.
-_ONE_REDUCTION = 4096
-#: Longest chain the two levels may leave: ``gamma_8000 / 2 = 2.38e-4 < NORM_MARGIN``.
-_TWO_LEVELS = 8000
-
-
 def _blocked_sumsq(flat: jax.Array) -> jax.Array:
     """Row sums of squares ``(b, d) -> (b,)`` whose float32 chains stay short.
 
     A reduction's worst-case rounding error grows with its length (Higham,
     Sec. 3.1: ``gamma_n``, ``n`` terms in any order), and XLA compiles two
     nested sums into one reduction over both axes unless a barrier separates
-    them. Up to `_ONE_REDUCTION` entries one reduction is kept (its error,
-    at most ``gamma_4096 / 2`` on the norm, is inside `NORM_MARGIN`); beyond,
-    `blocked_sum` (chains of about ``2 sqrt(d)``, at most `_TWO_LEVELS`, or
-    ``64 ceil(log_64 d)`` for rows too long for two levels).
+    them. Up to `privkernels._numerics.ONE_REDUCTION` entries one reduction is
+    kept (its error, at most ``gamma_4096 / 2`` on the norm, is inside
+    `NORM_MARGIN`); beyond, `privkernels._numerics.blocked_sum` (chains of about
+    ``2 sqrt(d)``, at most `privkernels._numerics.TWO_LEVELS`, or ``64 ceil(log_64 d)``
+    for rows too long for two levels).
     """
-    return blocked_sum(jnp.square(flat), _ONE_REDUCTION, _TWO_LEVELS)
-
-
-def blocked_sum(terms: jax.Array, one: int, limit: int) -> jax.Array:
-    """Row sums ``(b, d) -> (b,)``: one reduction up to ``one`` terms, else in levels.
-
-    Two levels: blocks of ``isqrt(d)`` terms, an optimisation barrier, then
-    the block sums, so the longest float32 chain is ``isqrt(d) + ceil(d /
-    isqrt(d)) ~ 2 sqrt(d)``, if that is at most ``limit`` (the longest chain
-    the caller's rounding bound covers; ``d`` up to about ``limit^2 / 4``).
-    Longer rows are summed 64 terms at a time, level by level, each level
-    behind a barrier: a chain of ``64 ceil(log_64 d)``.
-    """
-    b, d = terms.shape
-    blk = max(1, math.isqrt(d))
-    n_blk = -(-d // blk)
-    if blk + n_blk > limit:
-        return _sum_by_64(terms)
-    pad = n_blk * blk - d
-    if pad:
-        terms = jnp.concatenate([terms, jnp.zeros((b, pad), terms.dtype)], axis=1)
-    blocks = terms.reshape(b, n_blk, blk)
-    if d <= one:  # compiled as one reduction of d terms (see above)
-        return jnp.sum(jnp.sum(blocks, axis=2), axis=1)
-    return jnp.sum(jax.lax.optimization_barrier(jnp.sum(blocks, axis=2)), axis=1)
-
-
-def _sum_by_64(terms: jax.Array) -> jax.Array:
-    while terms.shape[1] > 64:
-        b, d = terms.shape
-        pad = -d % 64
-        if pad:
-            terms = jnp.concatenate([terms, jnp.zeros((b, pad), terms.dtype)], axis=1)
-        terms = jax.lax.optimization_barrier(jnp.sum(terms.reshape(b, -1, 64), axis=2))
-    return jnp.sum(terms, axis=1)
+    return blocked_sum(jnp.square(flat), ONE_REDUCTION, TWO_LEVELS)
 
 
 def per_example_norms(grads: Any) -> jax.Array:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import jax.numpy as jnp
+
 import privkernels.privacy as _privacy  # mechanisms looked up at call time (spies, audits)
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.mechanisms import (
@@ -111,8 +113,6 @@ def truncated_laplace_release(
     ``sensitivity`` is the **L1** sensitivity of the whole vector (matrix) under
     the caller's relation. The noise has ``value``'s shape and dtype (float).
     """
-    import jax.numpy as jnp
-
     budget = _budget(budget)
     arr = jnp.asarray(value)
     dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else jnp.float32

@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from privkernels.privacy.record import MechanismRecord, freeze_params
 from privkernels.privacy.relations import (
     ADD_REMOVE,
     BETA_CLOSE,
@@ -62,79 +63,11 @@ class Composition(enum.StrEnum):
     NONE = "none"
 
 
-def _freeze(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted((str(k), v) for k, v in params.items()))
-
-
 def _tuplify(value: Any) -> Any:
     """JSON lists back to (nested) tuples, so records stay hashable."""
     if isinstance(value, list):
         return tuple(_tuplify(v) for v in value)
     return value
-
-
-@dataclasses.dataclass(frozen=True)
-class MechanismRecord:
-    """One noisy release.
-
-    Attributes:
-      name: mechanism, e.g. ``"gaussian"``, ``"truncated_laplace"``,
-        ``"gaussian_sampling"``, ``"poisson_subsampled_gaussian"``.
-      released: what quantity was released (e.g. ``"mean embedding (p, c)"``).
-      epsilon, delta: the guarantee this release alone satisfies.
-      sensitivity: L2 (or L1 for Laplace) sensitivity used to calibrate the noise.
-      accountant: how (epsilon, delta) was computed (``"analytic-gaussian"``,
-        ``"pld"``, ``"rdp"``, ``"closed-form"`` ...).
-      params: other parameters (sigma, sampling rate, steps, ...), as sorted pairs.
-    """
-
-    name: str
-    released: str
-    epsilon: float
-    delta: float
-    sensitivity: float | None = None
-    accountant: str = "closed-form"
-    params: tuple[tuple[str, Any], ...] = ()
-
-    def __post_init__(self) -> None:
-        # A record's cost is never negative: a negative part could hide another's
-        # cost in a total that still adds up (a loaded report is checked this way too).
-        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
-            raise ValueError(f"record {self.name!r}: epsilon must be finite and >= 0, "
-                             f"got {self.epsilon!r}")  # fmt: skip
-        if not 0 <= self.delta < 1:
-            raise ValueError(f"record {self.name!r}: delta must lie in [0, 1), got {self.delta!r}")
-        sens = self.sensitivity
-        if sens is not None and not (math.isfinite(sens) and sens >= 0):
-            raise ValueError(f"record {self.name!r}: sensitivity must be finite and >= 0, "
-                             f"got {sens!r}")  # fmt: skip
-
-    @classmethod
-    def make(
-        cls,
-        name: str,
-        released: str,
-        epsilon: float,
-        delta: float,
-        *,
-        sensitivity: float | None = None,
-        accountant: str = "closed-form",
-        **params: Any,
-    ) -> MechanismRecord:
-        """Build a record; keyword ``params`` are stored as sorted pairs."""
-        return cls(
-            name=name,
-            released=released,
-            epsilon=float(epsilon),
-            delta=float(delta),
-            sensitivity=None if sensitivity is None else float(sensitivity),
-            accountant=accountant,
-            params=_freeze(params),
-        )
-
-    @property
-    def param_dict(self) -> dict[str, Any]:
-        return dict(self.params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,7 +168,9 @@ class PrivacyReport:
                 delta=float(m["delta"]),
                 sensitivity=None if m.get("sensitivity") is None else float(m["sensitivity"]),
                 accountant=m.get("accountant", "closed-form"),
-                params=_freeze({k: _tuplify(v) for k, v in dict(m.get("params", {})).items()}),
+                params=freeze_params(
+                    {k: _tuplify(v) for k, v in dict(m.get("params", {})).items()}
+                ),
             )
             for m in data.get("mechanisms", ())
         )

@@ -194,7 +194,7 @@ def poisson_pad_to(
     Returns:
       B (int), ``<= n`` rounded up to ``pad_multiple``.
     """
-    from scipy import stats
+    from scipy import stats  # heavy (seconds to import): loaded on first use
 
     n = check_int(n, "n", minimum=1)
     q = check_sampling_rate(sampling_rate)

@@ -36,7 +36,7 @@ from privkernels.privacy.accounting import (
 )
 
 if TYPE_CHECKING:
-    from privkernels.privacy.report import MechanismRecord
+    from privkernels.privacy.record import MechanismRecord
 
 __all__ = ["check_record", "rederived_epsilon"]
 

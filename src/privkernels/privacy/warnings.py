@@ -1,19 +1,16 @@
-"""Warnings raised when private data is read without noise."""
+"""Warnings raised when private data is read without noise.
+
+`PrivacyLeakWarning` and `warn_privacy_leak` live in ``privkernels._warnings``
+(below the argument checks, which warn too) and are exported here.
+"""
 
 from __future__ import annotations
 
 import warnings
 
+from privkernels._warnings import PrivacyLeakWarning, warn_privacy_leak
+
 __all__ = ["PrivacyLeakWarning", "SeededKeyWarning", "warn_beta_close", "warn_privacy_leak"]
-
-
-class PrivacyLeakWarning(RuntimeWarning):
-    """Something was computed from the private data without noise or accounting.
-
-    Raised by opt-in conveniences (data-dependent scaling, diagnostics that read
-    the true smallest eigenvalue, ...). The resulting guarantee no longer covers
-    that information.
-    """
 
 
 class SeededKeyWarning(PrivacyLeakWarning):
@@ -23,16 +20,6 @@ class SeededKeyWarning(PrivacyLeakWarning):
     ``random_state`` / ``--seed`` and for a functional key that visibly comes
     from a small int (`privkernels.privacy.keys.looks_seeded`).
     """
-
-
-def warn_privacy_leak(what: str, *, stacklevel: int = 3) -> None:
-    """Emit a `PrivacyLeakWarning` saying what was read without noise."""
-    warnings.warn(
-        f"{what} is computed from the private data without noise; the privacy "
-        "guarantee does not cover it.",
-        PrivacyLeakWarning,
-        stacklevel=stacklevel,
-    )
 
 
 def warn_beta_close(*, stacklevel: int = 3) -> None:

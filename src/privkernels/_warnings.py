@@ -1,0 +1,32 @@
+"""The warning of a read of private data without noise, below every other module.
+
+`PrivacyLeakWarning` and `warn_privacy_leak` are public as
+`privkernels.privacy.warnings` (and ``privkernels.PrivacyLeakWarning``); they
+live here so that the argument checks (``privkernels._validation``), which sit
+below the privacy core, can warn without importing it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+__all__ = ["PrivacyLeakWarning", "warn_privacy_leak"]
+
+
+class PrivacyLeakWarning(RuntimeWarning):
+    """Something was computed from the private data without noise or accounting.
+
+    Raised by opt-in conveniences (data-dependent scaling, diagnostics that read
+    the true smallest eigenvalue, ...). The resulting guarantee no longer covers
+    that information.
+    """
+
+
+def warn_privacy_leak(what: str, *, stacklevel: int = 3) -> None:
+    """Emit a `PrivacyLeakWarning` saying what was read without noise."""
+    warnings.warn(
+        f"{what} is computed from the private data without noise; the privacy "
+        "guarantee does not cover it.",
+        PrivacyLeakWarning,
+        stacklevel=stacklevel,
+    )
