@@ -44,7 +44,7 @@ cat "$OUT/env.txt"
 
 if [[ ,$PARTS, == *,tests,* ]]; then
 t0=$(date +%s)
-timeout -k 10 "${TESTS_S:-420}" python3 -m pytest -n "${WORKERS:-14}" -v --instafail \
+timeout -k 10 "${TESTS_S:-420}" python3 -m pytest -n "${WORKERS:-14}" --dist load -v --instafail \
   --timeout=120 --tb=short -p no:cacheprovider -rfE ${TESTS:-} > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$? wall=$(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest.log"
 # the run's leftovers only: pytest, and xdist's execnet workers (python3 -c "...stdin.readline...")

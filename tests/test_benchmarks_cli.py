@@ -224,6 +224,7 @@ def test_table3_convnet_teacher_option(tmp_path):
             _convnet_teacher(ctx({"convnet_teacher": bad}))
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_table3_teacher_sees_only_the_release(tmp_path, monkeypatch):
     """Table 3 with ``convnet_teacher``: the ConvNet is taught on the release's support
     set by the release's KRR; the training and test data never reach it."""
@@ -261,6 +262,7 @@ def test_table3_teacher_sees_only_the_release(tmp_path, monkeypatch):
     assert row["convnet_teacher"] == "0.5/40"
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_table3_release_dir_saves_then_loads_the_same_release(tmp_path, monkeypatch):
     """``--set release_dir=DIR``: the first run fits and saves each cell's release; a
     later run of the same cell loads it (no fit), bit for bit, and scores it

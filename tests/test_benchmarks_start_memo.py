@@ -25,6 +25,7 @@ def digits():
     return (d.images[idx] / 8.0 - 1.0).astype(np.float32), d.target[idx].astype(np.int32)
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_one_start_per_signature_equals_recomputing_it(digits, tmp_path, monkeypatch):
     x, y = digits
     fresh = dp_kip.fit(jax.random.key(3), x, y, **KW)

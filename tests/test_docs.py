@@ -28,7 +28,24 @@ def test_docs_have_tutorials() -> None:
         assert FENCE.search(page.read_text()), f"{page.name} has no runnable ```python block"
 
 
-@pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(ROOT)))
+#: pages whose code trains end to end (a search, a generator, every estimator): -m slow
+SLOW_PAGES = {
+    "docs/tutorials/tuning.md",
+    "docs/tutorials/dp_ntk.md",
+    "docs/tutorials/estimators.md",
+}
+
+
+def _page_params() -> list[object]:
+    out: list[object] = []
+    for page in _pages_with_code():
+        name = str(page.relative_to(ROOT))
+        marks = (pytest.mark.slow,) if name in SLOW_PAGES else ()
+        out.append(pytest.param(page, id=name, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("page", _page_params())
 def test_docs_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}", "OUT_DIR": str(tmp_path)}

@@ -23,6 +23,9 @@ import pytest
 
 from privkernels import dp_kip, dp_ntk, features
 
+#: multi-device / multi-process end-to-end runs (subprocesses): CI runs them with -m slow
+pytestmark = pytest.mark.slow
+
 N, SHAPE, C = 104, (6, 6), 3
 
 WORKER = textwrap.dedent(

@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+#: multi-device / multi-process end-to-end runs (subprocesses): CI runs them with -m slow
+pytestmark = pytest.mark.slow
+
 N_DEVICES = 4
 
 _WORKER = textwrap.dedent(

@@ -162,7 +162,11 @@ _PRIVACY_SKIPS = {
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: DPNTKRegressor(width=32), lambda: DPNTKClassifier(width=32)]
+    "make",
+    [
+        lambda: DPNTKRegressor(width=32),
+        pytest.param(lambda: DPNTKClassifier(width=32), marks=pytest.mark.slow),
+    ],
 )
 def test_sklearn_check_estimator(make):
     from sklearn.utils.estimator_checks import check_estimator

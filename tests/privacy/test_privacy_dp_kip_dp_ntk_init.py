@@ -480,6 +480,7 @@ def test_a_failure_after_the_start_resumes_without_a_second_release(digits, tmp_
     assert done.report == full.report
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_an_older_checkpoint_keeps_the_re_run_report_at_once(digits, tmp_path):
     """Resuming a checkpoint written without the start's report re-runs that release once and
     writes its report before anything else can fail, so a second resume runs DP-NTK no more."""

@@ -496,6 +496,7 @@ def _trace_interrupt(target_file: str, k: int):
     return glob, count
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_f9_interrupt_anywhere_resumes_to_the_uninterrupted_result(tmp_path):
     """F9: an interrupt between `state = new_state` and `steps_done += 1` saved state t+1 with
     counter t, and resume repeated step t's batch and noise. Interrupting at EVERY line event of

@@ -93,6 +93,7 @@ def cancer():
     return (z / np.linalg.norm(z, axis=1, keepdims=True)).astype(np.float32), y
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_private_search_cv_on_breast_cancer_within_epsilon_one(cancer):
     """The acceptance case: 4 candidates, total epsilon 1, a report of epsilon <= 1 that
     lists the selection and re-derives on load; the chosen model predicts."""
@@ -163,6 +164,7 @@ def test_a_fit_that_releases_other_events_than_planned_stops_the_search(cancer):
                       relation="replace-one")  # fmt: skip
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_dp_kip_and_generator_searches_run_under_their_relations():
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(300, 6)).astype(np.float32)
@@ -257,6 +259,7 @@ def test_a_fit_under_another_relation_stops_the_search(cancer):
                       relation="replace-one")  # fmt: skip
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_runs_print_no_progress_and_generators_score_on_a_public_count(capsys, monkeypatch):
     from privkernels import search as S
 
