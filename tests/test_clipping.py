@@ -13,11 +13,11 @@ from scipy import stats
 from privkernels.privacy.clipping import (
     NORM_MARGIN,
     clip_per_example,
-    noisy_clipped_sum,
     per_example_norms,
     rounding_bound,
     rounding_error,
 )
+from privkernels.privacy.dpsgd import noisy_clipped_sum
 
 KEY = jax.random.key(42)
 

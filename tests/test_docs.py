@@ -28,11 +28,14 @@ def test_docs_have_tutorials() -> None:
         assert FENCE.search(page.read_text()), f"{page.name} has no runnable ```python block"
 
 
-#: pages whose code trains end to end (a search, a generator, every estimator): -m slow
+#: pages whose code trains end to end (searches, generators, estimators, tables, CLI): -m slow
 SLOW_PAGES = {
     "docs/tutorials/tuning.md",
     "docs/tutorials/dp_ntk.md",
     "docs/tutorials/estimators.md",
+    "docs/tutorials/cli.md",
+    "docs/tutorials/dp_ntk_regression.md",
+    "docs/tutorials/tables.md",
 }
 
 

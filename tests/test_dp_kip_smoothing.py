@@ -43,6 +43,7 @@ def test_smooth_updates_blurs_x_only():
     np.testing.assert_array_equal(upd["y"], params["y"])
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_fit_with_a_smoothing_optimizer_keeps_the_support_smooth():
     from sklearn.datasets import load_digits
 

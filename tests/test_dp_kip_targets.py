@@ -87,6 +87,7 @@ def test_target_repr_equals_the_feature_map_for_any_chunk():
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_fc_ntk_entk_short_runs_and_meshes_keep_inputs(monkeypatch):
     _, t = _fit_spy(monkeypatch, kernel="fc_ntk", kernel_options=None)
     assert t == "inputs"  # not a feature kernel

@@ -262,6 +262,7 @@ def _mmd2(net, params, x_real, y_real, x_gen, y_gen) -> float:
     return float(jnp.sum((a - b) ** 2))
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_training_decreases_mmd(digits, net) -> None:
     x, y = digits
     gen = ConvCondGenerator(n_classes=C, output_shape=(8, 8), hidden=(32,), channels=(8, 4))

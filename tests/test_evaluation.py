@@ -163,6 +163,7 @@ def test_augment_channels_last():
     np.testing.assert_allclose(out[..., 1], -out[..., 0], atol=1e-6)  # one map per image
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_train_convnet_augment_and_weight_decay():
     from sklearn.datasets import load_digits
 

@@ -79,6 +79,7 @@ def test_regressor_and_bad_input():
         est.predict(x[:, :3])  # wrong number of features
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_dpkip_classifier_support_and_roundtrip(tmp_path):
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0) * 2 - 1
@@ -98,6 +99,7 @@ def test_dpkip_classifier_support_and_roundtrip(tmp_path):
     assert img.predict((x[:5] + 1) / 2).shape == (5,)
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_generator_arrays_and_frames(tmp_path):
     import pandas as pd
 
@@ -164,7 +166,7 @@ _PRIVACY_SKIPS = {
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: DPNTKRegressor(width=32),
+        pytest.param(lambda: DPNTKRegressor(width=32), marks=pytest.mark.slow),
         pytest.param(lambda: DPNTKClassifier(width=32), marks=pytest.mark.slow),
     ],
 )

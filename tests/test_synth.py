@@ -142,6 +142,7 @@ def test_csv_roundtrip(tmp_path):
     assert back["a"].tolist() == ["1.0", "", "3.5"] and back["b"].tolist() == ["x", "", "z"]
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_cli_schema_synth_report_distill(tmp_path, capsys):
     df = _frame(300)
     df.to_csv(tmp_path / "data.csv", index=False)

@@ -359,6 +359,7 @@ def test_a_privacy_json_is_checked_against_the_model_beside_it(tmp_path, capsys)
     assert "does not match" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_a_search_report_beside_its_model_is_checked(tmp_path, capsys):
     """``distill --tune`` writes the search's report beside the chosen model: a lower mean
     number of runs (epsilon re-derived) misses its planned target, and larger sigmas no

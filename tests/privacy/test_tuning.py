@@ -231,6 +231,7 @@ def test_every_grid_point_is_checked_and_a_fitted_search_pickles_without_its_see
     assert b"918" not in pickle.dumps(s.privacy_report_)
 
 
+@pytest.mark.slow  # end to end (CI runs -m slow)
 def test_a_fit_under_another_relation_stops_the_search(cancer):
     """A candidate whose fit reports another relation than the search's (its sensitivities
     are for that relation) stops the search with nothing released."""

@@ -1075,17 +1075,15 @@ def load_tabular(
     """Load and encode a tabular dataset (see the module docstring for files and rules).
 
     Args:
-      scale: ``"public"`` (default, data-independent), ``"data"`` (min/max of the
-        training split's numeric columns; emits ``PrivacyLeakWarning``) or
-        ``"none"`` (raw numeric values).
+      scale: ``"public"`` (default, data-independent), ``"data"`` (the training split's
+        min/max: ``PrivacyLeakWarning``) or ``"none"`` (raw numeric values).
       unknown: categorical value outside the public list -> ``"zero"`` block or ``"error"``.
       bounds: override public numeric bounds ``{column: (lo, hi)}`` (must itself be public).
       max_rows: read only the first rows of the file (before any derived split).
-      subsample: keep this many rows of the split, uniformly at random
-        (``numpy.random.default_rng(subsample_seed)``), in file order.
-      test_fraction, split_seed: derived split parameters (datasets without an official test set).
-      **options: dataset-specific (``binary`` for epileptic/isolet,
-        ``include_other_tests`` for cervical, ``unknown_attack`` for intrusion).
+      subsample: keep this many rows of the split, uniformly at random (``subsample_seed``);
+        test_fraction, split_seed: the derived split (no official test set).
+      **options: dataset-specific (``binary`` for epileptic/isolet, ``include_other_tests``
+        for cervical, ``unknown_attack`` for intrusion).
     """
     spec = TABULAR[name]
     bad = set(options) - set(spec.options)

@@ -75,71 +75,82 @@ def make_kernel(
     if name not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
     opts = dict(options or {})
-
     if name == "fc_ntk":
-        full = {**_FC_NTK_DEFAULTS, **opts}
-        unknown = set(full) - {"depth", "W_std", "b_std"}
-        if unknown:
-            raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
-
-        def kfn(a: jax.Array, b: jax.Array | None, same: bool | None = None) -> jax.Array:
-            return features.fc_ntk_kernel(
-                a.reshape(a.shape[0], -1),
-                None if b is None or b is a else b.reshape(b.shape[0], -1),
-                same=same,
-                depth=int(full["depth"]),
-                W_std=float(full["W_std"]),
-                b_std=float(full["b_std"]),
-            )
-
-        dim = math.prod(input_shape)
-
-        def gfn(gram: jax.Array, sq1: jax.Array, sq2: jax.Array, same: bool = False) -> jax.Array:
-            return features.fc_ntk_kernel_from_gram(
-                gram,
-                sq1,
-                sq2,
-                same=same,
-                dim=dim,
-                depth=int(full["depth"]),
-                W_std=float(full["W_std"]),
-                b_std=float(full["b_std"]),
-            )
-
-        return KernelSpec(name, "kernel", full, kernel_fn=kfn, gram_fn=gfn)
-
+        return _fc_ntk_kernel(opts, input_shape)
     if name == "scatternet":
-        full = {**_SCATTER_DEFAULTS, **opts}
-        unknown = set(full) - {"J", "L", "group_norm"}
-        if unknown:
-            raise ValueError(f"unknown kernel_options for scatternet: {sorted(unknown)}")
-        if len(input_shape) not in (2, 3):
-            raise ValueError(
-                f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}"
-            )
-        J, L = int(full["J"]), int(full["L"])
+        return _scatternet_kernel(opts, input_shape)
+    return _entk_kernel(opts, input_shape, n_classes, key, params)
 
-        if full["group_norm"] == "auto":  # 27 groups of 3 for the default J=2, L=8
-            n_maps = num_scattering_maps(J, L)
-            full["group_norm"] = 27 if n_maps % 27 == 0 and n_maps >= 54 else None
-        group_norm = (
-            None
-            if full["group_norm"] is None
-            else check_group_norm(int(full["group_norm"]), J=J, L=L)
+
+def _fc_ntk_kernel(opts: dict[str, Any], input_shape: tuple[int, ...]) -> KernelSpec:
+    """The infinite-width FC-NTK (closed form on flattened inputs, and from their Gram)."""
+    full = {**_FC_NTK_DEFAULTS, **opts}
+    unknown = set(full) - {"depth", "W_std", "b_std"}
+    if unknown:
+        raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
+
+    def kfn(a: jax.Array, b: jax.Array | None, same: bool | None = None) -> jax.Array:
+        return features.fc_ntk_kernel(
+            a.reshape(a.shape[0], -1),
+            None if b is None or b is a else b.reshape(b.shape[0], -1),
+            same=same,
+            depth=int(full["depth"]),
+            W_std=float(full["W_std"]),
+            b_std=float(full["b_std"]),
         )
-        if min(input_shape[:2]) < 2**J:
-            raise ValueError(
-                f"scatternet with J={J} needs images of side >= {2**J}, got {input_shape}; "
-                "pass kernel_options={'J': 1} or pad the images"
-            )
 
-        def ffn(xb: jax.Array) -> jax.Array:
-            out = features.scatternet_features(xb, J=J, L=L, group_norm=group_norm)
-            return out.reshape(out.shape[0], -1)
+    dim = math.prod(input_shape)
 
-        return KernelSpec(name, "features", full, feature_fn=ffn)
+    def gfn(gram: jax.Array, sq1: jax.Array, sq2: jax.Array, same: bool = False) -> jax.Array:
+        return features.fc_ntk_kernel_from_gram(
+            gram,
+            sq1,
+            sq2,
+            same=same,
+            dim=dim,
+            depth=int(full["depth"]),
+            W_std=float(full["W_std"]),
+            b_std=float(full["b_std"]),
+        )
 
-    # e-NTK of a LeNet with random (data-independent) parameters.
+    return KernelSpec("fc_ntk", "kernel", full, kernel_fn=kfn, gram_fn=gfn)
+
+
+def _scatternet_kernel(opts: dict[str, Any], input_shape: tuple[int, ...]) -> KernelSpec:
+    """ScatterNet features (kymatio's maps, optional group standardisation), flattened."""
+    full = {**_SCATTER_DEFAULTS, **opts}
+    unknown = set(full) - {"J", "L", "group_norm"}
+    if unknown:
+        raise ValueError(f"unknown kernel_options for scatternet: {sorted(unknown)}")
+    if len(input_shape) not in (2, 3):
+        raise ValueError(
+            f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}"
+        )
+    J, L = int(full["J"]), int(full["L"])
+
+    if full["group_norm"] == "auto":  # 27 groups of 3 for the default J=2, L=8
+        n_maps = num_scattering_maps(J, L)
+        full["group_norm"] = 27 if n_maps % 27 == 0 and n_maps >= 54 else None
+    group_norm = (
+        None if full["group_norm"] is None else check_group_norm(int(full["group_norm"]), J=J, L=L)
+    )
+    if min(input_shape[:2]) < 2**J:
+        raise ValueError(
+            f"scatternet with J={J} needs images of side >= {2**J}, got {input_shape}; "
+            "pass kernel_options={'J': 1} or pad the images"
+        )
+
+    def ffn(xb: jax.Array) -> jax.Array:
+        out = features.scatternet_features(xb, J=J, L=L, group_norm=group_norm)
+        return out.reshape(out.shape[0], -1)
+
+    return KernelSpec("scatternet", "features", full, feature_fn=ffn)
+
+
+def _entk_kernel(
+    opts: dict[str, Any], input_shape: tuple[int, ...], n_classes: int, key: Any, params: Any
+) -> KernelSpec:
+    """The e-NTK of a LeNet with random (data-independent) parameters."""
     full = {**_ENTK_DEFAULTS, **opts}
     unknown = set(full) - {"normalize"}
     if unknown:
@@ -160,4 +171,4 @@ def make_kernel(
     def efn(xb: jax.Array) -> jax.Array:
         return features.entk_features(module.apply, params, xb, normalize=normalize)
 
-    return KernelSpec(name, "features", full, feature_fn=efn, params=params)
+    return KernelSpec("entk", "features", full, feature_fn=efn, params=params)

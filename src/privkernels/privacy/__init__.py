@@ -34,7 +34,7 @@ _EXPORTS = {
     "looks_seeded": "keys",
     "SeededKeyWarning": "warnings",
     "clip_per_example": "clipping",
-    "noisy_clipped_sum": "clipping",
+    "noisy_clipped_sum": "dpsgd",
     "per_example_norms": "clipping",
     "PoissonBatch": "sampling",
     "poisson_batch": "sampling",

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from privkernels._numerics import ONE_REDUCTION, TWO_LEVELS, blocked_sum
-from privkernels._validation import check_key, check_positive
+from privkernels._validation import check_positive
 
 __all__ = [
     "MIN_CLIP_NORM",
@@ -32,8 +32,8 @@ __all__ = [
     "check_clip_norm",
     "clip_factors",
     "clip_per_example",
+    "leading_size",
     "masked_clip_factors",
-    "noisy_clipped_sum",
     "per_example_norms",
     "rounding_bound",
     "rounding_error",
@@ -69,7 +69,9 @@ def _is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def _leading_size(leaves: list[Any], name: str) -> int:
+def leading_size(leaves: list[Any], name: str) -> int:
+    """The common leading (example) axis size of ``leaves``; ``ValueError`` when there is
+    none, or the leaves disagree."""
     if not leaves:
         raise ValueError(f"{name} has no array leaves")
     sizes = set()
@@ -111,7 +113,7 @@ def per_example_norms(grads: Any) -> jax.Array:
       sums of squares, see `_blocked_sumsq`).
     """
     leaves = jax.tree_util.tree_leaves(grads)
-    b = _leading_size(leaves, "grads")
+    b = leading_size(leaves, "grads")
     sq = [_blocked_sumsq(jnp.reshape(leaf, (b, -1)).astype(jnp.float32)) for leaf in leaves]
     return jnp.sqrt(sum(sq[1:], sq[0]))
 
@@ -247,7 +249,7 @@ def clip_per_example(grads: Any, clip_norm: float) -> tuple[Any, jax.Array]:
     """
     if _is_concrete(clip_norm):
         clip_norm = check_clip_norm(clip_norm)
-    _leading_size(jax.tree_util.tree_leaves(grads), "grads")
+    leading_size(jax.tree_util.tree_leaves(grads), "grads")
     return _clip_impl(grads, jnp.asarray(clip_norm, jnp.float32))
 
 
@@ -264,69 +266,3 @@ def _clip_impl(grads: Any, clip_norm: jax.Array) -> tuple[Any, jax.Array]:
         return jnp.where(ok, leaf.astype(jnp.float32) * s, jnp.zeros((), jnp.float32))
 
     return jax.tree_util.tree_map(clip_leaf, grads), norms
-
-
-def noisy_clipped_sum(
-    key: Any,
-    clipped: Any,
-    mask: Any,
-    *,
-    clip_norm: float,
-    noise_multiplier: float,
-) -> Any:
-    """Sum of clipped per-example values over ``mask`` plus Gaussian noise.
-
-    ``sum_{i: mask_i} g_i + N(0, (sigma C)^2 I)`` per leaf (Abadi et al. 2016,
-    Alg. 1 "add noise"; DP-KIP Alg. 1 step 7): the masked sum, then one ``update``
-    of `privkernels.privacy.dpsgd.dpsgd_noise` (the one DP-SGD noise path) with
-    ``key`` bound to ``params_digest("noisy_clipped_sum", clip_norm, noise_multiplier)``,
-    so two parameter settings never share a draw from one key. Padding rows
-    (``mask == False``) are excluded with ``where`` (so even NaN padding cannot leak
-    in). The caller guarantees each ``g_i`` has global norm ``<= C`` (use
-    `clip_per_example`); that is the sensitivity this noise covers.
-
-    Args:
-      key: JAX PRNG key (may be traced).
-      clipped: pytree of ``(b, ...)`` arrays.
-      mask: (b,) bool (or 0/1) array: which rows are real sampled examples.
-      clip_norm: C > 0, a concrete number (it is hashed into the key's digest).
-      noise_multiplier: sigma > 0, a concrete number (noise std = sigma * C).
-
-    Returns:
-      Pytree like ``clipped`` with the leading axis summed out, float32 leaves (the sum
-      and the noise are formed in float32 whatever the input dtype).
-    """
-    from privkernels.privacy.keys import params_digest
-
-    key = check_key(key)
-    if not (_is_concrete(clip_norm) and _is_concrete(noise_multiplier)):
-        raise TypeError("clip_norm and noise_multiplier must be concrete numbers (not traced)")
-    clip_norm = check_clip_norm(clip_norm)
-    noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
-    leaves = jax.tree_util.tree_leaves(clipped)
-    b = _leading_size(leaves, "clipped")
-    mask = jnp.asarray(mask)
-    if mask.shape != (b,):
-        raise ValueError(f"mask must have shape ({b},) to match clipped, got {tuple(mask.shape)}")
-    std = jnp.asarray(noise_multiplier, jnp.float32) * jnp.asarray(clip_norm, jnp.float32)
-    digest = params_digest(
-        "noisy_clipped_sum", clip_norm=clip_norm, noise_multiplier=noise_multiplier
-    )
-    return _noisy_sum_impl(key, clipped, mask, std, jnp.asarray(digest, jnp.uint32))
-
-
-@jax.jit
-def _noisy_sum_impl(
-    key: Any, clipped: Any, mask: jax.Array, std: jax.Array, digest: jax.Array
-) -> Any:
-    from privkernels.privacy.dpsgd import DPSGDNoiseState, dpsgd_noise
-
-    keep = mask.astype(bool)
-
-    def masked_sum(leaf: jax.Array) -> jax.Array:
-        shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
-        values = leaf.astype(jnp.float32)
-        return jnp.sum(jnp.where(jnp.reshape(keep, shape), values, 0.0), axis=0)
-
-    total = jax.tree_util.tree_map(masked_sum, clipped)
-    return dpsgd_noise(std, digest).update(total, DPSGDNoiseState(key))[0]

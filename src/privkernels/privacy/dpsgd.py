@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from privkernels._validation import check_int
+from privkernels._validation import check_int, check_key, check_positive
 from privkernels.privacy.accounting import (
     check_relation,
     check_sampling_rate,
@@ -29,11 +29,11 @@ from privkernels.privacy.accounting import (
     dpsgd_record,
 )
 from privkernels.privacy.budget import Budget
-from privkernels.privacy.clipping import check_clip_norm
+from privkernels.privacy.clipping import check_clip_norm, leading_size
 from privkernels.privacy.keys import fold_digest, params_digest
 from privkernels.privacy.report import MechanismRecord
 
-__all__ = ["DPSGDNoiseState", "DPSGDPlan", "dpsgd_noise", "dpsgd_plan"]
+__all__ = ["DPSGDNoiseState", "DPSGDPlan", "dpsgd_noise", "dpsgd_plan", "noisy_clipped_sum"]
 
 #: Folded into a state's key to give the next state's key (never a key that drew noise).
 NEXT_KEY_TAG = 0x4E455854
@@ -234,3 +234,65 @@ def dpsgd_plan(
         **({} if variant is None else {"variant": str(variant)}),
     )
     return DPSGDPlan(budget.epsilon, budget.delta, sigma, c, q, t, rel, accountant, digest)
+
+
+def noisy_clipped_sum(
+    key: Any,
+    clipped: Any,
+    mask: Any,
+    *,
+    clip_norm: float,
+    noise_multiplier: float,
+) -> Any:
+    """Sum of clipped per-example values over ``mask`` plus Gaussian noise.
+
+    ``sum_{i: mask_i} g_i + N(0, (sigma C)^2 I)`` per leaf (Abadi et al. 2016,
+    Alg. 1 "add noise"; DP-KIP Alg. 1 step 7): the masked sum, then one ``update``
+    of `privkernels.privacy.dpsgd.dpsgd_noise` (the one DP-SGD noise path) with
+    ``key`` bound to ``params_digest("noisy_clipped_sum", clip_norm, noise_multiplier)``,
+    so two parameter settings never share a draw from one key. Padding rows
+    (``mask == False``) are excluded with ``where`` (so even NaN padding cannot leak
+    in). The caller guarantees each ``g_i`` has global norm ``<= C`` (use
+    `clip_per_example`); that is the sensitivity this noise covers.
+
+    Args:
+      key: JAX PRNG key (may be traced).
+      clipped: pytree of ``(b, ...)`` arrays.
+      mask: (b,) bool (or 0/1) array: which rows are real sampled examples.
+      clip_norm: C > 0, a concrete number (it is hashed into the key's digest).
+      noise_multiplier: sigma > 0, a concrete number (noise std = sigma * C).
+
+    Returns:
+      Pytree like ``clipped`` with the leading axis summed out, float32 leaves (the sum
+      and the noise are formed in float32 whatever the input dtype).
+    """
+    key = check_key(key)
+    if isinstance(clip_norm, jax.core.Tracer) or isinstance(noise_multiplier, jax.core.Tracer):
+        raise TypeError("clip_norm and noise_multiplier must be concrete numbers (not traced)")
+    clip_norm = check_clip_norm(clip_norm)
+    noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
+    leaves = jax.tree_util.tree_leaves(clipped)
+    b = leading_size(leaves, "clipped")
+    mask = jnp.asarray(mask)
+    if mask.shape != (b,):
+        raise ValueError(f"mask must have shape ({b},) to match clipped, got {tuple(mask.shape)}")
+    std = jnp.asarray(noise_multiplier, jnp.float32) * jnp.asarray(clip_norm, jnp.float32)
+    digest = params_digest(
+        "noisy_clipped_sum", clip_norm=clip_norm, noise_multiplier=noise_multiplier
+    )
+    return _noisy_sum_impl(key, clipped, mask, std, jnp.asarray(digest, jnp.uint32))
+
+
+@jax.jit
+def _noisy_sum_impl(
+    key: Any, clipped: Any, mask: jax.Array, std: jax.Array, digest: jax.Array
+) -> Any:
+    keep = mask.astype(bool)
+
+    def masked_sum(leaf: jax.Array) -> jax.Array:
+        shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
+        values = leaf.astype(jnp.float32)
+        return jnp.sum(jnp.where(jnp.reshape(keep, shape), values, 0.0), axis=0)
+
+    total = jax.tree_util.tree_map(masked_sum, clipped)
+    return dpsgd_noise(std, digest).update(total, DPSGDNoiseState(key))[0]

@@ -500,32 +500,35 @@ def gaussian_sampling_mechanism(
         non-numeric ``K`` or a bad key. All before any noise is drawn.
     """
     key, _ = release_key(key)  # warns on a key made from a small int
+    kmat, k, shift = _gsm_inputs(K, k, shift)
+    rtol = check_positive(symmetry_rtol, "symmetry_rtol")
+    prtol = check_positive(psd_rtol, "psd_rtol")
+    eps, dlt = check_epsilon(epsilon), check_delta(delta)
+    scale_a, asym_a = _gsm_input_stats(kmat)
+    scale, asym = float(scale_a), float(asym_a)
+    if asym > rtol * scale:  # no value of K in the message: K is private
+        raise ValueError("K must be symmetric: max|K - K^T| exceeds symmetry_rtol * max|K|")
+    noise_key = mechanism_key(
+        key, "gaussian_sampling", epsilon=eps, delta=dlt, shift=shift, k=k,
+        n=int(kmat.shape[0]), dtype=str(kmat.dtype),
+    )  # fmt: skip
+    return _gsm(noise_key, kmat, k, prtol * kmat.shape[0] * scale)
+
+
+def _gsm_inputs(K: Any, k: Any, shift: Any) -> tuple[jax.Array, int, float]:
+    """``(K + shift I`` in its release dtype ``, k, shift)``, checked (nothing drawn)."""
     arr = check_array(K, "K", ndim=2)
     if arr.shape[0] != arr.shape[1]:
         raise ValueError(f"K must be a square matrix, got shape {tuple(arr.shape)}")
     k = check_int(k, "k", minimum=1)
     if k >= 2**31:
         raise ValueError(f"k must be < 2**31, got {k}")
-    rtol = check_positive(symmetry_rtol, "symmetry_rtol")
-    prtol = check_positive(psd_rtol, "psd_rtol")
-    eps, dlt = check_epsilon(epsilon), check_delta(delta)
     shift = check_nonnegative(shift, "shift")
     kmat = jnp.asarray(arr, _release_dtype(arr.dtype))
     if shift > 0:
         idx = jnp.arange(kmat.shape[0])
         kmat = kmat.at[idx, idx].add(jnp.asarray(shift, kmat.dtype))
-    scale_a, asym_a = _gsm_input_stats(kmat)
-    scale, asym = float(scale_a), float(asym_a)
-    if asym > rtol * scale:
-        raise ValueError(
-            f"K must be symmetric: max|K - K^T| = {asym:.3g} exceeds "
-            f"symmetry_rtol * max|K| = {rtol * scale:.3g}"
-        )
-    noise_key = mechanism_key(
-        key, "gaussian_sampling", epsilon=eps, delta=dlt, shift=shift, k=k,
-        n=int(kmat.shape[0]), dtype=str(kmat.dtype),
-    )  # fmt: skip
-    return _gsm(noise_key, kmat, k, prtol * kmat.shape[0] * scale)
+    return kmat, k, shift
 
 
 def gaussian_sampling_record(
