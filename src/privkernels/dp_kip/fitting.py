@@ -23,8 +23,8 @@ from privkernels._batching import map_row_chunks
 from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
     check_array,
+    check_bool,
     check_int,
-    check_key,
     check_labels,
     infer_n_classes,
 )
@@ -60,7 +60,7 @@ from privkernels.options import RunOptions, run_options
 from privkernels.privacy.accounting import DPSGD_RELATIONS, check_sampling_rate
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.dpsgd import DPSGDPlan, dpsgd_plan
-from privkernels.privacy.keys import release_key
+from privkernels.privacy.keys import public_key_of, release_key
 from privkernels.privacy.report import (
     PrivacyReport,
     check_neighbouring,
@@ -203,7 +203,7 @@ def _run_keys(key: jax.Array, public_key: Any) -> RunKeys:
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
     k_support = k_init  # the Gaussian start (the DP-NTK start draws its noise from k_init)
     if public_key is not None:
-        k_support, k_corrupt, k_kernel = jax.random.split(check_key(public_key, "public_key"), 3)
+        k_support, k_corrupt, k_kernel = jax.random.split(public_key_of(public_key, key), 3)
     return RunKeys(k_init, k_support, k_corrupt, k_kernel, k_train, key, public_key)
 
 
@@ -433,6 +433,7 @@ def _prepare(
         raise ValueError(f"n_classes must be >= 2, got {n_classes}")
     y = check_labels(y, n_classes, "y", n_rows=n)
     check_int(eval_every, "eval_every", minimum=1)
+    check_bool(diagnostics, "diagnostics")
     if max_steps is not None:
         check_int(max_steps, "max_steps", minimum=1)
     chunk = 128 if opts.chunk_size is None else opts.chunk_size
@@ -484,8 +485,17 @@ def plan_run(
     apart), the settings resolved, the plan calibrated to the DP-SGD share."""
     if s.kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {s.kernel!r}")
+    check_int(n_classes, "n_classes", minimum=2)
+    if s.optimizer is not None and not all(
+        callable(getattr(s.optimizer, f, None)) for f in ("init", "update")
+    ):
+        raise TypeError("optimizer must be an optax GradientTransformation (init and update)")
     budget, start_budget = as_budget(s.epsilon, s.delta), None
     dp_init = as_dp_ntk_init(s.init)
+    if dp_init is not None and len(tuple(input_shape)) not in (1, 2, 3):
+        raise ValueError(
+            f"init='dp_ntk' needs inputs of shape (d,), (H, W) or (H, W, C), got {input_shape}"
+        )
     if dp_init is not None:  # DP-NTK is released under the same relation (one report)
         budget, start_budget = split_budget(budget, dp_init)
     resolved = resolve(s, int(n), budget is not None)

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from privkernels import features
+from privkernels._validation import check_int, check_nonnegative, check_positive
 from privkernels.features.scatternet import check_group_norm, num_scattering_maps
 
 __all__ = ["KERNELS", "KernelSpec", "make_kernel"]
@@ -82,12 +83,22 @@ def make_kernel(
     return _entk_kernel(opts, input_shape, n_classes, key, params)
 
 
+def _int_option(value: Any, name: str) -> int:
+    """An integer kernel option ``>= 1`` (a float with an integer value is taken as one)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return check_int(value, name, minimum=1)
+
+
 def _fc_ntk_kernel(opts: dict[str, Any], input_shape: tuple[int, ...]) -> KernelSpec:
     """The infinite-width FC-NTK (closed form on flattened inputs, and from their Gram)."""
     full = {**_FC_NTK_DEFAULTS, **opts}
     unknown = set(full) - {"depth", "W_std", "b_std"}
     if unknown:
         raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
+    _int_option(full["depth"], "kernel_options['depth']")  # values checked before any
+    check_positive(full["W_std"], "kernel_options['W_std']")  # release (a DP-NTK start)
+    check_nonnegative(full["b_std"], "kernel_options['b_std']")
 
     def kfn(a: jax.Array, b: jax.Array | None, same: bool | None = None) -> jax.Array:
         return features.fc_ntk_kernel(
@@ -126,7 +137,8 @@ def _scatternet_kernel(opts: dict[str, Any], input_shape: tuple[int, ...]) -> Ke
         raise ValueError(
             f"scatternet needs images (h, w) or (h, w, 3), got input shape {input_shape}"
         )
-    J, L = int(full["J"]), int(full["L"])
+    J = _int_option(full["J"], "kernel_options['J']")  # checked before any release
+    L = _int_option(full["L"], "kernel_options['L']")
 
     if full["group_norm"] == "auto":  # 27 groups of 3 for the default J=2, L=8
         n_maps = num_scattering_maps(J, L)

@@ -21,7 +21,6 @@ from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
     check_in_range,
     check_int,
-    check_key,
     check_positive,
     infer_n_classes,
 )
@@ -49,7 +48,7 @@ from privkernels.dp_ntk.train import (
 from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
 from privkernels.options import run_options
 from privkernels.privacy.budget import Budget, as_budget
-from privkernels.privacy.keys import release_key
+from privkernels.privacy.keys import public_key_of, release_key
 from privkernels.privacy.report import PrivacyReport, check_neighbouring, compose, with_notes
 
 __all__ = ["fit", "fit_keys", "FitKeys", "default_generator", "CHECKPOINT_FORMAT"]
@@ -201,7 +200,7 @@ def fit_keys(key: jax.Array, public_key: jax.Array | None = None) -> FitKeys:
     k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
     k_ntk = embedding_keys(k_emb).params
     if public_key is not None:  # data-independent draws from their own stream
-        k_ntk, k_gen, k_train = jax.random.split(check_key(public_key, "public_key"), 3)
+        k_ntk, k_gen, k_train = jax.random.split(public_key_of(public_key, key), 3)
     return FitKeys(k_emb, k_lab, k_ntk, k_gen, k_train)
 
 

@@ -19,7 +19,6 @@ from privkernels._validation import (
     check_bool,
     check_fraction,
     check_int,
-    check_key,
     check_labels,
     check_nonnegative,
     check_positive,
@@ -45,7 +44,7 @@ from privkernels.dp_ntk_regression.settings import BETA_CLOSE_ONLY, Settings, re
 from privkernels.linalg import ridge_solve
 from privkernels.options import RunOptions, run_options
 from privkernels.privacy.budget import Budget, as_budget
-from privkernels.privacy.keys import release_key
+from privkernels.privacy.keys import public_key_of, release_key
 from privkernels.privacy.release import gaussian_sampling_release, truncated_laplace_release
 from privkernels.privacy.report import (
     BETA_CLOSE,
@@ -202,7 +201,7 @@ def _fit_beta_close(
     with x64(dt == jnp.float64):
         k_w, k_alpha, k_x = jax.random.split(key, 3)
         if inp.public_key is not None:
-            k_w = check_key(inp.public_key, "public_key")
+            k_w = public_key_of(inp.public_key, key)
         # Data-independent weights first: the fixed-weights sensitivity bound needs them.
         weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
         plan = None if budget is None else _plan(cfg, budget, n, weights, s.allow_unproven)
@@ -253,7 +252,7 @@ def _fit_replace_one(
     d_in = d + int(cfg.fit_intercept)
     k_w, k_s, k_noise = jax.random.split(key, 3)
     if inp.public_key is not None:
-        k_w, k_s = jax.random.split(check_key(inp.public_key, "public_key"))
+        k_w, k_s = jax.random.split(public_key_of(inp.public_key, key))
     weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std)
     sketch = r1.draw_sketch(k_s, d_in, cfg.width, features, jnp.float32)
     xp = input_map(jnp.asarray(np.asarray(x_arr, np.float32).reshape(n, d)), cfg.input_bound,
@@ -648,6 +647,10 @@ def _resume(path: Path | None, x: Any, y: Any, s: Settings) -> DPNTKRegressionMo
         raise ValueError(
             "resume=True returns the saved model and never reads data: pass x=None, y=None"
         )
+    if s.neighbouring == REPLACE_ONE:  # as a fresh replace-one fit refuses them
+        refuse_unused(s, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
+    if s.epsilon is not None and s.delta is None:
+        raise ValueError("delta is required when epsilon is given")
     model = load(path)
     if model.report.private != (s.epsilon is not None) or (
         s.epsilon is not None

@@ -30,7 +30,7 @@ from privkernels.dp_ntk_regression.replace_one import ssp_features, ssp_sensitiv
 from privkernels.dp_ntk_regression.sensitivity import sensitivity_bound
 from privkernels.precision import full_precision
 from privkernels.privacy.budget import Budget
-from privkernels.privacy.relations import REPLACE_ONE
+from privkernels.privacy.relations import BETA_CLOSE, REPLACE_ONE, check_neighbouring
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
@@ -175,6 +175,7 @@ def check_records(
       release of X~ (sensitivity ``sqrt(d) beta`` for the stored X~), each with its share
       of the budget.
     """
+    check_neighbouring(config.neighbouring, (BETA_CLOSE, REPLACE_ONE))  # what fit releases
     if not report.private:
         return
     if report.neighbouring != config.neighbouring:

@@ -1,18 +1,12 @@
-"""Per-example clipping and the noisy clipped sum of DP-SGD (Abadi et al. 2016).
+"""Per-example clipping for DP-SGD (Abadi et al. 2016) and the norms it rests on.
 
-``clip_per_example`` bounds each example's contribution to L2 norm ``C``;
-``noisy_clipped_sum`` sums the clipped contributions of the sampled (unmasked)
-examples and adds ``N(0, (sigma C)^2)`` per coordinate through
-`privkernels.privacy.dpsgd.dpsgd_noise` -- one step of the
-Poisson-subsampled Gaussian mechanism that
-`dpsgd_noise_multiplier` accounts for
-(add/remove relation: adding or removing one example moves the sum by at most
-``C`` in L2).
+``clip_per_example`` bounds each example's contribution to L2 norm ``C`` (float32 norms
+from short summation chains, `privkernels._numerics`); the noisy sum of the clipped
+contributions is `privkernels.privacy.dpsgd.noisy_clipped_sum`, through the one DP-SGD
+noise transform.
 
-Both functions are jit/vmap friendly (no Python control flow on values);
-argument checks on concrete Python numbers happen at trace time.
-``noisy_clipped_sum`` needs concrete ``clip_norm`` and ``noise_multiplier``: they
-are hashed into its noise key's digest.
+Every function is jit/vmap friendly (no Python control flow on values); argument checks
+on concrete Python numbers happen at trace time.
 """
 
 from __future__ import annotations

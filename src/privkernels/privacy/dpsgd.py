@@ -9,14 +9,18 @@ the clipped sum (DP-KIP Alg. 1 step 7); the method's ``fit`` calls
 `DPSGDPlan.record` with the steps actually taken.
 The sampler must be `privkernels.privacy.poisson_batch` at
 ``plan.sampling_rate`` (never truncated): that is what the accountant assumes.
+`noisy_clipped_sum` is one such step on a masked batch of clipped contributions
+(the audit's DP-SGD step), through the same transform.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from privkernels._validation import check_int, check_key, check_positive
@@ -75,6 +79,8 @@ def dpsgd_noise(noise_std: Any, digest: Any, key: Any = None) -> optax.GradientT
       the shapes of ``summed`` (whatever their dtype: float32 leaves keep their bits).
     """
 
+    _check_noise_args(noise_std, digest)
+
     def init(params: Any) -> DPSGDNoiseState:
         del params
         if key is None:
@@ -89,6 +95,18 @@ def dpsgd_noise(noise_std: Any, digest: Any, key: Any = None) -> optax.GradientT
         return noisy, DPSGDNoiseState(jax.random.fold_in(state.key, NEXT_KEY_TAG))
 
     return optax.GradientTransformation(init, update)
+
+
+def _check_noise_args(noise_std: Any, digest: Any) -> None:
+    """Concrete arguments of `dpsgd_noise` checked at build time (traced ones are the
+    compiled step's, built from a checked plan): a finite ``noise_std > 0``, a digest of
+    two words."""
+    if not isinstance(noise_std, jax.core.Tracer):
+        std = float(noise_std)
+        if not (math.isfinite(std) and std > 0):
+            raise ValueError(f"noise_std must be finite and > 0, got {std!r}")
+    if not isinstance(digest, jax.core.Tracer) and np.shape(digest) != (2,):
+        raise ValueError(f"digest must be two uint32 words, got shape {np.shape(digest)}")
 
 
 def _add_noise(key: Any, summed: Any, noise_std: Any) -> Any:
@@ -276,6 +294,8 @@ def noisy_clipped_sum(
     mask = jnp.asarray(mask)
     if mask.shape != (b,):
         raise ValueError(f"mask must have shape ({b},) to match clipped, got {tuple(mask.shape)}")
+    if not isinstance(mask, jax.core.Tracer) and not bool(jnp.all((mask == 0) | (mask == 1))):
+        raise ValueError("mask must be boolean, or hold only 0 and 1")
     std = jnp.asarray(noise_multiplier, jnp.float32) * jnp.asarray(clip_norm, jnp.float32)
     digest = params_digest(
         "noisy_clipped_sum", clip_norm=clip_norm, noise_multiplier=noise_multiplier
@@ -287,7 +307,7 @@ def noisy_clipped_sum(
 def _noisy_sum_impl(
     key: Any, clipped: Any, mask: jax.Array, std: jax.Array, digest: jax.Array
 ) -> Any:
-    keep = mask.astype(bool)
+    keep = mask == 1  # a traced mask's other values count as not sampled
 
     def masked_sum(leaf: jax.Array) -> jax.Array:
         shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)

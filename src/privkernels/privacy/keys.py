@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from privkernels._validation import check_key
@@ -37,6 +38,7 @@ __all__ = [
     "looks_seeded",
     "mechanism_key",
     "params_digest",
+    "public_key_of",
     "release_key",
     "sample_key",
     "sampling_key",
@@ -232,3 +234,26 @@ def sample_key(seed: Any) -> Any:
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return jax.random.key(int(seed))
     return seed
+
+
+def _key_bits(key: Any) -> np.ndarray:
+    """The raw bits of a typed or raw (uint32) key."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(key))
+    return np.asarray(key)
+
+
+def public_key_of(public_key: Any, key: Any) -> Any:
+    """``public_key`` checked as the key of a fit's data-independent draws: a JAX key, and
+    not the release key itself (its draws would then be siblings of the noise keys).
+
+    A key split off ``key`` cannot be recognised here; pass a fresh key
+    (`fresh_key`), as the methods' docstrings say.
+    """
+    public_key = check_key(public_key, "public_key")
+    if np.array_equal(_key_bits(public_key), _key_bits(key)):
+        raise ValueError(
+            "public_key is the release key itself: pass an independent key "
+            "(privkernels.fresh_key()) or None"
+        )
+    return public_key

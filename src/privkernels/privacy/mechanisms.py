@@ -405,8 +405,8 @@ def _psd_factor(kmat: jax.Array, psd_tol: float) -> tuple[jax.Array, str]:
     lam_min = float(lam_min)
     if not lam_min >= -psd_tol:  # also catches NaN
         raise ValueError(
-            "K must be positive semi-definite: its smallest eigenvalue is "
-            f"{lam_min:.4g} < -{psd_tol:.3g} (= -psd_rtol * n * max|K|); the Gaussian "
+            "K must be positive semi-definite: its smallest eigenvalue is below "
+            "-psd_rtol * n * max|K| (no value of K is named: K is private); the Gaussian "
             "sampling mechanism needs a covariance matrix and its privacy analysis assumes K PSD"
         )
     return lfac, "eigh"

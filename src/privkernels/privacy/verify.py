@@ -34,6 +34,7 @@ from privkernels.privacy.accounting import (
     repeat_and_select_epsilon,
     tlap_bound,
 )
+from privkernels.privacy.relations import BETA_CLOSE
 
 if TYPE_CHECKING:
     from privkernels.privacy.record import MechanismRecord
@@ -77,7 +78,18 @@ def _gaussian(record: MechanismRecord, relation: str) -> float:
     return gaussian_epsilon(sigma, record.delta)
 
 
+def _beta_close_only(record: MechanismRecord, relation: str) -> None:
+    """The truncated Laplace and Gaussian sampling releases are accounted under beta-close
+    (Gu et al., Def. 4.1) only: a file that names another relation for them is refused."""
+    if relation != BETA_CLOSE:
+        raise ValueError(
+            f"record {record.name!r} is accounted under beta-close only; the report claims "
+            f"{relation!r}"
+        )
+
+
 def _truncated_laplace(record: MechanismRecord, relation: str) -> float:
+    _beta_close_only(record, relation)
     p = record.param_dict
     sens, scale = _sens(record), _num(p, "scale", record)
     if not scale > 0:
@@ -88,6 +100,7 @@ def _truncated_laplace(record: MechanismRecord, relation: str) -> float:
 
 
 def _gaussian_sampling(record: MechanismRecord, relation: str) -> float:
+    _beta_close_only(record, relation)
     k = _num(record.param_dict, "k", record)
     if k != int(k) or k < 1:
         raise ValueError(f"record {record.name!r}: k must be an integer >= 1")
