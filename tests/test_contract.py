@@ -65,13 +65,14 @@ def test_fit_signature_is_shared(name):
 
 
 def test_shared_keywords_are_the_protocols():
-    """`SHARED_KEYWORDS` is `MethodFit`'s keyword-only part, defaults included."""
+    """`SHARED_KEYWORDS` is `MethodFit`'s keyword-only part with defaults; ``epsilon`` is
+    required, and the contract's defaults are standard DP with fresh public keys."""
     params = inspect.signature(MethodFit.__call__).parameters
-    keyword_only = {
-        k: p.default for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
-    assert keyword_only.pop("epsilon") is inspect.Parameter.empty
-    assert keyword_only == SHARED_KEYWORDS
+    assert params["epsilon"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["epsilon"].default is inspect.Parameter.empty
+    assert "epsilon" not in SHARED_KEYWORDS
+    assert SHARED_KEYWORDS["neighbouring"] == "replace-one"
+    assert SHARED_KEYWORDS["public_key"] is None and SHARED_KEYWORDS["delta"] == 1e-5
     assert list(params)[1:4] == ["key", "x", "y"]
 
 

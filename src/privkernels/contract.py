@@ -10,6 +10,7 @@ from these protocols.
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -56,16 +57,12 @@ class MethodFit(Protocol):
     ) -> Release: ...
 
 
-#: The keyword-only arguments of `MethodFit` with their defaults (``epsilon``: required).
+#: The keyword-only arguments of `MethodFit` with their defaults (``epsilon``: required,
+#: left out), read from its signature.
 SHARED_KEYWORDS: dict[str, Any] = {
-    "delta": 1e-5,
-    "n_classes": None,
-    "mesh": None,
-    "checkpoint_path": None,
-    "resume": False,
-    "progress": True,
-    "neighbouring": "replace-one",
-    "public_key": None,
+    name: p.default
+    for name, p in inspect.signature(MethodFit.__call__).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not inspect.Parameter.empty
 }
 
 if TYPE_CHECKING:  # the type checker holds each method's fit to the contract

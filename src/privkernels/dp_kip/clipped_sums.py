@@ -38,6 +38,7 @@ from privkernels.precision import full_precision
 from privkernels.privacy.clipping import (
     clip_per_example,
     masked_clip_factors,
+    masked_sum,
     rounding_bound,
     rounding_error,
     safe_norms,
@@ -425,12 +426,7 @@ def _explicit_sum(
     g = {**g, "x": g["x"] * (1.0 - grad_mask)[None]}  # frozen pixels excluded before clipping
     clipped, norms = clip_per_example(g, clip_norm)
     keep = (mask > 0) & jnp.isfinite(norms)
-
-    def masked_sum(leaf: jax.Array) -> jax.Array:
-        shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
-        return jnp.sum(jnp.where(keep.reshape(shape), leaf, 0.0), axis=0)
-
-    summed = jax.tree_util.tree_map(masked_sum, clipped)
+    summed = masked_sum(clipped, keep)  # clipped leaves are float32 already
     n_clipped = jnp.sum(keep * (norms > clip_norm))
     return summed, jnp.sum(jnp.where(keep, losses, 0.0)), n_clipped
 

@@ -75,6 +75,10 @@ __all__ = ["fit", "configure", "plan_run", "Settings", "KERNEL_DEFAULTS", "DEFAU
 
 CHECKPOINT_FORMAT = "privkernels.dp_kip.checkpoint/1"
 
+#: target examples per chunk inside a step when ``chunk_size`` is not given
+DEFAULT_CHUNK_SIZE = 128
+
+
 #: With ``progress=True`` an epoch runs as this many compiled segments, so the bar
 #: moves within an epoch (a handful of host syncs per epoch; no result changes).
 PROGRESS_UPDATES = 10
@@ -109,7 +113,7 @@ def fit(
     kernel_options: Mapping[str, Any] | None = None,
     learn_labels: bool = False,
     optimizer: Any = None,
-    chunk_size: int = 128,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     grad_method: Literal["auto", "adjoint", "vmap"] = "auto",
     x_test: Any = None,
     y_test: Any = None,
@@ -242,7 +246,7 @@ def _run(
         cfg, spec, run.plan, run.optimizer, n=run.n,
         min_pad=padded_batch_length(
             planning_size(cfg.n, cfg.batch_size, cfg.sampling_rate), cfg.sampling_rate,
-            128 if opts.chunk_size is None else opts.chunk_size,
+            _chunk(opts),
         )[1],
         cacheable=cfg.kernel != "entk" and not cfg.custom_optimizer, mesh=opts.mesh,
         targets=targets,
@@ -288,15 +292,11 @@ def target_rows(spec: KernelSpec, cfg: DPKIPConfig, mesh: Any, steps: int, held:
 def _check_before_release(run: Prepared) -> None:
     """Checks the DP-NTK start must pass before its release (nothing random is drawn).
 
-    The optimizer is traced on a zero support (``jax.eval_shape``) and the input rank must
-    suit DP-NTK's default generators. A resumed checkpoint is checked against this call by
+    The optimizer is traced on a zero support (``jax.eval_shape``) and standardised
+    samples need two entries (`plan_run` checked the input rank). A resumed checkpoint is checked against this call by
     `_read_checkpoint` and `_saved_start_report`, also before any release.
     """
-    cfg = run.config
-    if len(cfg.input_shape) not in (1, 2, 3):
-        raise ValueError(
-            f"init='dp_ntk' needs inputs of shape (d,), (H, W) or (H, W, C), got {cfg.input_shape}"
-        )
+    cfg = run.config  # the input rank was checked by plan_run
     if (
         run.dp_init is not None
         and run.dp_init.data_range == STANDARDIZED
@@ -436,8 +436,7 @@ def _prepare(
     check_bool(diagnostics, "diagnostics")
     if max_steps is not None:
         check_int(max_steps, "max_steps", minimum=1)
-    chunk = 128 if opts.chunk_size is None else opts.chunk_size
-    rp = plan_run(s, n=n, input_shape=input_shape, n_classes=n_classes, chunk_size=chunk)
+    rp = plan_run(s, n=n, input_shape=input_shape, n_classes=n_classes, chunk_size=_chunk(opts))
     checked_test = _check_test(*test, input_shape, n_classes)
     if diagnostics and rp.plan is not None:
         warn_privacy_leak(
@@ -449,12 +448,16 @@ def _prepare(
                     as_dp_ntk_init(s.init), rp.start_budget)  # fmt: skip
 
 
+def _chunk(opts: RunOptions) -> int:
+    return DEFAULT_CHUNK_SIZE if opts.chunk_size is None else opts.chunk_size
+
+
 def configure(
     *,
     n: int,
     input_shape: tuple[int, ...],
     n_classes: int,
-    chunk_size: int = 128,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     **settings: Any,
 ) -> tuple[DPKIPConfig, DPSGDPlan | None, Any]:
     """The validated ``(config, DP-SGD plan, optax optimizer)`` of a run, without data.
@@ -483,9 +486,7 @@ def plan_run(
 ) -> RunPlan:
     """`configure` on typed `Settings`: the budget split once (the DP-NTK start's share
     apart), the settings resolved, the plan calibrated to the DP-SGD share."""
-    if s.kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {s.kernel!r}")
-    check_int(n_classes, "n_classes", minimum=2)
+    check_int(n_classes, "n_classes", minimum=2)  # the kernel's name: `resolve`'s check
     if s.optimizer is not None and not all(
         callable(getattr(s.optimizer, f, None)) for f in ("init", "update")
     ):

@@ -232,7 +232,7 @@ def _fit_replace_one(
     key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
 ) -> DPNTKRegressionModel:
     """Sufficient-statistics perturbation (`replace_one` module): validate, features, release, solve."""
-    refuse_unused(s, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
+    _refuse_beta_close_settings(s)
     x_arr = check_array(inp.x, "x", finite=True)
     if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
@@ -316,6 +316,11 @@ def _fit_kernel_mean(
 #: Smallest ``reg`` of a replace-one fit: with ``ridge_factor=0`` it is the whole ridge of
 #: the float32 solve, so ``1 / ridge <= 1e8`` keeps the solution finite (checked before noise).
 REPLACE_ONE_MIN_REG = 1e-8
+
+
+def _refuse_beta_close_settings(s: Settings) -> None:
+    """A replace-one fit (or resume) takes none of the beta-close mechanism's settings."""
+    refuse_unused(s, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
 
 
 def _replace_one_config(s: Settings, opts: RunOptions, n_classes: int | None, target_ndim: int,
@@ -648,7 +653,7 @@ def _resume(path: Path | None, x: Any, y: Any, s: Settings) -> DPNTKRegressionMo
             "resume=True returns the saved model and never reads data: pass x=None, y=None"
         )
     if s.neighbouring == REPLACE_ONE:  # as a fresh replace-one fit refuses them
-        refuse_unused(s, BETA_CLOSE_ONLY, "neighbouring='replace-one' (a beta-close parameter)")
+        _refuse_beta_close_settings(s)
     if s.epsilon is not None and s.delta is None:
         raise ValueError("delta is required when epsilon is given")
     model = load(path)

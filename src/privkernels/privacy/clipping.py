@@ -28,6 +28,7 @@ __all__ = [
     "clip_per_example",
     "leading_size",
     "masked_clip_factors",
+    "masked_sum",
     "per_example_norms",
     "rounding_bound",
     "rounding_error",
@@ -260,3 +261,18 @@ def _clip_impl(grads: Any, clip_norm: jax.Array) -> tuple[Any, jax.Array]:
         return jnp.where(ok, leaf.astype(jnp.float32) * s, jnp.zeros((), jnp.float32))
 
     return jax.tree_util.tree_map(clip_leaf, grads), norms
+
+
+def masked_sum(tree: Any, keep: jax.Array) -> Any:
+    """``sum_{i: keep_i} x_i`` over the leading (example) axis of every leaf, in float32.
+
+    ``tree``: pytree of ``(b, ...)`` arrays; ``keep``: ``(b,)`` bool. Rows not kept are
+    excluded with ``where``, so even NaN in a padding row cannot leak into the sum.
+    """
+
+    def one(leaf: jax.Array) -> jax.Array:
+        shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
+        values = leaf.astype(jnp.float32)
+        return jnp.sum(jnp.where(jnp.reshape(keep, shape), values, 0.0), axis=0)
+
+    return jax.tree_util.tree_map(one, tree)

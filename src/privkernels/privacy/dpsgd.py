@@ -33,7 +33,7 @@ from privkernels.privacy.accounting import (
     dpsgd_record,
 )
 from privkernels.privacy.budget import Budget
-from privkernels.privacy.clipping import check_clip_norm, leading_size
+from privkernels.privacy.clipping import check_clip_norm, leading_size, masked_sum
 from privkernels.privacy.keys import fold_digest, params_digest
 from privkernels.privacy.report import MechanismRecord
 
@@ -307,12 +307,5 @@ def noisy_clipped_sum(
 def _noisy_sum_impl(
     key: Any, clipped: Any, mask: jax.Array, std: jax.Array, digest: jax.Array
 ) -> Any:
-    keep = mask == 1  # a traced mask's other values count as not sampled
-
-    def masked_sum(leaf: jax.Array) -> jax.Array:
-        shape = (leaf.shape[0],) + (1,) * (leaf.ndim - 1)
-        values = leaf.astype(jnp.float32)
-        return jnp.sum(jnp.where(jnp.reshape(keep, shape), values, 0.0), axis=0)
-
-    total = jax.tree_util.tree_map(masked_sum, clipped)
+    total = masked_sum(clipped, mask == 1)  # a traced mask's other values: not sampled
     return dpsgd_noise(std, digest).update(total, DPSGDNoiseState(key))[0]

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from privkernels._validation import check_key
@@ -130,7 +129,7 @@ def looks_seeded(key: Any) -> bool:
     """
     try:
         typed = _typed(key)
-        data = np.asarray(jax.random.key_data(key) if typed else key)
+        data = _key_bits(key)
         if data.dtype != np.uint32 or data.ndim != 1 or data.size < 2:
             return False
         impl = jax.random.key_impl(key) if typed else "threefry2x32"
@@ -143,6 +142,11 @@ def looks_seeded(key: Any) -> bool:
 
 def _typed(key: Any) -> bool:
     return bool(jax.numpy.issubdtype(key.dtype, jax.dtypes.prng_key))
+
+
+def _key_bits(key: Any) -> np.ndarray:
+    """The raw bits of a typed or raw (uint32) key."""
+    return np.asarray(jax.random.key_data(key) if _typed(key) else key)
 
 
 def release_key(key: Any, *, what: str = "key", stacklevel: int = 3) -> tuple[Any, tuple[str, ...]]:
@@ -234,13 +238,6 @@ def sample_key(seed: Any) -> Any:
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return jax.random.key(int(seed))
     return seed
-
-
-def _key_bits(key: Any) -> np.ndarray:
-    """The raw bits of a typed or raw (uint32) key."""
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return np.asarray(jax.random.key_data(key))
-    return np.asarray(key)
 
 
 def public_key_of(public_key: Any, key: Any) -> Any:
