@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import resolve_data_dir, write_results
+from benchmarks.common import resolve_data_dir, shrink_png, write_results
 from benchmarks.registry import RunContext, load_all
 from privkernels.data.base import DatasetNotFoundError
 
@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         default="cpu",
         help="cpu: pin JAX to the CPU (perf-quick/perf-full); gpu: require a GPU (perf-gpu)",
     )
+
+    p_thumb = sub.add_parser(
+        "thumbnails", help="rewrite PNGs as small thumbnails (committed grids: at most 60 KB)"
+    )
+    p_thumb.add_argument("paths", nargs="+", help="PNG files or directories holding them")
 
     args = parser.parse_args(argv)
     try:
@@ -129,6 +134,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             jax.clear_caches()
         return 0
 
+    if args.command == "thumbnails":
+        return _thumbnails(args.paths)
+
     if args.command == "demo":
         from benchmarks.demo import run_demo
 
@@ -147,6 +155,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
 
     return 2
+
+
+def _thumbnails(paths: list[str]) -> int:
+    """``python -m benchmarks thumbnails``: shrink every PNG under ``paths`` in place."""
+    files = [f for p in map(Path, paths) for f in (sorted(p.rglob("*.png")) if p.is_dir() else [p])]
+    for f in files:
+        before = f.stat().st_size
+        shrink_png(f)
+        print(f"{f}: {before / 1e3:.0f} KB -> {f.stat().st_size / 1e3:.0f} KB")
+    return 0
 
 
 if __name__ == "__main__":

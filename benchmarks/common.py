@@ -18,6 +18,7 @@ __all__ = [
     "write_results",
     "markdown_table",
     "save_image_grid",
+    "shrink_png",
     "Timer",
     "resolve_data_dir",
     "validation_split",
@@ -198,7 +199,38 @@ def save_image_grid(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
-    return path
+    return shrink_png(path)
+
+
+#: Largest committed image: grids are thumbnails, the numbers live in the JSON.
+MAX_PNG_BYTES = 60_000
+
+
+def shrink_png(path: Path, *, side: int = 400, max_bytes: int = MAX_PNG_BYTES) -> Path:
+    """Rewrite the PNG at ``path`` as at most ``max_bytes`` bytes; a smaller file is kept.
+
+    A grey image (an image grid) becomes a thumbnail that fits ``side`` x ``side`` pixels
+    with 8 grey levels; a colour one (a plot) keeps its size with a 64-colour palette.
+    Either is then scaled down 15% at a time until it fits. Returns ``path``.
+    """
+    if Path(path).stat().st_size <= max_bytes:
+        return Path(path)
+    from PIL import Image  # matplotlib's dependency; benchmarks only
+
+    with Image.open(path) as src:
+        img = src.convert("RGB")
+    small = np.asarray(img.resize((64, 64)), np.int16)
+    if bool(np.all(np.ptp(small, axis=-1) < 8)):
+        img.thumbnail((side, side), Image.Resampling.LANCZOS)
+        pal = img.convert("L").quantize(colors=8)
+    else:
+        pal = img.quantize(colors=64)
+    while True:
+        pal.save(path, "PNG", optimize=True)
+        if Path(path).stat().st_size <= max_bytes or min(pal.size) < 32:
+            return Path(path)
+        w, h = pal.size
+        pal = pal.resize((int(w * 0.85), int(h * 0.85)), Image.Resampling.NEAREST)
 
 
 class Timer:

@@ -47,7 +47,7 @@ rounding of the sums changes, so a table keeps the size it was run with).
 Images go through a fixed per-example map (no dataset statistics): ``std``,
 each image standardised by its own mean and standard deviation, for the FC-NTK
 (it matches the N(0, 1) support initialisation; 84.1% against 78.7% validation
-accuracy for pixels in [0, 1], ``scripts/dp_kip_fcntk_sweep.py``), and
+accuracy for pixels in [0, 1], ``git show b99f0d9:scripts/dp_kip_fcntk_sweep.py``), and
 ``2 x - 1`` for the feature kernels. The support set is initialised from
 N(0, 1), never from real images.
 """
@@ -205,7 +205,7 @@ _PAPER_HP: dict[tuple[str, str, float, int], dict[str, float]] = {
 # Quick profile (CPU): few epochs, feature-space clipping for ScatterNet; the
 # clip norm is irrelevant up to Adam's epsilon when every gradient is clipped.
 # FC-NTK: the setting chosen on a validation split of the training set
-# (scripts/dp_kip_fcntk_sweep.py; a 10-epoch run takes ~30 s here).
+# (`git show b99f0d9:scripts/dp_kip_fcntk_sweep.py`; a 10-epoch run takes ~30 s here).
 _QUICK_HP = {
     "scatternet": dict(epochs=2, batch_size=2000, lr=1e-1, clip=1e-3, reg=1e-3),
     "fc_ntk": dict(epochs=10, batch_size=500, lr=3e-2, clip=1e-1, reg=1e-6),
