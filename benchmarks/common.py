@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import os
 import platform
+import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -15,6 +17,7 @@ import numpy as np
 
 __all__ = [
     "machine_info",
+    "provenance",
     "write_results",
     "markdown_table",
     "save_image_grid",
@@ -77,6 +80,37 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def _git(*args: str) -> str:
+    """Output of ``git args`` in the repository holding this file ('' when not a checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def provenance(command: str | None) -> dict[str, Any]:
+    """What regenerates a results file: the command, the code and the package versions.
+
+    ``git_dirty`` is True when tracked files differed from ``git_commit`` at run time
+    (the numbers then come from uncommitted code).
+    """
+    versions: dict[str, str | None] = {}
+    for dist in ("privkernels", "jax", "jaxlib", "numpy", "scikit-learn", "dp-accounting"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    return {
+        "command": command,
+        "git_commit": _git("rev-parse", "HEAD") or None,
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "versions": versions,
+    }
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "-"
@@ -106,17 +140,27 @@ def write_results(
     *,
     meta: dict[str, Any] | None = None,
     columns: Sequence[str] | None = None,
+    command: str | None = None,
+    rerun: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    """Write ``name.json`` (rows + machine + meta) and ``name.md``; return both paths."""
+    """Write ``name.json`` (rows, machine, meta, provenance) and ``name.md``; return both.
+
+    ``command`` is the shell command that regenerates the file; ``rerun`` (a table run's
+    ``{"table", "profile", "seeds", "options"}``) lets ``python -m benchmarks rerun``
+    repeat it.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
         "table": name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(),
+        "provenance": provenance(command),
         "meta": meta or {},
         "rows": rows,
     }
+    if rerun is not None:
+        payload["rerun"] = rerun
     jpath = out / f"{name}.json"
     jpath.write_text(json.dumps(payload, indent=2, default=_json_default))
     mpath = out / f"{name}.md"
@@ -125,6 +169,11 @@ def write_results(
         f"# {name}\n\nMeasured {payload['created']} on {m['processor']} "
         f"({m['cpu_count']} cores, JAX {m['jax']} on {m['jax_backend']}).\n\n"
     )
+    prov = payload["provenance"]
+    if command:
+        header += f"Command: `{command}` at {prov['git_commit']}"
+        header += " (uncommitted changes)" if prov["git_dirty"] else ""
+        header += ".\n\n"
     if meta:
         header += "".join(f"- {k}: {_fmt(v)}\n" for k, v in meta.items()) + "\n"
     mpath.write_text(header + markdown_table(rows, columns))
