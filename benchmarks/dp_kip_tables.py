@@ -9,9 +9,10 @@
 * ``dp-kip-table5``: tabular data, DP-KIP FC-NTK (10 points/class, eps=1), mean over
   the 12 classifiers of `privkernels.evaluation` (ROC/PR-AUC or weighted F1).
 
-Profiles: ``quick`` (~15 min a table on 2 CPU cores: MNIST only, few epochs,
-ScatterNet clipped in feature space, subsampled training sets where the table is
-non-private) and ``paper`` (Appendix D settings as far as the extracted text
+Profiles: ``quick`` (MNIST only, few epochs, ScatterNet clipped in feature space,
+subsampled training sets where the table is non-private: 4 to 12 minutes a table on
+2 CPU cores as committed; the headline rows, with their ``--set`` overrides, took 30
+to 100 minutes a seed) and ``paper`` (Appendix D settings as far as the extracted text
 gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``batch_size``, ``lr``, ``clip``, ``reg``, ``spc`` (images per class, comma list),
 ``datasets`` (comma list), ``kernels`` and ``epsilons`` (Table 2 subsets),

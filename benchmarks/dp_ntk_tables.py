@@ -7,8 +7,8 @@ Profiles:
     ``fc_1l`` e-NTK, width 800 (Table 1: 100/400/800/1000), 2000 Adam iterations,
     batch 5000, lr 0.01, d_code 5, 60k synthetic samples for evaluation.
   * ``quick``: same data, network and privacy level, but far fewer/lighter
-    iterations and subsampled evaluation so that each table finishes in about
-    15 minutes on 2 CPU cores. Quick numbers are NOT expected to reach the
+    iterations and subsampled evaluation: the committed quick tables took 1 to 8
+    minutes each on 2 CPU cores (``total_seconds`` in each JSON). Quick numbers are NOT expected to reach the
     paper's values; they check that the pipeline runs end to end.
 
 Options (``--set key=value``): ``datasets`` (comma list), ``epsilons`` (comma

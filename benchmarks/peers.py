@@ -6,8 +6,9 @@ silent gap). Every row is one private release on the same data at the same
 epsilon, evaluated on the real test split; ``library`` and ``version`` name
 what produced it. The guarantees are not all of one kind: ``delta`` is 1e-5
 except for diffprivlib (pure epsilon), and ``relation`` names the neighbouring
-relation each library's analysis covers (add-remove epsilon is the stronger
-statement; a replace-one guarantee follows from it at twice the epsilon).
+relation each library's analysis covers. Neither relation implies the other
+at the same epsilon: an add-remove guarantee gives a replace-one one at twice
+the epsilon, and a replace-one guarantee (n public) gives no add-remove bound.
 
 MNIST (``datasets=mnist``; quick: a seeded public subset of ``max_train``
 training rows, the full test set):
