@@ -44,6 +44,22 @@ def release_key(seed: int, epsilon: float | None, *tags: Any) -> Any:
     return fold_digest(jax.random.key(int(seed)), digest)
 
 
+def public_key(seed: int, *tags: Any) -> Any:
+    """The key of a cell's data-independent draws (network weights, generator init, batch
+    order): a function of ``seed`` and ``tags`` only, the same at every epsilon.
+
+    Cells at several budgets then share these draws (common random numbers) and differ only
+    in their noise, drawn from their own `release_key`, so a comparison across epsilons
+    measures the noise, not the luck of a generator's start. Never the noise key itself.
+    """
+    import jax
+
+    from privkernels.privacy.keys import fold_digest, params_digest
+
+    digest = params_digest("benchmark-public", tags=tuple(str(t) for t in tags))
+    return fold_digest(jax.random.key(int(seed)), digest)
+
+
 def validation_split(n: int, n_val: int = 10_000, seed: int = 2026) -> tuple[Any, Any]:
     """The public split of ``n`` training rows used to choose settings without the test set.
 
