@@ -9,7 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import markdown_table, resolve_data_dir, shrink_png, write_results
+from benchmarks.common import (
+    markdown_table,
+    provenance,
+    resolve_data_dir,
+    shrink_png,
+    write_results,
+)
 from benchmarks.registry import RunContext, load_all
 from benchmarks.rerun import command_of, compare_rows, load_rerun, run_spec
 from privkernels.data.base import DatasetNotFoundError
@@ -132,9 +138,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         for name in args.tables:
             tables[name].check_options(ctx.options)  # before anything runs
         for name in args.tables:
-            t0 = time.perf_counter()
+            t0, started = time.perf_counter(), provenance(command_of(run_spec(name, ctx)))
             rows = tables[name].run(ctx)
-            _write_table(name, ctx, rows, time.perf_counter() - t0)
+            _write_table(name, ctx, rows, time.perf_counter() - t0, started)
         return 0
 
     if args.command == "rerun":
@@ -163,13 +169,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 2
 
 
-def _write_table(name: str, ctx: RunContext, rows: list[dict[str, Any]], seconds: float) -> Path:
-    """Write a table run's JSON and Markdown (with the command that regenerates them)."""
+def _write_table(
+    name: str, ctx: RunContext, rows: list[dict[str, Any]], seconds: float, started: dict[str, Any]
+) -> Path:
+    """Write a table run's JSON and Markdown (with the command that regenerates them and the
+    `provenance` taken as it ``started``)."""
     meta = {"profile": ctx.profile, "seeds": list(ctx.seeds), "total_seconds": seconds,
             **ctx.options}  # fmt: skip
     spec = run_spec(name, ctx)
     jpath, mpath = write_results(ctx.out, f"{name}-{ctx.profile}", rows, meta=meta,
-                                 command=command_of(spec), rerun=spec)  # fmt: skip
+                                 command=command_of(spec), rerun=spec, started=started)  # fmt: skip
     print(mpath.read_text())
     print(f"wrote {jpath} and {mpath}")
     # Free this table's compiled programs: each XLA:CPU executable holds
@@ -192,9 +201,9 @@ def _rerun(args: argparse.Namespace) -> int:
                      data_dir=resolve_data_dir(args.data_dir), out=Path(args.out),
                      options=dict(spec["options"]))  # fmt: skip
     table.check_options(ctx.options)
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), provenance(command_of(run_spec(spec["table"], ctx)))
     rows = table.run(ctx)
-    _write_table(spec["table"], ctx, rows, time.perf_counter() - t0)
+    _write_table(spec["table"], ctx, rows, time.perf_counter() - t0, started)
     _, recorded = load_rerun(Path(args.file))
     comparison, ok = compare_rows(recorded, rows, ctx.seeds, k=args.k, atol=args.atol)
     print(markdown_table(comparison))

@@ -158,12 +158,14 @@ def write_results(
     columns: Sequence[str] | None = None,
     command: str | None = None,
     rerun: dict[str, Any] | None = None,
+    started: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """Write ``name.json`` (rows, machine, meta, provenance) and ``name.md``; return both.
 
     ``command`` is the shell command that regenerates the file; ``rerun`` (a table run's
     ``{"table", "profile", "seeds", "options"}``) lets ``python -m benchmarks rerun``
-    repeat it.
+    repeat it. ``started`` is `provenance` taken when the run began (the code that ran);
+    by default it is taken now.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -171,7 +173,7 @@ def write_results(
         "table": name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(),
-        "provenance": provenance(command),
+        "provenance": started if started is not None else provenance(command),
         "meta": meta or {},
         "rows": rows,
     }
