@@ -109,3 +109,22 @@ def test_the_docs_section_repeats_the_readme_table(page: str) -> None:
     text = (ROOT / page).read_text()
     assert "## How these numbers were chosen" in text
     assert _table_rows(text) == _table_rows(_readme())
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "dp-kip-scatternet-validation.md",
+        "dp-kip-convnet-protocol-validation.md",
+        "dp-kip-fcntk-dp-ntk-init-validation.md",
+    ],
+)
+def test_the_condensed_pages_stay_short_and_point_to_the_history(page: str) -> None:
+    text = (ROOT / "benchmarks" / "results" / page).read_text()
+    assert len(text.splitlines()) < 60
+    assert f"git show 94647e1:benchmarks/results/{page}" in text
+    assert "history/" in text
+
+
+def test_the_readme_stays_short() -> None:
+    assert len(_readme().splitlines()) < 150
