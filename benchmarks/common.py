@@ -111,7 +111,10 @@ def provenance(command: str | None) -> dict[str, Any]:
     """What regenerates a results file: the command, the code and the package versions.
 
     ``git_dirty`` is True when tracked files differed from ``git_commit`` at run time
-    (the numbers then come from uncommitted code).
+    (the numbers then come from uncommitted code). In a copy of the tree without ``.git``
+    (a lent GPU machine) the commit is the one the caller names in the
+    ``BENCHMARKS_GIT_COMMIT`` environment variable (``git_commit_source: environment``)
+    and ``git_dirty`` is unknown (None).
     """
     versions: dict[str, str | None] = {}
     for dist in ("privkernels", "jax", "jaxlib", "numpy", "scikit-learn", "dp-accounting"):
@@ -119,10 +122,17 @@ def provenance(command: str | None) -> dict[str, Any]:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
+    commit = _git("rev-parse", "HEAD")
+    if commit:
+        dirty: bool | None = bool(_git("status", "--porcelain", "--untracked-files=no"))
+        source = "git"
+    else:  # a copy without .git (a lent GPU machine): the caller names the commit it copied
+        commit, dirty, source = os.environ.get("BENCHMARKS_GIT_COMMIT", ""), None, "environment"
     return {
         "command": command,
-        "git_commit": _git("rev-parse", "HEAD") or None,
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "git_commit": commit or None,
+        "git_dirty": dirty,
+        "git_commit_source": source,
         "versions": versions,
     }
 
