@@ -390,3 +390,24 @@ def test_distill_keeps_string_labels(tmp_path, monkeypatch):
         with pytest.raises(Stop):
             main(_distill(p, str(tmp_path / "s.npz"), "--classes", classes))
     assert seen == [("i", [0, 1]), ("U", ["u", "v"])]
+
+
+def test_synth_warnings_name_what_a_cli_user_changes(tmp_path, monkeypatch):
+    """A schema without classes: the fit reads the label range (`infer_n_classes`, a
+    PrivacyLeakWarning); the CLI's wording asks for the schema's classes, not n_classes."""
+    from privkernels._validation import infer_n_classes
+
+    p = _write_inputs(tmp_path)
+
+    class Stop(BaseException):
+        pass
+
+    def fit(key, table, schema, **kwargs):
+        infer_n_classes(np.array([0, 1]), None)
+        raise Stop
+
+    monkeypatch.setattr(cli, "fit_table", fit)
+    with pytest.warns(PrivacyLeakWarning) as rec, pytest.raises(Stop):
+        main(_synth(p, str(tmp_path / "o.csv"), "--quiet"))
+    texts = [str(w.message) for w in rec if issubclass(w.category, PrivacyLeakWarning)]
+    assert texts and all("n_classes" not in t and '"classes"' in t for t in texts)

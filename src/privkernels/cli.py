@@ -475,9 +475,12 @@ def _typed_labels(y: np.ndarray, classes: list[str] | None) -> tuple[np.ndarray,
 
 #: Python wording in warnings and notes, and what a CLI user types instead.
 _PHRASES = (
-    ("pass n_classes explicitly", 'list the classes in the schema ("classes")'),
+    ("n_classes (inferred as max(y) + 1; pass n_classes explicitly)",
+     'the number of classes (read as the largest label + 1; list the classes in the schema, '
+     '"classes")'),
+    ("n_classes was inferred as max(y) + 1", "the number of classes was read as the largest label + 1"),
     ("Pass n_classes to avoid this", 'List the classes in the schema ("classes") to avoid this'),
-)
+)  # fmt: skip
 _KEYWORDS = {"classes": "--classes", "random_state": "--seed", "epsilon": "--epsilon",
              "delta": "--delta", "batch_size": "--batch-size", "epochs": "--epochs",
              "support_per_class": "--support-per-class", "image_shape": "--image-shape",
@@ -494,11 +497,13 @@ def _flags(text: str) -> str:
 @contextlib.contextmanager
 def _flag_wording() -> Iterator[None]:
     """Re-emit the warnings raised inside the block with `_flags` wording (same category)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    for w in caught:
-        warnings.warn_explicit(_flags(str(w.message)), w.category, w.filename, w.lineno)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:  # a refusal inside the block keeps its warnings too
+        for w in caught:
+            warnings.warn_explicit(_flags(str(w.message)), w.category, w.filename, w.lineno)
 
 
 # ----------------------------------------------------------------------- commands
@@ -774,7 +779,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout closed early (| head): no traceback at exit either
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except (ValueError, TypeError, OSError) as err:  # OSError: a file missing or unwritable
         print(f"privkernels: error: {_flags(str(err))}", file=sys.stderr)
         return 2
 
