@@ -167,6 +167,17 @@ def monotone(rows: list[dict[str, Any]], slack: float = 0.05) -> bool:
     return all(r[j] >= r[i] - slack for i in range(len(r)) for j in range(i + 1, len(r)))
 
 
+def validated_n(rows: list[dict[str, Any]]) -> int | None:
+    """The rule's validated n: the smallest training row count whose set meets the target
+    and every larger make_classification set does too (None: no such row)."""
+    make = [r for r in rows if r["set"].startswith("make_classification")]
+    ok = [
+        r["n_train"] for r in rows
+        if r["meets"] and all(m["meets"] for m in make if m["n_train"] > r["n_train"])
+    ]  # fmt: skip
+    return min(ok) if ok else None
+
+
 def select(by_cand: dict[str, list[dict[str, Any]]]) -> str:
     """The rule file's selection: monotone filter, best worst-set ratio, ties by mean."""
     keep = [k for k, rows in by_cand.items() if monotone(rows)] or list(by_cand)
@@ -212,7 +223,8 @@ def run_grid(seeds: list[int], out: Path) -> str:
 def run_check(seeds: list[int], out: Path) -> None:
     """The estimator's defaults on the tuning sets: the final table."""
     rows = evaluate(None, seeds, tuning_sets())
-    meta = {**_meta(seeds), "make_classification_no_worse_as_n_grows": monotone(rows)}
+    meta = {**_meta(seeds), "make_classification_no_worse_as_n_grows": monotone(rows),
+            "validated_n": validated_n(rows)}  # fmt: skip
     cols = ["set", "n_train", "d", "classes", "ratio", "ratio_ci95", "meets", "gap",
             "kip_auc", "logreg_auc", "kip_acc", "majority_acc", "sec"]  # fmt: skip
     write_results(out, "defaults-dp-kip", rows, meta=meta, columns=cols)

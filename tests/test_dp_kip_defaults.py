@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.datasets import load_wine
 from sklearn.model_selection import train_test_split
 
+from benchmarks.defaults_dp_kip import monotone, validated_n
 from privkernels import sklearn as pk_sklearn
 from privkernels.dp_kip import estimator_defaults
 from privkernels.dp_kip.estimator_defaults import VALIDATED_N, SmallDataWarning, warn_small_data
@@ -123,3 +126,13 @@ def test_add_remove_defaults_do_not_read_n():
     (pub_a, hp_a), (pub_b, hp_b) = est._defaults(900, 2), est._defaults(5000, 2)
     assert pub_a == pub_b == pytest.approx(2000) and hp_a == hp_b
     assert hp_a.support_per_class == 5 and hp_a.learning_rate == pytest.approx(1 / np.sqrt(200))
+
+
+def test_validated_n_is_the_committed_tables():
+    # VALIDATED_N follows the rule of benchmarks/results/defaults-dp-kip-rule.md applied to
+    # the committed final table; a new table that moves it must move the constant too.
+    path = Path(__file__).parents[1] / "benchmarks" / "results" / "defaults-dp-kip.json"
+    rows = json.loads(path.read_text())["rows"]
+    assert validated_n(rows) == VALIDATED_N
+    make = [r for r in rows if r["set"].startswith("make_classification")]
+    assert monotone(make)  # no worse as n grows
