@@ -213,8 +213,9 @@ def _add_distill(sub: Any) -> None:
                    "(default: none, read from the data without noise, with a warning)")  # fmt: skip
     c.add_argument("--kernel", default="fc_ntk", choices=("fc_ntk", "scatternet", "entk"),
                    help="kernel of the support set")  # fmt: skip
-    c.add_argument("--support-per-class", type=_positive_int, default=10,
-                   help="support rows per class, >= 1")  # fmt: skip
+    c.add_argument("--support-per-class", type=_positive_int, default=None,
+                   help="support rows per class, >= 1 (default: the estimator's, from the "
+                   "public row count and number of classes)")  # fmt: skip
     c.add_argument("--epochs", type=_positive_int, default=10, help="DP-SGD epochs, >= 1")
     c.add_argument("--image-shape", type=_image_shape, default=None,
                    help="row shape of image data, e.g. 28,28; needed by scatternet and entk "
