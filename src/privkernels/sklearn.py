@@ -91,7 +91,9 @@ def _with_note(result: Any, note: str) -> Any:
     return dataclasses.replace(result, result=_with_note(result.result, note))
 
 
-def _checked(est: Any, X: Any, y: Any = None, *, reset: bool = True, **kwargs: Any) -> Any:
+def _checked(
+    est: Any, X: Any, y: Any = "no_validation", *, reset: bool = True, **kwargs: Any
+) -> Any:
     """scikit-learn's ``validate_data`` after privkernels' own refusals, whose messages hold
     no input value (scikit-learn's conversion error echoes the cell it cannot read): fewer
     than `privkernels._validation.MIN_FIT_ROWS` rows at fit (``reset``), ``X`` not 2-D, a
@@ -100,14 +102,14 @@ def _checked(est: Any, X: Any, y: Any = None, *, reset: bool = True, **kwargs: A
     check_numeric(X, "X")
     if np.ndim(X) < 2:  # scikit-learn's message would print the array
         raise ValueError(
-            f"X must be 2-D (n_samples, n_features), got {np.ndim(X)}-D input: reshape one "
-            "feature with X.reshape(-1, 1), one sample with X.reshape(1, -1)"
+            f"X must be 2-D (n_samples, n_features), got {np.ndim(X)}-D input. Reshape your "
+            "data: X.reshape(-1, 1) for one feature, X.reshape(1, -1) for one sample"
         )
     if reset:
         check_fit_rows(X, "X")
     if kwargs.get("y_numeric"):
         check_numeric(y, "y")
-    if y is None:
+    if isinstance(y, str) and y == "no_validation":  # X alone (scikit-learn's convention)
         return validate_data(est, X, reset=reset, **kwargs)
     return validate_data(est, X, y, reset=reset, **kwargs)
 
@@ -134,7 +136,8 @@ class _KernelScoresClassifier(ClassifierMixin):
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of the largest score, ``(n,)`` values of ``classes_``."""
-        return self.classes_[np.argmax(self._scores(X), axis=1)]
+        best = np.argmax(self._scores(X), axis=1)  # fitted or not, checked first
+        return self.classes_[best]
 
 
 class _DPEstimator(BaseEstimator):
