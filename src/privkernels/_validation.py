@@ -28,7 +28,10 @@ __all__ = [
     "check_labels",
     "check_key",
     "check_finite",
+    "check_fit_rows",
+    "check_numeric",
     "infer_n_classes",
+    "MIN_FIT_ROWS",
     "N_CLASSES_INFERRED_NOTE",
 ]
 
@@ -100,6 +103,106 @@ def check_int(value: Any, name: str, *, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     return int(value)
+
+
+#: The fewest rows any fit accepts: one rule for the estimators, the function fits
+#: (`privkernels.dp_ntk.fit`, `privkernels.dp_kip.fit`, `privkernels.dp_ntk_regression.fit`),
+#: `privkernels.synth.fit_table` and the command line. One row teaches a model nothing
+#: beyond the noise, and the strictest rule already in use (the regression estimators') was 2.
+MIN_FIT_ROWS = 2
+
+
+def check_fit_rows(x: Any, name: str = "x") -> None:
+    """Refuse a fit on fewer than `MIN_FIT_ROWS` rows of ``x`` (before any noise).
+
+    ``x``: anything with a leading row axis (array, list, DataFrame); an input whose shape
+    cannot be read (None, a scalar, a ragged list) is left to the caller's own checks.
+    The message gives the row count as scikit-learn's estimator checks expect ("1 sample"):
+    a count is not a value of any record, the refusal is made on the caller's side before
+    anything is released (under add-remove the caller holding the data knows n; under
+    replace-one n is public), and the refusal itself already says n < 2.
+    """
+    try:
+        shape = np.shape(x)
+    except ValueError:  # ragged: numpy's message names shapes only; the caller refuses it
+        return
+    if len(shape) >= 1 and shape[0] < MIN_FIT_ROWS:
+        n = int(shape[0])
+        raise ValueError(
+            f"{name} has {n} sample{'' if n == 1 else 's'} (n_samples = {n}): every fit "
+            f"needs at least {MIN_FIT_ROWS} rows"
+        )
+
+
+def _unreadable(values: np.ndarray) -> type[Exception] | None:
+    """None when ``values`` convert to float64, else the kind of error ``float()`` raises
+    on the first cell it cannot read. The errors (which quote the cell) are dropped here,
+    so a caller raising afterwards chains none of them."""
+    try:
+        values.astype(np.float64)
+        return None
+    except (TypeError, ValueError):
+        pass
+    for value in values.ravel():
+        try:
+            float(value)
+        except TypeError:
+            return TypeError
+        except ValueError:
+            return ValueError
+    return ValueError
+
+
+def _as_array(x: Any) -> np.ndarray | None:
+    """``np.asarray(x)``, or None for a ragged list (numpy's error is dropped)."""
+    try:
+        return np.asarray(x)
+    except ValueError:
+        return None
+
+
+def check_numeric(x: Any, name: str) -> None:
+    """Refuse non-numeric input with a message that holds no value from it.
+
+    scikit-learn's conversion echoes the offending cell ("could not convert string to
+    float: '...'") and its shape errors print the whole array; this check runs first and
+    names only the argument, the column (index, and label for a DataFrame) and the kind
+    of problem. ``x``: array-like ``(n,)`` or ``(n, d)``, a DataFrame, or a sparse matrix
+    (left to scikit-learn, whose sparse messages hold no values). Raises ``ValueError``
+    (a string that is not a number, complex values, a ragged list) or ``TypeError`` (an
+    object that is neither a string nor a number, worded as scikit-learn's checks expect).
+    """
+    if x is None or hasattr(x, "tocsr"):
+        return
+    if hasattr(x, "columns") and hasattr(x, "iloc"):  # a DataFrame: column by column
+        columns = [(f"{j} ({label!r})", x.iloc[:, j]) for j, label in enumerate(x.columns)]
+    else:
+        arr = _as_array(x)
+        if arr is None:
+            raise ValueError(f"{name} is ragged (rows of different lengths)")
+        if np.iscomplexobj(arr):
+            raise ValueError(f"Complex data not supported: {name} holds complex values")
+        if arr.dtype.kind not in "OSU":
+            return
+        if arr.ndim != 2:
+            arr = arr.reshape(-1, 1)
+        columns = [(str(j), arr[:, j]) for j in range(arr.shape[1])]
+    for where, col in columns:
+        kind = getattr(col.dtype, "kind", "O")  # pandas' nullable dtypes have a kind too
+        if kind == "c":
+            raise ValueError(f"Complex data not supported: {name} column {where}")
+        if kind not in "OSU":
+            continue
+        bad = _unreadable(np.asarray(col))
+        if bad is TypeError:
+            raise TypeError(
+                f"{name} column {where} holds an object that is not a number (float() "
+                "argument must be a string or a real number; the value is not shown)"
+            )
+        if bad is not None:
+            raise ValueError(
+                f"{name} holds a non-numeric value in column {where} (the value is not shown)"
+            )
 
 
 def check_bool(value: Any, name: str) -> bool:

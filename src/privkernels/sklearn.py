@@ -43,6 +43,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from privkernels import checkpoint, dp_kip, dp_ntk
 from privkernels import dp_ntk_regression as R
+from privkernels._validation import check_fit_rows, check_numeric
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_kip.estimator_defaults import (
@@ -62,6 +63,7 @@ from privkernels.privacy.keys import (
 )
 from privkernels.privacy.report import PrivacyReport
 from privkernels.privacy.warnings import warn_privacy_leak
+from privkernels.scores import binary_decision, scores_to_proba
 from privkernels.search import PrivateSearchCV
 from privkernels.synth import FORMAT as TABLE_FORMAT
 from privkernels.synth import fit_table, load_table_synth
@@ -92,6 +94,55 @@ def _with_note(result: Any, note: str) -> Any:
     if "report" in {f.name for f in dataclasses.fields(result)}:
         return dataclasses.replace(result, report=result.report.with_note(note))
     return dataclasses.replace(result, result=_with_note(result.result, note))
+
+
+def _checked(
+    est: Any, X: Any, y: Any = "no_validation", *, reset: bool = True, **kwargs: Any
+) -> Any:
+    """scikit-learn's ``validate_data`` after privkernels' own refusals, whose messages hold
+    no input value (scikit-learn's conversion error echoes the cell it cannot read): fewer
+    than `privkernels._validation.MIN_FIT_ROWS` rows at fit (``reset``), ``X`` not 2-D, a
+    non-numeric cell of ``X``, or of ``y`` when ``y_numeric``
+    (`privkernels._validation.check_numeric`)."""
+    check_numeric(X, "X")
+    if np.ndim(X) < 2:  # scikit-learn's message would print the array
+        raise ValueError(
+            f"X must be 2-D (n_samples, n_features), got {np.ndim(X)}-D input. Reshape your "
+            "data: X.reshape(-1, 1) for one feature, X.reshape(1, -1) for one sample"
+        )
+    if reset:
+        check_fit_rows(X, "X")
+    if kwargs.get("y_numeric"):
+        check_numeric(y, "y")
+    if isinstance(y, str) and y == "no_validation":  # X alone (scikit-learn's convention)
+        return validate_data(est, X, reset=reset, **kwargs)
+    return validate_data(est, X, y, reset=reset, **kwargs)
+
+
+class _KernelScoresClassifier(ClassifierMixin):
+    """``predict``, ``decision_function`` and ``predict_proba`` of a classifier whose release
+    gives kernel scores ``(n, n_classes)`` (``_scores``): all post-processing, no privacy cost.
+    Probabilities are `privkernels.scores.scores_to_proba` (a fixed softmax; see there)."""
+
+    classes_: np.ndarray
+
+    def _scores(self, X: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Kernel scores ``(n, n_classes)`` float64, in ``classes_`` order; for two classes
+        ``(n,)``, ``> 0`` for ``classes_[1]``, as scikit-learn expects."""
+        return binary_decision(self._scores(X))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities ``(n, n_classes)`` float64 in ``classes_`` order: rows sum to 1,
+        entries in (0, 1], argmax equal to ``predict`` (`privkernels.scores.scores_to_proba`)."""
+        return scores_to_proba(self._scores(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The class of the largest score, ``(n,)`` values of ``classes_``."""
+        best = np.argmax(self._scores(X), axis=1)  # fitted or not, checked first
+        return self.classes_[best]
 
 
 class _DPEstimator(BaseEstimator):
@@ -254,9 +305,6 @@ class _RegressionBase(_DPEstimator):
         self.fit_options = fit_options
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
-        if X.shape[0] < 2:
-            raise ValueError(f"n_samples = {X.shape[0]}: a fit needs at least 2 samples")
-
         key, public_key = self._keys()
         with seeded_call():
             self.model_ = R.fit(
@@ -307,7 +355,7 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
         return tags
 
     def fit(self, X: Any, y: Any) -> DPNTKRegressor:
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, multi_output=True)
+        X, y = _checked(self, X, y, dtype=np.float64, y_numeric=True, multi_output=True)
         self._fit(X, np.asarray(y, np.float64), None)
         self._note_seed()
         return self
@@ -315,16 +363,18 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
     def predict(self, X: Any) -> np.ndarray:
         """Predicted targets ``(n,)`` (or ``(n, c)``), float."""
         check_is_fitted(self, "model_")
-        X = validate_data(self, X, dtype=np.float32, reset=False)
+        X = _checked(self, X, reset=False, dtype=np.float32)
         return np.asarray(R.predict(self.model_, X), np.float64)
 
 
-class DPNTKClassifier(ClassifierMixin, _RegressionBase):
+class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
     """DP NTK regression on one-hot targets (Sec. 6.1), argmax as the class.
 
     ``classes``: the public label values (class ``i`` is ``classes[i]``); None reads
     them from ``y`` (`PrivacyLeakWarning`; noted in the report). Otherwise as
-    `DPNTKRegressor` (replace-one by default, labels included).
+    `DPNTKRegressor` (replace-one by default, labels included). ``decision_function``
+    gives the kernel scores and ``predict_proba`` a fixed softmax of them
+    (`privkernels.scores`): post-processing, no privacy cost.
     """
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
@@ -339,30 +389,24 @@ class DPNTKClassifier(ClassifierMixin, _RegressionBase):
         self.classes = classes
 
     def fit(self, X: Any, y: Any) -> DPNTKClassifier:
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        X, y = _checked(self, X, y, dtype=np.float64)
         codes = self._encode_classes(y, minimum=2)
         self._fit(X, codes, len(self.classes_))
         self._finish(self.model_)
         self._note_seed()
         return self
 
-    def decision_function(self, X: Any) -> np.ndarray:
-        """Kernel scores ``(n, n_classes)`` (``(n,)`` for two classes, as scikit-learn)."""
+    def _scores(self, X: Any) -> np.ndarray:
+        """Kernel scores ``(n, n_classes)`` float64 (`privkernels.dp_ntk_regression.predict`)."""
         check_is_fitted(self, "model_")
-        X = validate_data(self, X, dtype=np.float32, reset=False)
-        s = np.asarray(R.predict(self.model_, X), np.float64)
-        return s[:, 1] - s[:, 0] if s.shape[1] == 2 else s
-
-    def predict(self, X: Any) -> np.ndarray:
-        s = self.decision_function(X)
-        idx = (s > 0).astype(int) if s.ndim == 1 else np.argmax(s, axis=1)
-        return self.classes_[idx]
+        X = _checked(self, X, reset=False, dtype=np.float32)
+        return np.asarray(R.predict(self.model_, X), np.float64)
 
 
 # --------------------------------------------------------------------------- DP-KIP
 
 
-class DPKIPClassifier(ClassifierMixin, _DPEstimator):
+class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
     """Private distilled support set (DP-KIP) and kernel ridge regression on it.
 
     Rows of ``X`` are flattened examples; ``image_shape`` (e.g. ``(28, 28)``) restores
@@ -379,7 +423,9 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
     ``n * min(epsilon, 1)`` below the validated n (`privkernels.dp_kip.VALIDATED_N`) warns
     with a `privkernels.dp_kip.SmallDataWarning`: DP-SGD noise can dominate there.
     Attributes after ``fit``: ``result_``, ``support_`` ``(m, d)``, ``support_labels_``,
-    ``classes_``, ``privacy_report_``.
+    ``classes_``, ``privacy_report_``. ``decision_function`` gives the KRR scores on the
+    support set and ``predict_proba`` a fixed softmax of them (`privkernels.scores`):
+    post-processing, no privacy cost.
     """
 
     _result_attr = "result_"
@@ -414,7 +460,7 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
         return X.reshape((X.shape[0], *shape))
 
     def fit(self, X: Any, y: Any) -> DPKIPClassifier:
-        X, y = validate_data(self, X, y, dtype=np.float32)
+        X, y = _checked(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y, minimum=2)
         n_public, hp = self._defaults(X.shape[0], len(self.classes_))
         warn_small_data(n_public, self.epsilon)
@@ -485,10 +531,11 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
         check_is_fitted(self, "result_")
         return self.classes_[np.asarray(self.result_.support_y)]
 
-    def predict(self, X: Any) -> np.ndarray:
+    def _scores(self, X: Any) -> np.ndarray:
+        """KRR scores on the support set ``(n, n_classes)`` float64 (`privkernels.dp_kip.predict`)."""
         check_is_fitted(self, "result_")
-        X = validate_data(self, X, dtype=np.float32, reset=False)
-        return self.classes_[dp_kip.predict_labels(self.result_, self._shape(X))]
+        X = _checked(self, X, reset=False, dtype=np.float32)
+        return np.asarray(dp_kip.predict(self.result_, self._shape(X)), np.float64)
 
     @staticmethod
     def _load_result(path: Any) -> Any:
@@ -571,7 +618,7 @@ class DPNTKGenerator(_DPEstimator):
     def _fit_arrays(self, key: Any, X: Any, y: Any, opts: dict[str, Any]) -> None:
         if y is None:
             raise ValueError("array input needs y (class labels)")
-        X, y = validate_data(self, X, y, dtype=np.float32)
+        X, y = _checked(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y)
         shape = tuple(self.image_shape) if self.image_shape is not None else (X.shape[1],)
         if int(np.prod(shape)) != X.shape[1]:  # before numpy's reshape error, which names n

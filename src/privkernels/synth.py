@@ -26,7 +26,13 @@ import flax.linen as nn
 import numpy as np
 
 from privkernels import checkpoint, dp_ntk
-from privkernels._validation import N_CLASSES_INFERRED_NOTE, check_int, check_key, infer_n_classes
+from privkernels._validation import (
+    N_CLASSES_INFERRED_NOTE,
+    check_fit_rows,
+    check_int,
+    check_key,
+    infer_n_classes,
+)
 from privkernels.data.frames import decoded_table, split_table, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
@@ -95,6 +101,16 @@ def default_table_generator(schema: TabularSchema, n_classes: int) -> nn.Module:
     return TabularGenerator(n_classes=n_classes, n_features=d, groups=groups, hidden=hidden)
 
 
+def _a_column(table: Any) -> Any:
+    """One column of ``table`` (a DataFrame or a column mapping), for its row count; None
+    when there is none to read (`split_table` then refuses the table)."""
+    try:
+        name = next(iter(table), None)
+        return None if name is None else table[name]
+    except (TypeError, KeyError, IndexError):
+        return None
+
+
 def fit_table(
     key: Any,
     table: Any,
@@ -136,6 +152,7 @@ def fit_table(
     key = check_key(key)
     if not isinstance(schema, TabularSchema):
         raise TypeError(f"schema must be a TabularSchema, got {type(schema).__name__}")
+    check_fit_rows(_a_column(table), "table")
     feats, y = split_table(table, schema)
     x, _ = schema.encode(feats, unknown="error")
     # the one read of the label range (warned, noted below) when the schema lists no classes

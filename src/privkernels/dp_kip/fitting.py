@@ -24,6 +24,7 @@ from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
     check_array,
     check_bool,
+    check_fit_rows,
     check_int,
     check_labels,
     infer_n_classes,
@@ -424,6 +425,7 @@ def _prepare(
     if s.kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {s.kernel!r}")
     check_neighbouring(s.neighbouring, DPSGD_RELATIONS)  # before the data is read
+    check_fit_rows(x, "x")
     x = check_array(x, "x", min_rows=1)
     if x.ndim < 2:
         raise ValueError(f"x must have shape (n, *input_shape), got {tuple(x.shape)}")

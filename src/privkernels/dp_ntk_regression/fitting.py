@@ -17,6 +17,7 @@ from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
     check_array,
     check_bool,
+    check_fit_rows,
     check_fraction,
     check_int,
     check_labels,
@@ -149,6 +150,7 @@ def fit(
     opts = run_options(mesh=mesh, checkpoint_path=checkpoint_path, resume=resume,
                        progress=progress, chunk_size=chunk_size)  # fmt: skip
     check_neighbouring(neighbouring, (BETA_CLOSE, REPLACE_ONE))  # a resume too
+    check_fit_rows(x, "x")
     if neighbouring == BETA_CLOSE and epsilon is not None:
         warn_beta_close()
     ck = opts.checkpoint_path

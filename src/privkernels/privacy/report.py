@@ -248,12 +248,27 @@ def with_notes(report: PrivacyReport, notes: Sequence[str]) -> PrivacyReport:
     return report
 
 
-def compose(*reports: PrivacyReport) -> PrivacyReport:
+def compose(*reports: PrivacyReport | Sequence[PrivacyReport]) -> PrivacyReport:
     """Sequentially compose reports of releases on the *same* dataset.
 
-    Epsilons and deltas add (basic composition). All reports must use the same
-    neighbouring relation; composing with a non-private report is non-private.
+    ``compose(a, b)`` or ``compose([a, b])`` (one list or tuple of reports).
+    Epsilons and deltas add (basic composition: Dwork & Roth 2014, Thm. 3.16). All
+    reports must use the same neighbouring relation; composing with a non-private
+    report is non-private. Anything but reports raises ``TypeError``.
     """
+    given: tuple[Any, ...] = reports
+    if len(given) == 1 and isinstance(given[0], (list, tuple)):
+        given = tuple(given[0])
+    bad = sorted({type(r).__name__ for r in given if not isinstance(r, PrivacyReport)})
+    if bad:
+        raise TypeError(
+            f"compose takes privacy reports (as arguments, or one list or tuple), got {bad}"
+        )
+    return _compose(given)
+
+
+def _compose(reports: tuple[PrivacyReport, ...]) -> PrivacyReport:
+    """Basic composition of ``reports`` (checked by `compose`)."""
     if not reports:
         raise ValueError("compose needs at least one report")
     if any(not r.private for r in reports):
