@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
+from privkernels._validation import MIN_FIT_ROWS, check_fit_rows
 from privkernels.data.frames import infer_schema, read_csv, write_csv
 from privkernels.data.schema import MISSING_TOKENS, TabularSchema
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
@@ -46,8 +47,8 @@ from privkernels.tuning import events_of_report, same_events
 
 __all__ = ["main"]
 
-#: The smallest number of rows a command fits on (the estimators refuse fewer too).
-MIN_ROWS = 2
+#: The smallest number of rows a command fits on: the one rule of every fit.
+MIN_ROWS = MIN_FIT_ROWS
 
 #: Defaults resolved after the checks (``None`` in the parser, so that a value the user
 #: gave can be told from the default: ``synth --model`` refuses a given ``--delta``).
@@ -393,8 +394,8 @@ def _read_rows(path: str) -> dict[str, np.ndarray]:
 
 
 def _check_rows(n: int) -> None:
-    if n < MIN_ROWS:
-        raise ValueError(f"DATA has fewer than {MIN_ROWS} rows (the least any command takes)")
+    """The one minimum-rows rule of every fit (`privkernels._validation.check_fit_rows`)."""
+    check_fit_rows(np.empty((n, 0)), name="DATA")
 
 
 def _missing_columns(cols: dict[str, np.ndarray], names: Sequence[str]) -> list[str]:

@@ -56,7 +56,7 @@ FITS: dict[str, Any] = {
     "fit_table": lambda n: fit_table(KEY, _table(n), _schema(), iterations=1, **PRIVATE),
 }
 
-ROWS = r"(X|x|table) has \d samples? \(n_samples = \d\): every fit needs at least 2 rows"
+ROWS = r"(X|x|table|DATA) has \d samples? \(n_samples = \d\): every fit needs at least 2 rows"
 
 
 @pytest.mark.parametrize("n", [0, 1])
