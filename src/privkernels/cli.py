@@ -31,6 +31,7 @@ import numpy as np
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
 from privkernels.data.frames import infer_schema, read_csv, write_csv
 from privkernels.data.schema import TabularSchema
+from privkernels.privacy.accountant import BudgetAccountant
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
 from privkernels.privacy.report import PrivacyReport
 from privkernels.synth import fit_table, load_table_synth
@@ -199,6 +200,45 @@ def _cmd_distill(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_budget(a: argparse.Namespace) -> int:
+    """``budget init LEDGER --epsilon E --delta D`` / ``budget show LEDGER``."""
+    if a.action == "init":
+        if a.epsilon is None or a.delta is None:
+            raise ValueError("budget init needs --epsilon and --delta (the total)")
+        if Path(a.ledger).exists():
+            raise ValueError(f"{a.ledger} exists: a ledger is never reset (choose a new file)")
+        acc = BudgetAccountant(a.epsilon, a.delta, neighbouring=a.neighbouring)
+        acc.save(a.ledger)
+    else:
+        acc = BudgetAccountant.load(a.ledger)
+    spent, left = acc.spent(), acc.remaining()
+    print(f"{a.ledger}: total ({acc.epsilon:.6g}, {acc.delta:.3g}) under {acc.neighbouring}; "
+          f"spent ({spent.epsilon:.6g}, {spent.delta:.3g}) in {len(acc.reports)} release(s); "
+          f"remaining ({left.epsilon:.6g}, {left.delta:.3g})")  # fmt: skip
+    return 0
+
+
+def _charged(run: Callable[[argparse.Namespace], int], a: argparse.Namespace) -> int:
+    """``--budget LEDGER``: check the planned ``(--epsilon, --delta)`` against the ledger
+    before the command reads any data, run it with the ledger as the default accountant,
+    and write the ledger back (atomically) whatever happened after that check: a release
+    that failed midway is charged its plan (`privkernels.privacy.BudgetAccountant`)."""
+    ledger = getattr(a, "budget", None)
+    if ledger is None or (a.cmd == "synth" and a.model):  # sampling a saved model: no release
+        return run(a)
+    if not Path(ledger).is_file():
+        raise ValueError(f"--budget: no ledger {ledger} (create it with `privkernels budget init`)")
+    acc = BudgetAccountant.load(ledger)
+    if a.epsilon is None:
+        raise ValueError(f"--budget needs --epsilon (a {a.cmd} run without one is not private)")
+    acc.check(a.epsilon, a.delta, getattr(a, "neighbouring", "replace-one"))
+    try:
+        with acc:
+            return run(a)
+    finally:
+        acc.save(ledger)
+
+
 def _cmd_report(a: argparse.Namespace) -> int:
     if str(a.file).endswith(".json"):  # the <out>.privacy.json that synth and distill write
         report = PrivacyReport.from_json(Path(a.file).read_text())
@@ -288,6 +328,9 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--out", required=True)
         c.add_argument("--seed", type=int, default=None)
         c.add_argument("--quiet", action="store_true", help="no progress bar")
+        c.add_argument("--budget", metavar="LEDGER", default=None,
+                       help="a budget ledger (`privkernels budget init`) charged this release; "
+                       "refused before the data is read when it does not fit (default: none)")  # fmt: skip
     synth = sub.choices["synth"]
     synth.add_argument("--schema", help="public schema JSON (see `privkernels schema`)")
     synth.add_argument(
@@ -315,6 +358,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="expected Poisson batch size (default: min(500, n))")  # fmt: skip
     d.add_argument("--sampling-rate", type=float, default=None,
                    help="public Poisson rate (add-remove only; default: none)")  # fmt: skip
+    b = sub.add_parser("budget", help="create or show a budget ledger for --budget")
+    b.add_argument("action", choices=("init", "show"), help="init: a new ledger; show: print it")
+    b.add_argument("ledger", help="the ledger file (JSON)")
+    b.add_argument("--epsilon", type=float, default=None, help="init: the total epsilon")
+    b.add_argument("--delta", type=float, default=None, help="init: the total delta")
+    b.add_argument("--neighbouring", choices=("replace-one", "add-remove"),
+                   default="replace-one", help="init: the relation (default: replace-one)")  # fmt: skip
     r = sub.add_parser("report", help="print the privacy report of a saved file")
     r.add_argument("file")
     r.add_argument("--json", action="store_true")
@@ -329,8 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.cmd == "synth" and a.epsilon is None and not a.model:
             raise ValueError("synth needs --epsilon (or --model)")
         run = {"schema": _cmd_schema, "synth": _cmd_synth, "distill": _cmd_distill,
-               "report": _cmd_report}[a.cmd]  # fmt: skip
-        return run(a)
+               "report": _cmd_report, "budget": _cmd_budget}[a.cmd]  # fmt: skip
+        return _charged(run, a)
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"privkernels: error: {err}", file=sys.stderr)
         return 2

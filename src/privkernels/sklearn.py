@@ -23,7 +23,11 @@ its ``random_state`` and keys too. The default relation of every estimator is
 replace-one: whole records, labels included.
 Each ``fit`` is one release whose ``privacy_report_`` covers that fit alone: refitting,
 cross-validation and model selection (``GridSearchCV``) on private data spend the budget
-once per fit and choose by un-noised scores; no report composes them.
+once per fit and choose by un-noised scores; no report composes them. A
+`privkernels.privacy.BudgetAccountant` does: pass it as ``budget_accountant=`` (it survives
+``clone``, so every fit of a ``GridSearchCV(n_jobs=1)`` is charged to it) or open it as the
+default in a ``with`` block; a fit that does not fit in what remains is refused before
+any noise.
 ``verbose=False`` silences progress bars.
 """
 
@@ -45,6 +49,7 @@ from privkernels import checkpoint, dp_kip, dp_ntk
 from privkernels import dp_ntk_regression as R
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
+from privkernels.privacy.accountant import default_accountant
 from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
 from privkernels.privacy.keys import (
     SAMPLE_TAG,
@@ -127,13 +132,23 @@ class _DPEstimator(BaseEstimator):
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle / joblib / deepcopy state. A fitted estimator holds a release: its
-        ``random_state`` (the noise is a function of an int seed) and any key are left out,
-        as `save` leaves them out (the copy has ``random_state=None``)."""
+        ``random_state`` (the noise is a function of an int seed), any key and its
+        ``budget_accountant`` are left out, as `save` leaves them out (the copy has
+        ``random_state=None``). An unfitted one with an accountant cannot be pickled (the
+        accountant refuses: `privkernels.privacy.BudgetAccountant`), nor one without inside
+        a ``with`` block of a default accountant: in another process it would not be charged."""
         state = dict(super().__getstate__())
         if hasattr(self, self._result_attr):
             state["random_state"] = None
+            state["budget_accountant"] = None  # the ledger stays in this process
             for name in _KEY_ATTRS:
                 state.pop(name, None)
+        elif state.get("budget_accountant") is None and default_accountant() is not None:
+            raise TypeError(
+                "an unfitted estimator cannot be pickled inside a `with BudgetAccountant(...)` "
+                "block: fitted in another process (joblib n_jobs > 1) it would not be charged. "
+                "Use n_jobs=1"
+            )
         return state
 
     def _keys(self) -> tuple[Any, Any]:
@@ -194,6 +209,8 @@ def _json_params(params: dict[str, Any]) -> dict[str, Any]:
     for k, v in params.items():
         if k == "random_state":
             v = None  # the seed determines the noise: a file holding it would undo the privacy
+        if k == "budget_accountant":
+            v = None  # a live ledger of this session, not a property of the release
         if k == "schema" and v is not None and not isinstance(v, (dict, str)):
             v = v.to_dict()
         if isinstance(v, np.ndarray):
@@ -235,6 +252,7 @@ class _RegressionBase(_DPEstimator):
         neighbouring: str = "replace-one",
         random_state: Any = None,
         fit_options: dict[str, Any] | None = None,
+        budget_accountant: Any = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -247,6 +265,7 @@ class _RegressionBase(_DPEstimator):
         self.neighbouring = neighbouring
         self.random_state = random_state
         self.fit_options = fit_options
+        self.budget_accountant = budget_accountant
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
         if X.shape[0] < 2:
@@ -259,7 +278,8 @@ class _RegressionBase(_DPEstimator):
                 delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
                 fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
                 input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
-                public_key=public_key, **(self.fit_options or {}),
+                public_key=public_key, budget_accountant=self.budget_accountant,
+                **(self.fit_options or {}),
             )  # fmt: skip
 
     _result_attr = "model_"
@@ -326,11 +346,12 @@ class DPNTKClassifier(ClassifierMixin, _RegressionBase):
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
                  kernel_shift: float | str = "auto", input_bound: float = 1.0, beta: float = 1e-6,
                  neighbouring: str = "replace-one", random_state: Any = None,
-                 fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 fit_options: dict[str, Any] | None = None,
+                 budget_accountant: Any = None) -> None:  # fmt: skip
         super().__init__(epsilon, delta, width=width, reg=reg, fit_intercept=fit_intercept,
                          kernel_shift=kernel_shift, input_bound=input_bound, beta=beta,
                          neighbouring=neighbouring, random_state=random_state,
-                         fit_options=fit_options)  # fmt: skip
+                         fit_options=fit_options, budget_accountant=budget_accountant)  # fmt: skip
         self.classes = classes
 
     def fit(self, X: Any, y: Any) -> DPNTKClassifier:
@@ -375,7 +396,8 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
                  batch_size: int | None = None, learning_rate: float | None = None,
                  clip_norm: float | None = None, relative_reg: float | None = None,
                  image_shape: tuple[int, ...] | None = None, random_state: Any = None,
-                 verbose: bool = False, fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 verbose: bool = False, fit_options: dict[str, Any] | None = None,
+                 budget_accountant: Any = None) -> None:  # fmt: skip
         self.epsilon = epsilon
         self.delta = delta
         self.classes = classes
@@ -390,6 +412,7 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.fit_options = fit_options
+        self.budget_accountant = budget_accountant
 
     def _shape(self, X: np.ndarray) -> np.ndarray:
         if self.image_shape is None:
@@ -410,7 +433,8 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
                 support_per_class=self.support_per_class, epochs=self.epochs,
                 batch_size=self.batch_size, learning_rate=self.learning_rate,
                 clip_norm=self.clip_norm, relative_reg=self.relative_reg,
-                progress=bool(self.verbose), public_key=public_key, **(self.fit_options or {}),
+                progress=bool(self.verbose), public_key=public_key,
+                budget_accountant=self.budget_accountant, **(self.fit_options or {}),
             )  # fmt: skip
         self._finish(res)
         self._note_seed()
@@ -486,7 +510,8 @@ class DPNTKGenerator(_DPEstimator):
                  iterations: int | None = None, batch_size: int | None = None,
                  d_code: int | None = None, image_shape: tuple[int, ...] | None = None,
                  random_state: Any = None, verbose: bool = False,
-                 fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 fit_options: dict[str, Any] | None = None,
+                 budget_accountant: Any = None) -> None:  # fmt: skip
         self.epsilon = epsilon
         self.delta = delta
         self.schema = schema
@@ -500,6 +525,7 @@ class DPNTKGenerator(_DPEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.fit_options = fit_options
+        self.budget_accountant = budget_accountant
 
     def _schema(self, table: Any) -> Any:
         s = self.schema
@@ -520,7 +546,8 @@ class DPNTKGenerator(_DPEstimator):
         self._sample_base = sampling_key(key, public_key)
         opts: dict[str, Any] = dict(label_mode=self.label_mode, iterations=self.iterations,
                                     d_code=self.d_code, batch_size=self.batch_size,
-                                    progress=bool(self.verbose), public_key=public_key)  # fmt: skip
+                                    progress=bool(self.verbose), public_key=public_key,
+                                    budget_accountant=self.budget_accountant)  # fmt: skip
         if hasattr(X, "columns") or isinstance(X, dict):
             table = X
             schema = self._schema(X if y is None else _with_label(X, y, self.label or "label"))
