@@ -134,22 +134,34 @@ class _DPEstimator(BaseEstimator):
         """Pickle / joblib / deepcopy state. A fitted estimator holds a release: its
         ``random_state`` (the noise is a function of an int seed), any key and its
         ``budget_accountant`` are left out, as `save` leaves them out (the copy has
-        ``random_state=None``). An unfitted one with an accountant cannot be pickled (the
-        accountant refuses: `privkernels.privacy.BudgetAccountant`), nor one without inside
-        a ``with`` block of a default accountant: in another process it would not be charged."""
+        ``random_state=None``). An unfitted one with an accountant (its parameter, or the
+        ``with`` block's kept by `__sklearn_clone__`) cannot be pickled: the accountant
+        refuses (`privkernels.privacy.BudgetAccountant`), as in another process it would
+        not be charged."""
         state = dict(super().__getstate__())
         if hasattr(self, self._result_attr):
             state["random_state"] = None
             state["budget_accountant"] = None  # the ledger stays in this process
-            for name in _KEY_ATTRS:
+            for name in (*_KEY_ATTRS, "_block_accountant"):
                 state.pop(name, None)
-        elif state.get("budget_accountant") is None and default_accountant() is not None:
-            raise TypeError(
-                "an unfitted estimator cannot be pickled inside a `with BudgetAccountant(...)` "
-                "block: fitted in another process (joblib n_jobs > 1) it would not be charged. "
-                "Use n_jobs=1"
-            )
-        return state
+        return state  # unfitted with an accountant: the accountant refuses to be pickled
+
+    def __sklearn_clone__(self) -> Any:
+        """``sklearn.clone``; a clone made inside a ``with BudgetAccountant(...)`` block
+        without its own accountant keeps the block's (``GridSearchCV`` clones in the calling
+        thread: its fits in worker threads are then charged, and a worker process, which
+        would need it pickled, fails loudly)."""
+        twin = super().__sklearn_clone__()
+        block = default_accountant()
+        if block is not None and twin.get_params().get("budget_accountant") is None:
+            twin._block_accountant = block
+        return twin
+
+    def _accountant(self) -> Any:
+        """The accountant of a fit: the parameter, else the ``with`` block's at clone time,
+        else None (the fit then takes the default of the block it runs in, if any)."""
+        given = self.budget_accountant
+        return given if given is not None else self.__dict__.get("_block_accountant")
 
     def _keys(self) -> tuple[Any, Any]:
         """``(key, public_key)`` of a fit (`privkernels.privacy.keys.seed_keys`), or the pair
@@ -278,7 +290,7 @@ class _RegressionBase(_DPEstimator):
                 delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
                 fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
                 input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
-                public_key=public_key, budget_accountant=self.budget_accountant,
+                public_key=public_key, budget_accountant=self._accountant(),
                 **(self.fit_options or {}),
             )  # fmt: skip
 
@@ -434,7 +446,7 @@ class DPKIPClassifier(ClassifierMixin, _DPEstimator):
                 batch_size=self.batch_size, learning_rate=self.learning_rate,
                 clip_norm=self.clip_norm, relative_reg=self.relative_reg,
                 progress=bool(self.verbose), public_key=public_key,
-                budget_accountant=self.budget_accountant, **(self.fit_options or {}),
+                budget_accountant=self._accountant(), **(self.fit_options or {}),
             )  # fmt: skip
         self._finish(res)
         self._note_seed()
@@ -547,7 +559,7 @@ class DPNTKGenerator(_DPEstimator):
         opts: dict[str, Any] = dict(label_mode=self.label_mode, iterations=self.iterations,
                                     d_code=self.d_code, batch_size=self.batch_size,
                                     progress=bool(self.verbose), public_key=public_key,
-                                    budget_accountant=self.budget_accountant)  # fmt: skip
+                                    budget_accountant=self._accountant())  # fmt: skip
         if hasattr(X, "columns") or isinstance(X, dict):
             table = X
             schema = self._schema(X if y is None else _with_label(X, y, self.label or "label"))

@@ -13,6 +13,7 @@ import warnings
 
 import dp_accounting
 import jax
+import joblib
 import numpy as np
 import pytest
 from _privacy_helpers import forbid_noise
@@ -232,8 +233,11 @@ def test_clone_and_deepcopy_keep_the_same_ledger_and_pickling_is_refused():
         pickle.dumps(acc)
     with pytest.raises(TypeError, match="n_jobs=1"):
         pickle.dumps(est)
-    with acc, pytest.raises(TypeError, match="n_jobs=1"):
-        pickle.dumps(_clf())  # the default would not follow it
+    with acc:
+        in_block = clone(_clf())  # GridSearchCV clones in the calling thread
+    with pytest.raises(TypeError, match="n_jobs=1"):
+        pickle.dumps(in_block)  # the block's accountant would not follow it
+    pickle.dumps(clone(_clf()))  # outside any block: nothing to carry
     x, y = _xy()
     est.fit(x, y)
     back = pickle.loads(pickle.dumps(est))  # a fitted model leaves its ledger behind
@@ -255,6 +259,11 @@ def test_grid_search_charges_every_fit_and_the_fourth_is_refused(monkeypatch):
                         {"reg": [0.1, 1.0]}, cv=2, n_jobs=1)  # fmt: skip
     grid.fit(x, y)
     assert len(explicit.reports) == 5  # 4 fits and the refit, each charged
+    threads = BudgetAccountant(10.0, 1e-4)
+    grid = GridSearchCV(_clf(), {"reg": [0.1, 1.0]}, cv=2, n_jobs=2)
+    with threads, joblib.parallel_backend("threading"):  # worker threads see no ContextVar
+        grid.fit(x, y)
+    assert len(threads.reports) == 5  # the clones keep the block's accountant
 
 
 def test_grid_search_with_two_workers_fails_loudly():
@@ -269,6 +278,10 @@ def test_grid_search_with_two_workers_fails_loudly():
         chain.append(str(e))
         e = e.__cause__ or e.__context__
     assert any("n_jobs=1" in m for m in chain), chain
+    assert acc.spent().epsilon == 0.0
+    grid = GridSearchCV(_clf(), {"reg": [0.1, 1.0]}, cv=2, n_jobs=2)  # the with-block default
+    with acc, pytest.raises(Exception) as err:
+        grid.fit(x, y)
     assert acc.spent().epsilon == 0.0
 
 

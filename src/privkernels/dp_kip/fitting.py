@@ -170,9 +170,10 @@ def fit(
     )  # fmt: skip
     opts = run_options(mesh=mesh, checkpoint_path=checkpoint_path, resume=resume,
                        progress=progress, chunk_size=chunk_size)  # fmt: skip
+    key, seeded = release_key(key)
     _check_checkpoint_args(opts.checkpoint_path, opts.resume)
     run = functools.partial(
-        _fit_run, key, x, y, settings, opts, n_classes=n_classes, test=(x_test, y_test),
+        _fit_run, key, seeded, x, y, settings, opts, n_classes=n_classes, test=(x_test, y_test),
         eval_every=eval_every, max_steps=max_steps, diagnostics=diagnostics,
         public_key=public_key,
     )  # fmt: skip
@@ -180,11 +181,10 @@ def fit(
 
 
 def _fit_run(
-    key: Any, x: Any, y: Any, settings: Settings, opts: RunOptions, *, n_classes: Any,
+    key: Any, seeded: tuple[str, ...], x: Any, y: Any, settings: Settings, opts: RunOptions, *, n_classes: Any,
     test: tuple[Any, Any], eval_every: Any, max_steps: Any, diagnostics: bool, public_key: Any,
 ) -> DPKIPResult:  # fmt: skip
     """`fit` after its settings: validate and plan (`_prepare`), start, train, report."""
-    key, seeded = release_key(key)
     run = _prepare(x, y, settings, opts, n_classes=n_classes, test=test,
                    eval_every=eval_every, max_steps=max_steps, diagnostics=diagnostics)  # fmt: skip
     keys = _run_keys(key, public_key)

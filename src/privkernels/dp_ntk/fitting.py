@@ -160,8 +160,9 @@ def fit(
                        opts.progress, callback, neighbouring)  # fmt: skip
     if ck is not None:  # before the release, not at the first save
         checkpoint.check_new(ck, "continue it (nothing is released again)")
+    key, seeded = release_key(key)
     fresh = functools.partial(
-        _fit_fresh, key, x, y, epsilon=epsilon, delta=delta, n_classes=n_classes, opts=opts,
+        _fit_fresh, key, seeded, x, y, epsilon=epsilon, delta=delta, n_classes=n_classes, opts=opts,
         network=network, generator=generator, iterations=iterations, batch_size=batch_size,
         learning_rate=learning_rate, d_code=d_code, label_mode=label_mode, split=split,
         min_proportion=min_proportion, ntk_params=ntk_params, groups=groups, method=method,
@@ -172,7 +173,7 @@ def fit(
 
 
 def _fit_fresh(
-    key: jax.Array, x: Any, y: Any, *, epsilon: float | None, delta: float,
+    key: jax.Array, seeded: tuple[str, ...], x: Any, y: Any, *, epsilon: float | None, delta: float,
     n_classes: int | None, opts: RunOptions, network: nn.Module | None,
     generator: nn.Module | None, iterations: int | None, batch_size: int, learning_rate: float,
     d_code: int, label_mode: str, split: tuple[float, float], min_proportion: float,
@@ -182,7 +183,6 @@ def _fit_fresh(
 ) -> DPNTKResult:  # fmt: skip
     """A new fit (not a resume): validate, the release, then generator training."""
     ck = opts.checkpoint_path
-    key, seeded = release_key(key)
     n_classes, inferred = infer_n_classes(y, n_classes)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)

@@ -43,6 +43,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -166,6 +167,7 @@ class BudgetAccountant:
         self._entries: list[_Entry] = []
         self._open: list[_Ticket] = []
         self._tokens: list[contextvars.Token[BudgetAccountant | None]] = []
+        self._lock = threading.RLock()  # check-and-reserve is one step across threads
 
     @property
     def epsilon(self) -> float:
@@ -211,7 +213,9 @@ class BudgetAccountant:
     def spent(self) -> Cost:
         """Everything charged plus the open reservations (basic composition)."""
         eps = delta = 0.0
-        for c in [e.cost for e in self._entries] + [t.cost for t in self._open]:
+        with self._lock:
+            costs = [e.cost for e in self._entries] + [t.cost for t in self._open]
+        for c in costs:
             eps += c.epsilon
             delta += c.delta
         return Cost(eps, min(delta, 1.0))
@@ -221,7 +225,7 @@ class BudgetAccountant:
         s = self.spent()
         return Cost(max(self._epsilon - s.epsilon, 0.0), max(self._delta - s.delta, 0.0))
 
-    def check(self, epsilon: float, delta: float, neighbouring: str | None = None) -> Cost:
+    def check(self, epsilon: float | None, delta: float, neighbouring: str | None = None) -> Cost:
         """The cost ``(epsilon, delta)`` if it fits in `remaining` under this accountant's
         relation (None: this one); `BudgetExceededError` otherwise. Charges nothing."""
         self._check_relation(neighbouring)
@@ -247,17 +251,18 @@ class BudgetAccountant:
         """Charge a release's report (its totals, under its relation) or a bare `Budget`
         (under ``neighbouring``, default this accountant's): `BudgetExceededError` if it
         does not fit, and then nothing is charged. Returns the cost charged."""
+        entry: tuple[float | None, float, str | None, PrivacyReport | None, str]
         if isinstance(spend, PrivacyReport):
-            if not spend.private:
-                self.check(None, 0.0, None)  # type: ignore[arg-type]  # refused: unbounded
-            cost = self.check(spend.epsilon, spend.delta, spend.neighbouring)
-            self._entries.append(_Entry(cost, spend))
-            return cost
-        if isinstance(spend, Budget):
-            cost = self.check(spend.epsilon, spend.delta, neighbouring)
-            self._entries.append(_Entry(cost, None, "a budget charged by hand"))
-            return cost
-        raise TypeError(f"charge takes a PrivacyReport or a Budget, got {type(spend).__name__}")
+            eps = spend.epsilon if spend.private else None  # non-private: refused, unbounded
+            entry = (eps, spend.delta, spend.neighbouring, spend, "")
+        elif isinstance(spend, Budget):
+            entry = (spend.epsilon, spend.delta, neighbouring, None, "a budget charged by hand")
+        else:
+            raise TypeError(f"charge takes a PrivacyReport or a Budget, got {type(spend).__name__}")
+        with self._lock:
+            cost = self.check(entry[0], entry[1], entry[2])
+            self._entries.append(_Entry(cost, entry[3], entry[4]))
+        return cost
 
     spend = charge
 
@@ -271,17 +276,19 @@ class BudgetAccountant:
     # -- reservations (`charged_release`)
 
     def _reserve(self, epsilon: Any, delta: Any, neighbouring: str) -> _Ticket:
-        ticket = _Ticket(self, self.check(epsilon, delta, neighbouring))
-        self._open.append(ticket)
+        with self._lock:
+            ticket = _Ticket(self, self.check(epsilon, delta, neighbouring))
+            self._open.append(ticket)
         return ticket
 
     def _settle(self, ticket: _Ticket, report: PrivacyReport | None) -> None:
         """Close a reservation: charge the report, or (failed) the plan if noise began."""
-        self._open.remove(ticket)
-        if report is not None and report.private:
-            self._entries.append(_Entry(Cost(report.epsilon, report.delta), report))
-        elif ticket.released or report is not None:  # failed mid-release (or no report)
-            self._entries.append(_Entry(ticket.cost, None, FAILED_NOTE))
+        with self._lock:
+            self._open.remove(ticket)
+            if report is not None and report.private:
+                self._entries.append(_Entry(Cost(report.epsilon, report.delta), report))
+            elif ticket.released or report is not None:  # failed mid-release (or no report)
+                self._entries.append(_Entry(ticket.cost, None, FAILED_NOTE))
 
     # -- the default accountant of a ``with`` block
 
