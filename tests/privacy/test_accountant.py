@@ -23,7 +23,8 @@ from sklearn.model_selection import GridSearchCV
 
 from privkernels import cli, dp_kip, dp_ntk, dp_ntk_regression, privacy, tuning
 from privkernels.data.schema import TabularSchema
-from privkernels.privacy import Budget, BudgetAccountant, BudgetExceededError
+from privkernels.dp_ntk_regression import replace_one
+from privkernels.privacy import Budget, BudgetAccountant, BudgetExceededError, Cost
 from privkernels.privacy.accountant import FAILED_NOTE, charged_release, default_accountant
 from privkernels.sklearn import (
     DPKIPClassifier,
@@ -190,6 +191,18 @@ def test_bad_input_is_not_charged_and_a_failure_after_noise_is():
             privacy_release_then_fail()
     assert acc.spent().epsilon == pytest.approx(0.7)  # the plan, charged
     assert acc.reports == () and FAILED_NOTE in json.dumps(acc.to_dict())
+
+
+def test_a_fit_failing_after_its_release_is_charged_its_plan(monkeypatch):
+    acc = BudgetAccountant(5.0, 1e-4)
+
+    def failing_solve(*args, **kwargs):
+        raise FloatingPointError("the solve after the release failed")
+
+    monkeypatch.setattr(replace_one, "solve", failing_solve)
+    with pytest.raises(FloatingPointError):
+        _reg_fit(acc)
+    assert acc.spent() == Cost(1.0, 1e-5) and acc.reports == ()  # the plan, no report
 
 
 def privacy_release_then_fail():
