@@ -166,7 +166,8 @@ class BudgetAccountant:
         self._neighbouring = check_neighbouring(neighbouring, ACCOUNTANT_RELATIONS)
         self._entries: list[_Entry] = []
         self._open: list[_Ticket] = []
-        self._tokens: list[contextvars.Token[BudgetAccountant | None]] = []
+        # the tokens of open ``with`` blocks, per thread (each thread has its own context)
+        self._tokens: dict[int, list[contextvars.Token[BudgetAccountant | None]]] = {}
         self._lock = threading.RLock()  # check-and-reserve is one step across threads
 
     @property
@@ -293,11 +294,11 @@ class BudgetAccountant:
     # -- the default accountant of a ``with`` block
 
     def __enter__(self) -> BudgetAccountant:
-        self._tokens.append(_DEFAULT.set(self))
+        self._tokens.setdefault(threading.get_ident(), []).append(_DEFAULT.set(self))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _DEFAULT.reset(self._tokens.pop())
+        _DEFAULT.reset(self._tokens[threading.get_ident()].pop())
 
     # -- one ledger: never copied, never pickled
 
