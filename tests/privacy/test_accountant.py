@@ -340,16 +340,26 @@ def test_cli_budget_refuses_before_reading_the_data(tmp_path, capsys, monkeypatc
     acc = BudgetAccountant.load(ledger)
     acc.charge(Budget(1.0, 1e-5))
     acc.save(ledger)
+    x, y = _xy(20)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    (tmp_path / "d.csv").write_text(
+        "a,label\n" + "".join(f"{v},{c}\n" for v, c in zip(x[:, 0], y, strict=True))
+    )
+    privacy_schema().save(tmp_path / "s.json")
     read = []
-    monkeypatch.setattr(cli, "_read_xy", lambda *a: read.append(a))
     monkeypatch.setattr(cli, "read_csv", lambda *a, **k: read.append(a))
+    monkeypatch.setattr(cli, "_read_xy", lambda *a, **k: read.append(a))
     for argv in (
-        ["distill", "missing.csv", "--label", "y", "--epsilon", "1", "--out", "o.npz"],
-        ["synth", "missing.csv", "--schema", "s.json", "--epsilon", "1", "--out", "o.csv"],
+        ["distill", str(tmp_path / "d.npz"), "--classes", "0,1", "--epsilon", "1"],
+        ["synth", str(tmp_path / "d.csv"), "--schema", str(tmp_path / "s.json"), "--epsilon", "1"],
     ):
-        assert cli.main([*argv, "--budget", str(ledger)]) == 2
+        out = ["--out", str(tmp_path / "o.npz"), "--budget", str(ledger)]
+        assert cli.main([*argv, *out]) == 2
         assert "refuses this release" in capsys.readouterr().err
     assert read == [] and BudgetAccountant.load(ledger).spent().epsilon == 1.0
+    assert cli.main(["synth", "--model", str(tmp_path / "d.npz"), "--out", "o.csv",
+                     "--budget", str(ledger)]) == 2  # fmt: skip
+    assert "--budget" in capsys.readouterr().err  # sampling charges nothing: not ignored silently
 
 
 @pytest.mark.slow
