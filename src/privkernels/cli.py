@@ -40,7 +40,7 @@ from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
 from privkernels._validation import MIN_FIT_ROWS, check_fit_rows
 from privkernels.data.frames import infer_schema, read_csv, write_csv
 from privkernels.data.schema import MISSING_TOKENS, TabularSchema
-from privkernels.privacy.accountant import BudgetAccountant
+from privkernels.privacy.accountant import LEDGER_FORMAT, BudgetAccountant
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
 from privkernels.privacy.report import PrivacyReport
 from privkernels.synth import fit_table, load_table_synth
@@ -653,11 +653,16 @@ def _cmd_budget(a: argparse.Namespace) -> int:
         acc.save(a.ledger)
     else:
         acc = BudgetAccountant.load(a.ledger)
-    spent, left = acc.spent(), acc.remaining()
-    print(f"{a.ledger}: total ({acc.epsilon:.6g}, {acc.delta:.3g}) under {acc.neighbouring}; "
-          f"spent ({spent.epsilon:.6g}, {spent.delta:.3g}) in {len(acc.reports)} release(s); "
-          f"remaining ({left.epsilon:.6g}, {left.delta:.3g})")  # fmt: skip
+    print(_ledger_line(a.ledger, acc))
     return 0
+
+
+def _ledger_line(path: Any, acc: BudgetAccountant) -> str:
+    """One line on a budget ledger: its total, what was spent and what remains."""
+    spent, left = acc.spent(), acc.remaining()
+    return (f"{path}: budget ledger, total ({acc.epsilon:.6g}, {acc.delta:.3g}) under "
+            f"{acc.neighbouring}; spent ({spent.epsilon:.6g}, {spent.delta:.3g}) in "
+            f"{len(acc.reports)} release(s); remaining ({left.epsilon:.6g}, {left.delta:.3g})")  # fmt: skip
 
 
 def _charged(run: Callable[[argparse.Namespace], int], a: argparse.Namespace) -> int:
@@ -720,6 +725,10 @@ def _json_report(path: Path) -> PrivacyReport | None:
     """A ``<out>.privacy.json`` (checked against the model beside it), or a schema file
     (described: it carries no report); None when nothing is left to print."""
     data = _read_json(path)
+    if isinstance(data, dict) and data.get("format") == LEDGER_FORMAT:
+        acc = BudgetAccountant.from_dict(data)  # every entry re-verified
+        print(_ledger_line(path, acc))
+        return acc.report if acc.reports else None
     if isinstance(data, dict) and "columns" in data and "epsilon" not in data:
         schema = TabularSchema.from_dict(data)
         print(f"{path}: a table schema ({len(schema.columns)} columns, label {schema.label!r}), "

@@ -379,3 +379,24 @@ def test_cli_distill_charges_the_ledger(tmp_path, capsys):
     assert len(acc.reports) == 1 and acc.spent().epsilon <= 1.0
     assert cli.main(argv) == 2  # the second run does not fit in what remains
     assert "refuses this release" in capsys.readouterr().err
+
+
+def test_cli_report_reads_a_ledger(tmp_path, capsys):
+    """``privkernels report LEDGER`` prints the totals and, with --json, the composed report
+    of the charged releases (an edited ledger is refused, as `budget show` refuses it)."""
+    ledger = tmp_path / "ledger.json"
+    assert cli.main(["budget", "init", str(ledger), "--epsilon", "3", "--delta", "1e-4"]) == 0
+    capsys.readouterr()
+    assert cli.main(["report", str(ledger)]) == 0
+    assert "spent (0, 0) in 0 release(s); remaining (3, 0.0001)" in capsys.readouterr().out
+    acc = BudgetAccountant.load(ledger)
+    _reg_fit(acc)
+    acc.save(ledger)
+    assert cli.main(["report", str(ledger), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "1 release(s)" in out and json.loads(out[out.index("{") :])["epsilon"] == 1.0
+    data = json.loads(ledger.read_text())
+    data["entries"][0]["epsilon"] = 0.1
+    ledger.write_text(json.dumps(data))
+    assert cli.main(["report", str(ledger)]) == 2
+    assert "does not match" in capsys.readouterr().err
