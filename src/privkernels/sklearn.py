@@ -535,14 +535,15 @@ class DPNTKClassifier(ClassifierMixin, _RegressionBase):
 
     ``classes``: the public label values (class ``i`` is ``classes[i]``); None reads
     them from ``y`` (`PrivacyLeakWarning`; noted in the report). Otherwise as
-    `DPNTKRegressor` (replace-one by default, labels included; ``preprocessing="auto"``
-    scales the features only, at `AUTO_SHARE` of the budget).
+    `DPNTKRegressor` (replace-one by default, labels included), but ``preprocessing``
+    defaults to None (the selection run kept it: benchmarks/results/defaults-regression.md);
+    ``"auto"`` scales the features only, at `AUTO_SHARE` of the budget.
     """
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
                  kernel_shift: float | str = "auto", input_bound: float = 1.0, beta: float = 1e-6,
-                 neighbouring: str = "replace-one", preprocessing: str | float | None = "auto",
+                 neighbouring: str = "replace-one", preprocessing: str | float | None = None,
                  random_state: Any = None,
                  fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
         super().__init__(epsilon, delta, width=width, reg=reg, fit_intercept=fit_intercept,
