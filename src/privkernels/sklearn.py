@@ -233,7 +233,7 @@ def load(path: str | os.PathLike[str]) -> Any:
 
 
 #: Pipeline steps that read no data when fitted (no report needed).
-_STATELESS = ("FunctionTransformer",)
+_STATELESS = ("FunctionTransformer", "Normalizer")
 
 
 def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> PrivacyReport:
@@ -243,7 +243,8 @@ def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> Pri
     ``privacy_report_`` in order: each step reads the same private rows (transformed by
     the steps before it, post-processing of their releases). A step that fitted on the
     data without a report is refused (``ValueError``, naming the step), unless it is
-    ``"passthrough"``/None, a stateless ``FunctionTransformer`` or named in
+    ``"passthrough"``/None, a stateless ``FunctionTransformer`` or ``Normalizer`` (a per-row
+    map that learns nothing), or named in
     ``public_steps`` (the caller vouches it read nothing private).
     """
     steps = getattr(pipeline, "steps", None)
