@@ -145,26 +145,30 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     sizes, seeds = ((300, 1000), range(1)) if args.quick else (SIZES, range(3))
     rows: list[dict[str, Any]] = []
-    for name, data in regression_sets(sizes).items():
-        rows += run_set("regressor", name, data, seeds)
-    for name, data in classification_sets(sizes).items():
-        rows += run_set("classifier", name, data, seeds)
-    summary = select(rows, "regressor") + select(rows, "classifier")
+    todo = [("regressor", s) for s in regression_sets(sizes).items()]
+    todo += [("classifier", s) for s in classification_sets(sizes).items()]
+    for i, (kind, (name, data)) in enumerate(todo):
+        rows += run_set(kind, name, data, seeds)
+        _write(rows, args.quick, len(seeds), done=f"{i + 1} of {len(todo)} sets")
+
+
+def _write(rows: list[dict[str, Any]], quick: bool, n_seeds: int, done: str) -> None:
+    """Write the table of the sets run so far (a cut run leaves what it measured)."""
+    kinds = dict.fromkeys(r["estimator"] for r in rows)
+    summary = [s for k in kinds for s in select(rows, k)]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=False).stdout.strip()  # fmt: skip
-    meta = {"command": "python -m benchmarks.defaults_regression" + " --quick" * args.quick,
+    meta = {"command": "python -m benchmarks.defaults_regression" + " --quick" * quick,
             "git_commit": commit, "sklearn": sklearn.__version__, "epsilon": EPS,
-            "delta": DELTA, "seeds": len(seeds), "rule": "defaults-regression-rule.md",
-            "summary": summary}  # fmt: skip
-    name = "defaults-regression" + "-quick" * args.quick
+            "delta": DELTA, "seeds": n_seeds, "rule": "defaults-regression-rule.md",
+            "sets_done": done}  # fmt: skip
+    name = "defaults-regression" + "-quick" * quick
     _, md = write_results(OUT, name, rows, meta=meta,
                           columns=["estimator", "set", "n_train", "candidate", "baseline",
                                    "ratio_mean", "ratio_ci95"])  # fmt: skip
     with md.open("a") as fh:
         fh.write("\n## Selection (worst set's mean ratio, then the mean)\n\n")
         fh.write(markdown_table(summary))
-    for s in summary:
-        print(s)
 
 
 if __name__ == "__main__":

@@ -176,8 +176,9 @@ def column_moments(
       budget: the (epsilon, delta) of this release.
 
     Returns:
-      ``(mean (d,), var (d,), record)`` float64; ``var`` is floored at
-      ``(1e-3 (hi - lo))^2``. Sensitivity ``sqrt(1.25 d)`` (module docstring).
+      ``(mean (d,), var (d,), record)`` float64; ``var`` is floored at the noise level
+      of its estimate, ``(hi - lo)^2 max(1e-6, noise_std / (2 n))`` (public numbers), so a
+      column whose spread the noise hides is not blown up. Sensitivity ``sqrt(1.25 d)``.
     """
     x = _rows(X)
     n, d = x.shape
@@ -191,7 +192,8 @@ def column_moments(
     )  # fmt: skip
     s = np.asarray(noisy, np.float64)
     mu_u = np.clip(s[:d] / n, -0.5, 0.5)
-    var_u = np.clip(s[d:] / (2.0 * n) - mu_u**2, 1e-6, 0.25)
+    floor = max(1e-6, float(record.param_dict["noise_std"]) / (2.0 * n))  # the noise level
+    var_u = np.clip(s[d:] / (2.0 * n) - mu_u**2, floor, 0.25)
     return mid + width * mu_u, var_u * width**2, record
 
 

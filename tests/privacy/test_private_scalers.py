@@ -186,3 +186,13 @@ def test_projection_warning_on_unscaled_rows_only():
         warnings.simplefilter("error", ProjectionWarning)
         est.fit(inside, y.astype(float))
     assert "projected onto it" not in est.privacy_report_.to_json()
+
+
+@pytest.mark.parametrize("kwargs", [{"width": 0}, {"reg": -1.0}, {"input_bound": 0.0},
+                                    {"fit_options": {"target_bound": -1.0}}])  # fmt: skip
+def test_auto_preprocessing_refuses_bad_settings_before_its_noise(monkeypatch, kwargs):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(50, 3)), rng.normal(size=50)
+    forbid_noise(monkeypatch)
+    with pytest.raises((ValueError, TypeError)):
+        DPNTKRegressor(random_state=jax.random.key(0), **kwargs).fit(x, y)
