@@ -11,8 +11,9 @@ neighbours (one whole row replaced; ``n`` is public under this relation):
   from the noisy counts by a fixed rule (post-processing): the outer edges of the
   outermost bins whose noisy count exceeds ``max(4 noise_std, tail n)``
   (the stability-based histogram of Bun, Nissim & Stemmer 2016, in its Gaussian form);
-  a column with no such bin gets a fixed fallback: ``[-1, 1]`` on `LOG_GRID`, the
-  public bounds otherwise (the data said nothing above the noise).
+  a column with no such bin gets ``[-M, M]`` from its largest bin if that clears 3/4
+  of the threshold, else a fixed fallback: ``[-1, 1]`` on `LOG_GRID`, the public
+  bounds otherwise (the data said nothing above the noise).
 * `column_moments`: values clipped to ``[lo, hi]`` and mapped to
   ``u = (x - mid) / (hi - lo)`` in ``[-1/2, 1/2]``; one release of
   ``[sum u, 2 sum u^2]`` (``2d`` numbers). Replacing a row moves each ``sum u_j`` by at
@@ -106,8 +107,9 @@ def _read_bounds(
 ) -> np.ndarray:
     """``(d, 2)`` bounds from noisy counts (post-processing, the module's fixed rule).
 
-    A column with no bin above ``threshold`` gets ``[-1, 1]`` on `LOG_GRID`
-    (``grid_fallback``), else the public bounds themselves."""
+    A column with no bin above ``threshold`` gets ``[-M, M]``, ``M`` the outer edge of its
+    largest bin, when that bin clears ``0.75 threshold`` (3 noise stds at least); else
+    ``[-1, 1]`` on `LOG_GRID` (``grid_fallback``), or the public bounds themselves."""
     d, nb = noisy.shape
     ext = np.concatenate([edges[:, :1], edges, edges[:, -1:]], axis=1)  # bin b is [ext b, ext b+1]
     out = np.empty((d, 2))
@@ -115,7 +117,11 @@ def _read_bounds(
         keep = np.flatnonzero(noisy[j] > threshold)
         if keep.size:
             lo, hi = ext[j, keep[0]], ext[j, keep[-1] + 1]
-        else:  # no bin above the noise: the data said nothing; a fixed, public fallback
+        elif noisy[j].max() > 0.75 * threshold:  # the largest bin, symmetric about 0
+            b = int(np.argmax(noisy[j]))
+            m = max(abs(ext[j, b]), abs(ext[j, b + 1]))
+            lo, hi = max(-m, edges[j, 0]), min(m, edges[j, -1])
+        else:  # nothing above the noise: a fixed, public fallback
             lo, hi = (-1.0, 1.0) if grid_fallback else (edges[j, 0], edges[j, -1])
         if not hi > lo:  # only an overflow bin: widen by one grid step inwards
             lo, hi = min(lo, edges[j, -2]), max(hi, edges[j, 1])

@@ -161,7 +161,6 @@ def test_pipeline_report_composes_every_private_step():
     assert rep.epsilon == pytest.approx(1.0) and rep.delta == pytest.approx(2e-5)
     steps = [s.privacy_report_ for _, s in pipe.steps]
     assert rep.mechanisms == steps[0].mechanisms + steps[1].mechanisms
-    assert pipe.score(x, y) > 0.7
 
 
 def test_pipeline_report_refuses_a_step_without_a_report():
