@@ -484,7 +484,7 @@ class _RegressionBase(_DPEstimator):
         parts = [budget]
         if share is not None:
             main, *pre = self._budgets(budget, share, isinstance(self, RegressorMixin))
-            parts = [main, *(b for p in pre for b in standardize_budgets(p))]
+            parts = [*(b for p in pre for b in standardize_budgets(p)), main]  # report order
         return [SelectionEvent("gaussian", gaussian_sigma(b.epsilon, b.delta)) for b in parts]
 
     @staticmethod
