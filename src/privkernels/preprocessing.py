@@ -36,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from privkernels._validation import check_array, check_fraction
 from privkernels.privacy.budget import Budget
-from privkernels.privacy.keys import SEEDED_KEY_NOTE, seed_keys, seeded_call
+from privkernels.privacy.keys import SEEDED_KEY_NOTE, release_key, seed_keys, seeded_call
 from privkernels.privacy.release import gaussian_release
 from privkernels.privacy.report import REPLACE_ONE, MechanismRecord, PrivacyReport
 
@@ -240,17 +240,18 @@ class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         x = _rows(X)
         if self.bounds is not None:
             _public_bounds(self.bounds, x.shape[1])
-        key, _ = seed_keys(self.random_state)
+        key, _ = seed_keys(self.random_state)  # an int seed: warned by name here
+        seed = self.random_state
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            self._notes: tuple[str, ...] = (SEEDED_KEY_NOTE,)
+        else:  # a JAX key that visibly comes from a small int: warned and noted
+            key, self._notes = release_key(key, what="random_state", stacklevel=4)
         return x, budget, key
 
     def _report(self, records: tuple[MechanismRecord, ...]) -> None:
-        seeded = isinstance(self.random_state, (int, np.integer)) and not isinstance(
-            self.random_state, bool
-        )
         self.privacy_report_ = PrivacyReport.from_mechanisms(
-            records, REPLACE_ONE, data_independent=(N_PUBLIC,),
-            notes=(SEEDED_KEY_NOTE,) if seeded else (),
-        )  # fmt: skip
+            records, REPLACE_ONE, data_independent=(N_PUBLIC,), notes=self._notes
+        )
 
 
 class PrivateStandardScaler(_PrivateScaler):

@@ -23,7 +23,8 @@ from privkernels.preprocessing import (
     column_moments,
 )
 from privkernels.privacy import Budget, gaussian_sigma
-from privkernels.privacy.warnings import ProjectionWarning
+from privkernels.privacy.keys import SEEDED_KEY_NOTE
+from privkernels.privacy.warnings import ProjectionWarning, SeededKeyWarning
 from privkernels.sklearn import DPNTKClassifier, DPNTKRegressor, pipeline_report
 
 #: A small model: these tests check reports and warnings, not accuracy.
@@ -195,3 +196,17 @@ def test_auto_preprocessing_refuses_bad_settings_before_its_noise(monkeypatch, k
     forbid_noise(monkeypatch)
     with pytest.raises((ValueError, TypeError)):
         DPNTKRegressor(random_state=jax.random.key(0), **kwargs).fit(x, y)
+
+
+def test_a_seeded_key_is_warned_and_noted():
+    x = np.random.default_rng(0).normal(size=(100, 2))
+    with pytest.warns(SeededKeyWarning):
+        s = PrivateStandardScaler(random_state=jax.random.key(0)).fit(x)
+    assert SEEDED_KEY_NOTE in s.privacy_report_.notes
+    with pytest.warns(SeededKeyWarning, match="random_state=3"):
+        s = PrivateMinMaxScaler(random_state=3).fit(x)
+    assert SEEDED_KEY_NOTE in s.privacy_report_.notes
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeededKeyWarning)
+        s = PrivateStandardScaler().fit(x)  # OS entropy: nothing to warn about
+    assert SEEDED_KEY_NOTE not in s.privacy_report_.notes
