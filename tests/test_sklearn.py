@@ -32,8 +32,10 @@ def cancer():
 
 def test_classifier_defaults_in_a_pipeline(cancer, tmp_path):
     xtr, xte, ytr, yte = cancer
-    pipe = make_pipeline(
-        StandardScaler(), Normalizer(), DPNTKClassifier(classes=[0, 1], random_state=0)
+    pipe = make_pipeline(  # the pipeline scales: the classifier's own scaling is off
+        StandardScaler(),
+        Normalizer(),
+        DPNTKClassifier(classes=[0, 1], preprocessing=None, random_state=0),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)  # classes given: nothing read

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-__all__ = ["PrivacyLeakWarning", "warn_privacy_leak"]
+__all__ = ["PrivacyLeakWarning", "ProjectionWarning", "SmallSampleWarning", "warn_privacy_leak"]
 
 
 class PrivacyLeakWarning(RuntimeWarning):
@@ -30,3 +30,17 @@ def warn_privacy_leak(what: str, *, stacklevel: int = 3) -> None:
         PrivacyLeakWarning,
         stacklevel=stacklevel,
     )
+
+
+class ProjectionWarning(UserWarning):
+    """Training rows lay outside the public ball of radius ``input_bound`` and were projected.
+
+    The projection is a fixed map (no privacy cost), but rows far outside the ball lose
+    their scale; rescale the features by public constants or with a private scaler
+    (`privkernels.sklearn.PrivateStandardScaler` / ``PrivateMinMaxScaler``). The warning
+    goes to the caller only: nothing of it enters a report or a saved file.
+    """
+
+
+class SmallSampleWarning(UserWarning):
+    """A fit on fewer rows than its defaults were validated at (the message names that n)."""

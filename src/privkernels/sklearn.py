@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -43,11 +45,16 @@ import jax
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from privkernels import checkpoint, dp_kip, dp_ntk
 from privkernels import dp_ntk_regression as R
-from privkernels._validation import check_fit_rows, check_numeric
+from privkernels._sklearn_checks import checked_data
+from privkernels._validation import (
+    check_fraction,
+    check_int,
+    check_positive,
+)
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_kip.estimator_defaults import (
@@ -55,8 +62,17 @@ from privkernels.dp_kip.estimator_defaults import (
     public_row_count,
     warn_small_data,
 )
-from privkernels.privacy.accountant import default_accountant
+from privkernels.dp_ntk_regression.kernel import check_input_bound
+from privkernels.preprocessing import (
+    N_PUBLIC,
+    PrivateMinMaxScaler,
+    PrivateStandardScaler,
+    private_standardize,
+    standardize_budgets,
+)
+from privkernels.privacy.accountant import charged_release, default_accountant
 from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
+from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import (
     SAMPLE_TAG,
     SEEDED_KEY_NOTE,
@@ -66,8 +82,8 @@ from privkernels.privacy.keys import (
     seed_keys,
     seeded_call,
 )
-from privkernels.privacy.report import PrivacyReport
-from privkernels.privacy.warnings import warn_privacy_leak
+from privkernels.privacy.report import REPLACE_ONE, PrivacyReport, compose
+from privkernels.privacy.warnings import ProjectionWarning, SmallSampleWarning, warn_privacy_leak
 from privkernels.scores import binary_decision, scores_to_proba
 from privkernels.search import PrivateSearchCV
 from privkernels.synth import FORMAT as TABLE_FORMAT
@@ -78,8 +94,11 @@ __all__ = [
     "DPNTKClassifier",
     "DPNTKGenerator",
     "DPNTKRegressor",
+    "PrivateMinMaxScaler",
     "PrivateSearchCV",
+    "PrivateStandardScaler",
     "load",
+    "pipeline_report",
 ]
 
 #: Attributes that hold keys: never pickled with a fitted estimator.
@@ -99,29 +118,6 @@ def _with_note(result: Any, note: str) -> Any:
     if "report" in {f.name for f in dataclasses.fields(result)}:
         return dataclasses.replace(result, report=result.report.with_note(note))
     return dataclasses.replace(result, result=_with_note(result.result, note))
-
-
-def _checked(
-    est: Any, X: Any, y: Any = "no_validation", *, reset: bool = True, **kwargs: Any
-) -> Any:
-    """scikit-learn's ``validate_data`` after privkernels' own refusals, whose messages hold
-    no input value (scikit-learn's conversion error echoes the cell it cannot read): fewer
-    than `privkernels._validation.MIN_FIT_ROWS` rows at fit (``reset``), ``X`` not 2-D, a
-    non-numeric cell of ``X``, or of ``y`` when ``y_numeric``
-    (`privkernels._validation.check_numeric`)."""
-    check_numeric(X, "X")
-    if np.ndim(X) < 2:  # scikit-learn's message would print the array
-        raise ValueError(
-            f"X must be 2-D (n_samples, n_features), got {np.ndim(X)}-D input. Reshape your "
-            "data: X.reshape(-1, 1) for one feature, X.reshape(1, -1) for one sample"
-        )
-    if reset:
-        check_fit_rows(X, "X")
-    if kwargs.get("y_numeric"):
-        check_numeric(y, "y")
-    if isinstance(y, str) and y == "no_validation":  # X alone (scikit-learn's convention)
-        return validate_data(est, X, reset=reset, **kwargs)
-    return validate_data(est, X, y, reset=reset, **kwargs)
 
 
 class _KernelScoresClassifier(ClassifierMixin):
@@ -302,10 +298,69 @@ def load(path: str | os.PathLike[str]) -> Any:
     return est
 
 
+#: Pipeline steps that read no data when fitted (no report needed).
+_STATELESS = ("FunctionTransformer", "Normalizer")
+
+
+def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> PrivacyReport:
+    """The composed `PrivacyReport` of every private step of a fitted ``Pipeline``.
+
+    Basic sequential composition (`privkernels.privacy.compose`) of the steps'
+    ``privacy_report_`` in order: each step reads the same private rows (transformed by
+    the steps before it, post-processing of their releases). A step that fitted on the
+    data without a report is refused (``ValueError``, naming the step), unless it is
+    ``"passthrough"``/None, a stateless ``FunctionTransformer`` or ``Normalizer`` (a per-row
+    map that learns nothing), or named in
+    ``public_steps`` (the caller vouches it read nothing private).
+    """
+    steps = getattr(pipeline, "steps", None)
+    if steps is None:
+        raise TypeError("pipeline_report takes a fitted sklearn.pipeline.Pipeline")
+    reports = []
+    for name, step in steps:
+        if step is None or step == "passthrough" or name in public_steps:
+            continue
+        if type(step).__name__ in _STATELESS:
+            continue
+        try:
+            reports.append(step.privacy_report_)
+        except AttributeError:
+            raise ValueError(
+                f"pipeline step {name!r} ({type(step).__name__}) fitted on the data without a "
+                "privacy report: use a private step (e.g. PrivateStandardScaler) or name it in "
+                "public_steps if it read nothing private"
+            ) from None
+    if not reports:
+        raise ValueError("the pipeline has no private step: nothing to report")
+    return compose(*reports)
+
+
 # --------------------------------------------------------------------------- regression
 
 
+#: Share of the budget ``preprocessing="auto"`` spends on private scales in
+#: `DPNTKRegressor` and in `DPNTKClassifier`: each estimator's winner under
+#: ``benchmarks/results/defaults-regression-rule.md`` (best worst-set ratio to a non-private
+#: ridge / logistic regression; table: ``benchmarks/results/defaults-regression.md``).
+AUTO_SHARE = 0.3
+CLASSIFIER_AUTO_SHARE = 0.1
+#: Of that share, the part a regressor spends on its targets' scale (the rest: features).
+TARGET_SHARE = 0.5
+#: Targets are fitted as ``(y - mean) / (TARGET_CLIP std sqrt(c))`` times ``target_bound``.
+TARGET_CLIP = 3.0
+#: Smallest training n from which on the default met issue 52's target in that run
+#: (regressor: R^2 >= 60% of a ridge's, make_regression n=20000, 15000 training rows;
+#: classifier: ROC-AUC lift >= 80% of a logistic regression's, make_classification
+#: n=5000, 3750 training rows). A fit on fewer rows raises a
+#: `privkernels.privacy.SmallSampleWarning` naming it.
+MIN_VALIDATED_N = 15000
+CLASSIFIER_MIN_VALIDATED_N = 3750
+
+
 class _RegressionBase(_DPEstimator):
+    _auto_share: ClassVar[float] = AUTO_SHARE
+    _min_validated_n: ClassVar[int] = MIN_VALIDATED_N
+
     def __init__(
         self,
         epsilon: float | None = 1.0,
@@ -318,6 +373,7 @@ class _RegressionBase(_DPEstimator):
         input_bound: float = 1.0,
         beta: float = 1e-6,
         neighbouring: str = "replace-one",
+        preprocessing: str | float | None = "auto",
         random_state: Any = None,
         fit_options: dict[str, Any] | None = None,
         budget_accountant: Any = None,
@@ -331,21 +387,164 @@ class _RegressionBase(_DPEstimator):
         self.input_bound = input_bound
         self.beta = beta
         self.neighbouring = neighbouring
+        self.preprocessing = preprocessing
         self.random_state = random_state
         self.fit_options = fit_options
         self.budget_accountant = budget_accountant
 
+    @property
+    def privacy_report_(self) -> PrivacyReport:
+        """The fit's `PrivacyReport`: the preprocessing releases composed with the model's."""
+        check_is_fitted(self, "model_")
+        pre = getattr(self, "_pre_report", None)
+        return self.model_.report if pre is None else compose(pre, self.model_.report)
+
+    def _share(self) -> float | None:
+        """The budget share of private scaling; None when the fit uses the raw data.
+
+        ``"auto"`` is the estimator's validated share (`AUTO_SHARE`,
+        `CLASSIFIER_AUTO_SHARE`) under replace-one and None under beta-close (a
+        data-dependent rescaling would change what beta means)."""
+        p = self.preprocessing
+        if p is None or (p == "auto" and self.neighbouring != "replace-one"):
+            return None
+        if p == "auto":
+            return self._auto_share
+        if isinstance(p, (str, bool)) or not isinstance(p, (int, float)):
+            raise ValueError("preprocessing must be 'auto', None or a budget share in (0, 1)")
+        if self.neighbouring != "replace-one":
+            raise ValueError("preprocessing applies to neighbouring='replace-one' only")
+        return check_fraction(p, "preprocessing")
+
+    def _check_settings(self) -> None:
+        """The settings a fit would refuse, checked before the preprocessing's noise."""
+        check_int(self.width, "width")
+        check_positive(self.reg, "reg")
+        check_input_bound(self.input_bound)
+        check_positive((self.fit_options or {}).get("target_bound", 1.0), "target_bound")
+        if self.epsilon is not None:
+            Budget(self.epsilon, self.delta)
+
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
+        """One fit, charged whole (the private scales and the model) to the accountant
+        before any noise (`privkernels.privacy.accountant.charged_release`)."""
+        share = self._share()
+        self._check_settings()
+        charged_release(
+            self._accountant(), self.epsilon, self.delta, str(self.neighbouring),
+            lambda: self._fit_released(X, y, n_classes, share),
+            report_of=lambda _: self.privacy_report_,
+        )  # fmt: skip
+
+    def _fit_released(self, X: Any, y: Any, n_classes: int | None, share: float | None) -> None:
+        """`_fit`'s releases: the private scales at ``share`` of the budget, then the model."""
         key, public_key = self._keys()
-        with seeded_call():
+        eps, delta = self.epsilon, self.delta
+        self._scaling: dict[str, np.ndarray] | None = None
+        self._pre_report: PrivacyReport | None = None
+        if share is not None:
+            key, k_pre = jax.random.split(key)
+            eps, delta = self._preprocess(k_pre, X, y if n_classes is None else None, share)
+            X, y = self._scaled(X), self._scaled_y(y)
+        if share is not None and X.shape[0] < self._min_validated_n:
+            warnings.warn(
+                f"{type(self).__name__}'s defaults were validated at n >= "
+                f"{self._min_validated_n} training rows (benchmarks/results/"
+                "defaults-regression.md); this fit has fewer: expect "
+                "a weak model at this epsilon, or pass public scales (preprocessing=None)",
+                SmallSampleWarning, stacklevel=4,
+            )  # fmt: skip
+        with seeded_call(), warnings.catch_warnings():
+            if share is not None:  # rows beyond the ball after private scaling: by design
+                warnings.filterwarnings("ignore", category=ProjectionWarning)
             self.model_ = R.fit(
-                key, np.asarray(X, np.float32), y, epsilon=self.epsilon,
-                delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
+                key, np.asarray(X, np.float32), y, epsilon=eps,
+                delta=delta, n_classes=n_classes, width=self.width, reg=self.reg,
                 fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
                 input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
                 public_key=public_key, budget_accountant=self._accountant(),
                 **(self.fit_options or {}),
             )  # fmt: skip
+
+    def _budgets(self, budget: Budget, share: float, regression: bool) -> list[Budget]:
+        """``[model, features (, targets)]``: the split of a fit's budget (each scale's part
+        is split again by `privkernels.preprocessing.standardize_budgets`)."""
+        main, pre = budget.split(1.0 - share, share)
+        return [main, *(pre.split(1.0 - TARGET_SHARE, TARGET_SHARE) if regression else (pre,))]
+
+    def _preprocess(self, key: Any, X: Any, y: Any, share: float) -> tuple[Any, Any]:
+        """Learn the feature (and target) scales; return the model's (epsilon, delta).
+
+        Private fit: `privkernels.preprocessing.private_standardize` on the features
+        (and the targets) at their share of the budget, one report of those releases.
+        ``epsilon=None`` (the non-private baseline): the exact scales."""
+        x = np.asarray(X, np.float64)
+        y2 = None if y is None else np.asarray(y, np.float64).reshape(x.shape[0], -1)
+        if self.epsilon is None:
+            stats = [(v.mean(0), np.maximum(v.std(0), 1e-12)) for v in (x, y2) if v is not None]
+            self._set_scaling(x.shape[1], *stats)
+            return None, self.delta
+        parts = self._budgets(Budget(self.epsilon, self.delta), share, y2 is not None)
+        k_x, k_y = jax.random.split(key)
+        mx, sx, records = private_standardize(k_x, x, parts[1], what="feature")
+        stats = [(mx, sx)]
+        if y2 is not None:
+            my, sy, rec_y = private_standardize(k_y, y2, parts[2], what="target")
+            stats.append((my, sy))
+            records = (*records, *rec_y)
+        self._set_scaling(x.shape[1], *stats)
+        self._pre_report = PrivacyReport.from_mechanisms(
+            records, REPLACE_ONE, data_independent=(N_PUBLIC,)
+        )
+        return parts[0].epsilon, parts[0].delta
+
+    def _set_scaling(self, d: int, xs: Any, ys: Any = None) -> None:
+        r = float(self.input_bound) / (math.sqrt(2.0) if self.fit_intercept else 1.0)
+        sc = {"x_mean": xs[0], "x_scale": xs[1] * math.sqrt(d) / r}
+        if ys is not None:
+            tb = float((self.fit_options or {}).get("target_bound", 1.0))
+            sc["y_mean"] = ys[0]
+            sc["y_scale"] = ys[1] * TARGET_CLIP * math.sqrt(ys[0].size) / tb
+        self._scaling = {k: np.asarray(v, np.float64) for k, v in sc.items()}
+
+    def _scaled(self, X: Any) -> Any:
+        sc = getattr(self, "_scaling", None)
+        return X if sc is None else (np.asarray(X, np.float64) - sc["x_mean"]) / sc["x_scale"]
+
+    def _scaled_y(self, y: Any) -> Any:
+        sc = self._scaling
+        if sc is None or "y_mean" not in sc:
+            return y
+        return (np.asarray(y, np.float64) - _shaped(sc["y_mean"], y)) / _shaped(sc["y_scale"], y)
+
+    def _scores(self, X: Any) -> np.ndarray:
+        """Model outputs on ``X`` (scaled as at fit), back in the targets' units."""
+        out = np.asarray(
+            R.predict(self.model_, np.asarray(self._scaled(X), np.float32)), np.float64
+        )
+        sc = getattr(self, "_scaling", None)
+        if sc is None or "y_mean" not in sc:
+            return out
+        return out * _shaped(sc["y_scale"], out) + _shaped(sc["y_mean"], out)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """As `_DPEstimator.save`, plus the learned scales and the preprocessing report."""
+        p = super().save(path)
+        if getattr(self, "_scaling", None) is None:
+            return p
+        arrays, meta = checkpoint.load(p)
+        arrays.update({f"estimator/scaling/{k}": v for k, v in (self._scaling or {}).items()})
+        if self._pre_report is not None:
+            meta["estimator"]["preprocessing_report"] = self._pre_report.to_dict()
+        return checkpoint.save(p, arrays, meta)
+
+    def _restore(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], result: Any) -> None:
+        super()._restore(arrays, meta, result)
+        prefix = "estimator/scaling/"
+        sc = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+        self._scaling = sc or None
+        pre = meta["estimator"].get("preprocessing_report")
+        self._pre_report = None if pre is None else PrivacyReport.from_dict(pre)  # re-verified
 
     _result_attr = "model_"
 
@@ -358,11 +557,21 @@ class _RegressionBase(_DPEstimator):
                 "a beta-close fit (Gaussian sampling, truncated Laplace) has no RDP bound and "
                 "cannot be tuned privately: tune with neighbouring='replace-one'"
             )
-        return [SelectionEvent("gaussian", gaussian_sigma(budget.epsilon, budget.delta))]
+        share = self._share()
+        parts = [budget]
+        if share is not None:
+            main, *pre = self._budgets(budget, share, isinstance(self, RegressorMixin))
+            parts = [*(b for p in pre for b in standardize_budgets(p)), main]  # report order
+        return [SelectionEvent("gaussian", gaussian_sigma(b.epsilon, b.delta)) for b in parts]
 
     @staticmethod
     def _load_result(path: Any) -> Any:
         return R.load(path)
+
+
+def _shaped(v: np.ndarray, like: Any) -> np.ndarray:
+    """Per-target ``v (c,)`` shaped to broadcast against ``like`` (``(n,)`` or ``(n, c)``)."""
+    return v.reshape(-1)[0] if np.ndim(like) == 1 else v.reshape(1, -1)
 
 
 class DPNTKRegressor(RegressorMixin, _RegressionBase):
@@ -373,6 +582,18 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
     clipped to norm ``fit_options["target_bound"]``, default 1). Inputs are mapped
     per record to the ball of radius ``input_bound`` (a bias coordinate is appended
     with ``fit_intercept``). Parameters as in `privkernels.dp_ntk_regression.fit`.
+
+    ``preprocessing="auto"`` (the default, replace-one only) spends `AUTO_SHARE` of
+    (epsilon, delta) on private scales (`privkernels.preprocessing.private_standardize`):
+    `TARGET_SHARE` of it on the targets' mean and std, the rest on the features'. The
+    features are standardized and divided by ``sqrt(d)`` (typical rows reach the ball's
+    radius; outliers are projected), the targets mapped to ``(y - mean) / (3 std)``;
+    predictions are mapped back. The model gets the remaining budget, and
+    ``privacy_report_`` composes all releases into the user's (epsilon, delta). A float
+    in (0, 1) is another share; None fits the raw data (public scales: rescale the data
+    yourself, or a `ProjectionWarning` says rows were projected onto the ball). A fit on
+    fewer than `MIN_VALIDATED_N` rows raises a `SmallSampleWarning`. Under beta-close
+    ``"auto"`` means None.
     ``neighbouring="beta-close"`` is the paper's relation (Def. 4.1), asked for
     explicitly: it hides a feature change of at most ``beta`` in one record, the
     targets are not protected, and the fitted model keeps the privatized inputs
@@ -387,7 +608,7 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
         return tags
 
     def fit(self, X: Any, y: Any) -> DPNTKRegressor:
-        X, y = _checked(self, X, y, dtype=np.float64, y_numeric=True, multi_output=True)
+        X, y = checked_data(self, X, y, dtype=np.float64, y_numeric=True, multi_output=True)
         self._fit(X, np.asarray(y, np.float64), None)
         self._note_seed()
         return self
@@ -395,8 +616,8 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
     def predict(self, X: Any) -> np.ndarray:
         """Predicted targets ``(n,)`` (or ``(n, c)``), float."""
         check_is_fitted(self, "model_")
-        X = _checked(self, X, reset=False, dtype=np.float32)
-        return np.asarray(R.predict(self.model_, X), np.float64)
+        X = checked_data(self, X, reset=False, dtype=np.float64)
+        return self._scores(X)
 
 
 class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
@@ -404,25 +625,31 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
 
     ``classes``: the public label values (class ``i`` is ``classes[i]``); None reads
     them from ``y`` (`PrivacyLeakWarning`; noted in the report). Otherwise as
-    `DPNTKRegressor` (replace-one by default, labels included). ``decision_function``
-    gives the kernel scores and ``predict_proba`` a fixed softmax of them
-    (`privkernels.scores`): post-processing, no privacy cost.
+    `DPNTKRegressor` (replace-one by default, labels included); ``preprocessing="auto"``
+    scales the features only, at `CLASSIFIER_AUTO_SHARE` of the budget, and warns below
+    `CLASSIFIER_MIN_VALIDATED_N` rows. Pass ``preprocessing=None`` after a private scaler.
+    ``decision_function`` gives the kernel scores and ``predict_proba`` a fixed softmax of
+    them (`privkernels.scores`): post-processing, no privacy cost.
     """
+
+    _auto_share = CLASSIFIER_AUTO_SHARE
+    _min_validated_n = CLASSIFIER_MIN_VALIDATED_N
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
                  kernel_shift: float | str = "auto", input_bound: float = 1.0, beta: float = 1e-6,
-                 neighbouring: str = "replace-one", random_state: Any = None,
-                 fit_options: dict[str, Any] | None = None,
+                 neighbouring: str = "replace-one", preprocessing: str | float | None = "auto",
+                 random_state: Any = None, fit_options: dict[str, Any] | None = None,
                  budget_accountant: Any = None) -> None:  # fmt: skip
         super().__init__(epsilon, delta, width=width, reg=reg, fit_intercept=fit_intercept,
                          kernel_shift=kernel_shift, input_bound=input_bound, beta=beta,
-                         neighbouring=neighbouring, random_state=random_state,
-                         fit_options=fit_options, budget_accountant=budget_accountant)  # fmt: skip
+                         neighbouring=neighbouring, preprocessing=preprocessing,
+                         random_state=random_state, fit_options=fit_options,
+                         budget_accountant=budget_accountant)  # fmt: skip
         self.classes = classes
 
     def fit(self, X: Any, y: Any) -> DPNTKClassifier:
-        X, y = _checked(self, X, y, dtype=np.float64)
+        X, y = checked_data(self, X, y, dtype=np.float64)
         codes = self._encode_classes(y, minimum=2)
         self._fit(X, codes, len(self.classes_))
         self._finish(self.model_)
@@ -432,8 +659,8 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
     def _scores(self, X: Any) -> np.ndarray:
         """Kernel scores ``(n, n_classes)`` float64 (`privkernels.dp_ntk_regression.predict`)."""
         check_is_fitted(self, "model_")
-        X = _checked(self, X, reset=False, dtype=np.float32)
-        return np.asarray(R.predict(self.model_, X), np.float64)
+        X = checked_data(self, X, reset=False, dtype=np.float64)
+        return _RegressionBase._scores(self, X)
 
 
 # --------------------------------------------------------------------------- DP-KIP
@@ -495,7 +722,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
         return X.reshape((X.shape[0], *shape))
 
     def fit(self, X: Any, y: Any) -> DPKIPClassifier:
-        X, y = _checked(self, X, y, dtype=np.float32)
+        X, y = checked_data(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y, minimum=2)
         n_public, hp = self._defaults(X.shape[0], len(self.classes_))
         warn_small_data(n_public, self.epsilon)
@@ -570,7 +797,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
     def _scores(self, X: Any) -> np.ndarray:
         """KRR scores on the support set ``(n, n_classes)`` float64 (`privkernels.dp_kip.predict`)."""
         check_is_fitted(self, "result_")
-        X = _checked(self, X, reset=False, dtype=np.float32)
+        X = checked_data(self, X, reset=False, dtype=np.float32)
         return np.asarray(dp_kip.predict(self.result_, self._shape(X)), np.float64)
 
     @staticmethod
@@ -657,7 +884,7 @@ class DPNTKGenerator(_DPEstimator):
     def _fit_arrays(self, key: Any, X: Any, y: Any, opts: dict[str, Any]) -> None:
         if y is None:
             raise ValueError("array input needs y (class labels)")
-        X, y = _checked(self, X, y, dtype=np.float32)
+        X, y = checked_data(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y)
         shape = tuple(self.image_shape) if self.image_shape is not None else (X.shape[1],)
         if int(np.prod(shape)) != X.shape[1]:  # before numpy's reshape error, which names n

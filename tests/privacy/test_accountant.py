@@ -24,6 +24,7 @@ from sklearn.model_selection import GridSearchCV
 from privkernels import cli, dp_kip, dp_ntk, dp_ntk_regression, privacy, tuning
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_ntk_regression import replace_one
+from privkernels.preprocessing import PrivateStandardScaler
 from privkernels.privacy import Budget, BudgetAccountant, BudgetExceededError, Cost
 from privkernels.privacy.accountant import FAILED_NOTE, charged_release, default_accountant
 from privkernels.sklearn import (
@@ -400,3 +401,23 @@ def test_cli_report_reads_a_ledger(tmp_path, capsys):
     ledger.write_text(json.dumps(data))
     assert cli.main(["report", str(ledger)]) == 2
     assert "does not match" in capsys.readouterr().err
+
+
+def test_a_pipeline_of_private_scaler_and_estimator_is_charged_whole(monkeypatch):
+    """A private scaler and a DPNTKRegressor with preprocessing='auto' each charge their
+    whole (epsilon, delta) (scales and model together), before any noise; a third fit
+    that would exceed the total is refused with nothing drawn."""
+    x, y = _xy(60)
+    acc = BudgetAccountant(2.5, 1e-4)
+    with acc:
+        PrivateStandardScaler(epsilon=0.5, bounds=(-5.0, 5.0), random_state=0).fit(x)
+        reg = DPNTKRegressor(epsilon=1.0, width=16, random_state=1).fit(x, y.astype(float))
+    assert len(acc.reports) == 2
+    assert acc.spent().epsilon == pytest.approx(1.5)
+    assert reg.privacy_report_.epsilon == pytest.approx(1.0)
+    forbid_noise(monkeypatch)
+    with pytest.raises(BudgetExceededError):
+        DPNTKRegressor(epsilon=1.5, width=16, random_state=2, budget_accountant=acc).fit(
+            x, y.astype(float)
+        )
+    assert acc.spent().epsilon == pytest.approx(1.5)

@@ -7,6 +7,7 @@ projected to a ball of public radius (a fixed 1-Lipschitz map).
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 from typing import Any
 
@@ -19,13 +20,14 @@ from jax.sharding import PartitionSpec as P
 from privkernels._validation import check_array, check_key, check_nonnegative, check_positive
 from privkernels.features import quadratic_ntk_kernel
 from privkernels.features.quadratic_ntk import compiled_quadratic_ntk_kernel, random_ntk_weights
-from privkernels.privacy.warnings import warn_privacy_leak
+from privkernels.privacy.warnings import ProjectionWarning, warn_privacy_leak
 from privkernels.sharding import mesh_axis, shard_rows, to_host
 
 __all__ = [
     "draw_weights",
     "project_to_ball",
     "check_input_bound",
+    "warn_projected",
     "INPUT_BOUND_RANGE",
     "input_map",
     "kernel_block",
@@ -72,6 +74,29 @@ def project_to_ball(x: Any, radius: float = 1.0) -> jax.Array:
     norms = jnp.linalg.norm(x, axis=-1, keepdims=True)
     scale = jnp.minimum(1.0, radius / jnp.maximum(norms, jnp.finfo(x.dtype).tiny))
     return x * scale
+
+
+def warn_projected(x: Any, radius: float, intercept: bool, *, stacklevel: int = 4) -> bool:
+    """Warn the caller (`ProjectionWarning`) when rows of the training inputs ``x (n, ...)``
+    lie outside the ball `input_map` projects onto; True if any did.
+
+    Only the fact goes to the caller (no count, no value); nothing enters the report.
+    """
+    arr = np.asarray(x, np.float64)
+    r = float(radius) / (float(np.sqrt(2.0)) if intercept else 1.0)
+    norms = np.linalg.norm(arr.reshape(arr.shape[0], -1), axis=1)
+    if not np.any(norms > r * (1.0 + 1e-6)):
+        return False
+    warnings.warn(
+        f"some training rows lie outside the public ball of radius {r:g} (input_bound"
+        f"{' / sqrt(2) with fit_intercept' if intercept else ''}) and were projected onto it, "
+        "losing their scale: rescale the features by public constants, or privately with "
+        "privkernels.sklearn.PrivateStandardScaler / PrivateMinMaxScaler (a Pipeline), "
+        "or use the estimators' preprocessing='auto'",
+        ProjectionWarning,
+        stacklevel=stacklevel,
+    )
+    return True
 
 
 def input_map(x: Any, radius: float, intercept: bool) -> jax.Array:

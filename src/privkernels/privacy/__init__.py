@@ -66,6 +66,8 @@ _EXPORTS = {
     "check_neighbouring": "report",
     # warnings
     "PrivacyLeakWarning": "warnings",
+    "ProjectionWarning": "warnings",
+    "SmallSampleWarning": "warnings",
     "warn_privacy_leak": "warnings",
 }
 

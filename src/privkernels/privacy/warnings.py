@@ -8,9 +8,21 @@ from __future__ import annotations
 
 import warnings
 
-from privkernels._warnings import PrivacyLeakWarning, warn_privacy_leak
+from privkernels._warnings import (
+    PrivacyLeakWarning,
+    ProjectionWarning,
+    SmallSampleWarning,
+    warn_privacy_leak,
+)
 
-__all__ = ["PrivacyLeakWarning", "SeededKeyWarning", "warn_beta_close", "warn_privacy_leak"]
+__all__ = [
+    "PrivacyLeakWarning",
+    "ProjectionWarning",
+    "SeededKeyWarning",
+    "SmallSampleWarning",
+    "warn_beta_close",
+    "warn_privacy_leak",
+]
 
 
 class SeededKeyWarning(PrivacyLeakWarning):

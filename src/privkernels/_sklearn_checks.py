@@ -1,0 +1,37 @@
+"""scikit-learn's input validation behind privkernels' own refusals (no input value in a
+message), shared by the estimators (`privkernels.sklearn`) and the private scalers
+(`privkernels.preprocessing`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.utils.validation import validate_data
+
+from privkernels._validation import check_fit_rows, check_numeric
+
+__all__ = ["checked_data"]
+
+
+def checked_data(
+    est: Any, X: Any, y: Any = "no_validation", *, reset: bool = True, **kwargs: Any
+) -> Any:
+    """scikit-learn's ``validate_data`` after privkernels' own refusals, whose messages hold
+    no input value (scikit-learn's conversion error echoes the cell it cannot read): fewer
+    than `privkernels._validation.MIN_FIT_ROWS` rows at fit (``reset``), ``X`` not 2-D, a
+    non-numeric cell of ``X``, or of ``y`` when ``y_numeric``
+    (`privkernels._validation.check_numeric`)."""
+    check_numeric(X, "X")
+    if np.ndim(X) < 2:  # scikit-learn's message would print the array
+        raise ValueError(
+            f"X must be 2-D (n_samples, n_features), got {np.ndim(X)}-D input. Reshape your "
+            "data: X.reshape(-1, 1) for one feature, X.reshape(1, -1) for one sample"
+        )
+    if reset:
+        check_fit_rows(X, "X")
+    if kwargs.get("y_numeric"):
+        check_numeric(y, "y")
+    if isinstance(y, str) and y == "no_validation":  # X alone (scikit-learn's convention)
+        return validate_data(est, X, reset=reset, **kwargs)
+    return validate_data(est, X, y, reset=reset, **kwargs)
