@@ -7,9 +7,17 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from benchmarks.common import resolve_data_dir, write_results
+from benchmarks.common import (
+    markdown_table,
+    provenance,
+    resolve_data_dir,
+    shrink_png,
+    write_results,
+)
 from benchmarks.registry import RunContext, load_all
+from benchmarks.rerun import command_of, compare_rows, load_rerun, run_spec
 from privkernels.data.base import DatasetNotFoundError
 
 
@@ -69,6 +77,25 @@ def main(argv: list[str] | None = None) -> int:
         help="cpu: pin JAX to the CPU (perf-quick/perf-full); gpu: require a GPU (perf-gpu)",
     )
 
+    p_rerun = sub.add_parser(
+        "rerun", help="re-run a results file's table for some seeds and compare its rows"
+    )
+    p_rerun.add_argument("file", help="a results JSON written by `run` (it holds a rerun block)")
+    p_rerun.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to re-run")
+    p_rerun.add_argument(
+        "--data-dir", default=None, help="data directory (default: $PRIVKERNELS_DATA)"
+    )
+    p_rerun.add_argument("--out", default="rerun-output", help="where the rerun's own files go")
+    p_rerun.add_argument(
+        "--k", type=float, default=3.0, help="tolerance in seed spreads (default 3)"
+    )
+    p_rerun.add_argument("--atol", type=float, default=1e-3, help="least tolerance (default 1e-3)")
+
+    p_thumb = sub.add_parser(
+        "thumbnails", help="rewrite PNGs as small thumbnails (committed grids: at most 60 KB)"
+    )
+    p_thumb.add_argument("paths", nargs="+", help="PNG files or directories holding them")
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -111,23 +138,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         for name in args.tables:
             tables[name].check_options(ctx.options)  # before anything runs
         for name in args.tables:
-            t0 = time.perf_counter()
+            t0, started = time.perf_counter(), provenance(command_of(run_spec(name, ctx)))
             rows = tables[name].run(ctx)
-            meta = {
-                "profile": ctx.profile,
-                "seeds": list(ctx.seeds),
-                "total_seconds": time.perf_counter() - t0,
-                **ctx.options,
-            }
-            jpath, mpath = write_results(ctx.out, f"{name}-{ctx.profile}", rows, meta=meta)
-            print(mpath.read_text())
-            print(f"wrote {jpath} and {mpath}")
-            # Free this table's compiled programs: each XLA:CPU executable holds
-            # memory maps, and a long run of tables can reach vm.max_map_count.
-            import jax  # imported here: `perf` picks the platform before jax loads
-
-            jax.clear_caches()
+            _write_table(name, ctx, rows, time.perf_counter() - t0, started)
         return 0
+
+    if args.command == "rerun":
+        return _rerun(args)
+
+    if args.command == "thumbnails":
+        return _thumbnails(args.paths)
 
     if args.command == "demo":
         from benchmarks.demo import run_demo
@@ -147,6 +167,58 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
 
     return 2
+
+
+def _write_table(
+    name: str, ctx: RunContext, rows: list[dict[str, Any]], seconds: float, started: dict[str, Any]
+) -> Path:
+    """Write a table run's JSON and Markdown (with the command that regenerates them and the
+    `provenance` taken as it ``started``)."""
+    meta = {"profile": ctx.profile, "seeds": list(ctx.seeds), "total_seconds": seconds,
+            **ctx.options}  # fmt: skip
+    spec = run_spec(name, ctx)
+    jpath, mpath = write_results(ctx.out, f"{name}-{ctx.profile}", rows, meta=meta,
+                                 command=command_of(spec), rerun=spec, started=started)  # fmt: skip
+    print(mpath.read_text())
+    print(f"wrote {jpath} and {mpath}")
+    # Free this table's compiled programs: each XLA:CPU executable holds
+    # memory maps, and a long run of tables can reach vm.max_map_count.
+    import jax  # imported here: `perf` picks the platform before jax loads
+
+    jax.clear_caches()
+    return jpath
+
+
+def _rerun(args: argparse.Namespace) -> int:
+    """``python -m benchmarks rerun FILE --seeds S``: 0 when every row is within tolerance."""
+    spec, _ = load_rerun(Path(args.file))
+    tables = load_all()
+    if spec["table"] not in tables:
+        print(f"{args.file}: unknown table {spec['table']!r}", file=sys.stderr)
+        return 2
+    table = tables[spec["table"]]
+    ctx = RunContext(profile=spec["profile"], seeds=tuple(args.seeds),
+                     data_dir=resolve_data_dir(args.data_dir), out=Path(args.out),
+                     options=dict(spec["options"]))  # fmt: skip
+    table.check_options(ctx.options)
+    t0, started = time.perf_counter(), provenance(command_of(run_spec(spec["table"], ctx)))
+    rows = table.run(ctx)
+    _write_table(spec["table"], ctx, rows, time.perf_counter() - t0, started)
+    _, recorded = load_rerun(Path(args.file))
+    comparison, ok = compare_rows(recorded, rows, ctx.seeds, k=args.k, atol=args.atol)
+    print(markdown_table(comparison))
+    print("rerun matches the file" if ok else "rerun DIFFERS from the file (rows marked False)")
+    return 0 if ok else 1
+
+
+def _thumbnails(paths: list[str]) -> int:
+    """``python -m benchmarks thumbnails``: shrink every PNG under ``paths`` in place."""
+    files = [f for p in map(Path, paths) for f in (sorted(p.rglob("*.png")) if p.is_dir() else [p])]
+    for f in files:
+        before = f.stat().st_size
+        shrink_png(f)
+        print(f"{f}: {before / 1e3:.0f} KB -> {f.stat().st_size / 1e3:.0f} KB")
+    return 0
 
 
 if __name__ == "__main__":

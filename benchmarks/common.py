@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import os
 import platform
+import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -15,9 +17,11 @@ import numpy as np
 
 __all__ = [
     "machine_info",
+    "provenance",
     "write_results",
     "markdown_table",
     "save_image_grid",
+    "shrink_png",
     "Timer",
     "resolve_data_dir",
     "validation_split",
@@ -37,6 +41,22 @@ def release_key(seed: int, epsilon: float | None, *tags: Any) -> Any:
     from privkernels.privacy.keys import fold_digest, params_digest
 
     digest = params_digest("benchmark-cell", epsilon=epsilon, tags=tuple(str(t) for t in tags))
+    return fold_digest(jax.random.key(int(seed)), digest)
+
+
+def public_key(seed: int, *tags: Any) -> Any:
+    """The key of a cell's data-independent draws (network weights, generator init, batch
+    order): a function of ``seed`` and ``tags`` only, the same at every epsilon.
+
+    Cells at several budgets then share these draws (common random numbers) and differ only
+    in their noise, drawn from their own `release_key`, so a comparison across epsilons
+    measures the noise, not the luck of a generator's start. Never the noise key itself.
+    """
+    import jax
+
+    from privkernels.privacy.keys import fold_digest, params_digest
+
+    digest = params_digest("benchmark-public", tags=tuple(str(t) for t in tags))
     return fold_digest(jax.random.key(int(seed)), digest)
 
 
@@ -76,6 +96,47 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def _git(*args: str) -> str:
+    """Output of ``git args`` in the repository holding this file ('' when not a checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def provenance(command: str | None) -> dict[str, Any]:
+    """What regenerates a results file: the command, the code and the package versions.
+
+    ``git_dirty`` is True when tracked files differed from ``git_commit`` at run time
+    (the numbers then come from uncommitted code). In a copy of the tree without ``.git``
+    (a lent GPU machine) the commit is the one the caller names in the
+    ``BENCHMARKS_GIT_COMMIT`` environment variable (``git_commit_source: environment``)
+    and ``git_dirty`` is unknown (None).
+    """
+    versions: dict[str, str | None] = {}
+    for dist in ("privkernels", "jax", "jaxlib", "numpy", "scikit-learn", "dp-accounting"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    commit = _git("rev-parse", "HEAD")
+    if commit:
+        dirty: bool | None = bool(_git("status", "--porcelain", "--untracked-files=no"))
+        source = "git"
+    else:  # a copy without .git (a lent GPU machine): the caller names the commit it copied
+        commit, dirty, source = os.environ.get("BENCHMARKS_GIT_COMMIT", ""), None, "environment"
+    return {
+        "command": command,
+        "git_commit": commit or None,
+        "git_dirty": dirty,
+        "git_commit_source": source,
+        "versions": versions,
+    }
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "-"
@@ -105,17 +166,29 @@ def write_results(
     *,
     meta: dict[str, Any] | None = None,
     columns: Sequence[str] | None = None,
+    command: str | None = None,
+    rerun: dict[str, Any] | None = None,
+    started: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    """Write ``name.json`` (rows + machine + meta) and ``name.md``; return both paths."""
+    """Write ``name.json`` (rows, machine, meta, provenance) and ``name.md``; return both.
+
+    ``command`` is the shell command that regenerates the file; ``rerun`` (a table run's
+    ``{"table", "profile", "seeds", "options"}``) lets ``python -m benchmarks rerun``
+    repeat it. ``started`` is `provenance` taken when the run began (the code that ran);
+    by default it is taken now.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
         "table": name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(),
+        "provenance": started if started is not None else provenance(command),
         "meta": meta or {},
         "rows": rows,
     }
+    if rerun is not None:
+        payload["rerun"] = rerun
     jpath = out / f"{name}.json"
     jpath.write_text(json.dumps(payload, indent=2, default=_json_default))
     mpath = out / f"{name}.md"
@@ -124,6 +197,11 @@ def write_results(
         f"# {name}\n\nMeasured {payload['created']} on {m['processor']} "
         f"({m['cpu_count']} cores, JAX {m['jax']} on {m['jax_backend']}).\n\n"
     )
+    prov = payload["provenance"]
+    if command:
+        header += f"Command: `{command}` at {prov['git_commit']}"
+        header += " (uncommitted changes)" if prov["git_dirty"] else ""
+        header += ".\n\n"
     if meta:
         header += "".join(f"- {k}: {_fmt(v)}\n" for k, v in meta.items()) + "\n"
     mpath.write_text(header + markdown_table(rows, columns))
@@ -198,7 +276,38 @@ def save_image_grid(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
-    return path
+    return shrink_png(path)
+
+
+#: Largest committed image: grids are thumbnails, the numbers live in the JSON.
+MAX_PNG_BYTES = 60_000
+
+
+def shrink_png(path: Path, *, side: int = 400, max_bytes: int = MAX_PNG_BYTES) -> Path:
+    """Rewrite the PNG at ``path`` as at most ``max_bytes`` bytes; a smaller file is kept.
+
+    A grey image (an image grid) becomes a thumbnail that fits ``side`` x ``side`` pixels
+    with 8 grey levels; a colour one (a plot) keeps its size with a 64-colour palette.
+    Either is then scaled down 15% at a time until it fits. Returns ``path``.
+    """
+    if Path(path).stat().st_size <= max_bytes:
+        return Path(path)
+    from PIL import Image  # matplotlib's dependency; benchmarks only
+
+    with Image.open(path) as src:
+        img = src.convert("RGB")
+    small = np.asarray(img.resize((64, 64)), np.int16)
+    if bool(np.all(np.ptp(small, axis=-1) < 8)):
+        img.thumbnail((side, side), Image.Resampling.LANCZOS)
+        pal = img.convert("L").quantize(colors=8)
+    else:
+        pal = img.quantize(colors=64)
+    while True:
+        pal.save(path, "PNG", optimize=True)
+        if Path(path).stat().st_size <= max_bytes or min(pal.size) < 32:
+            return Path(path)
+        w, h = pal.size
+        pal = pal.resize((int(w * 0.85), int(h * 0.85)), Image.Resampling.NEAREST)
 
 
 class Timer:

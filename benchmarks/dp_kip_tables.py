@@ -9,9 +9,10 @@
 * ``dp-kip-table5``: tabular data, DP-KIP FC-NTK (10 points/class, eps=1), mean over
   the 12 classifiers of `privkernels.evaluation` (ROC/PR-AUC or weighted F1).
 
-Profiles: ``quick`` (~15 min a table on 2 CPU cores: MNIST only, few epochs,
-ScatterNet clipped in feature space, subsampled training sets where the table is
-non-private) and ``paper`` (Appendix D settings as far as the extracted text
+Profiles: ``quick`` (MNIST only, few epochs, ScatterNet clipped in feature space,
+subsampled training sets where the table is non-private: 4 to 12 minutes a table on
+2 CPU cores as committed; the headline rows, with their ``--set`` overrides, took 30
+to 100 minutes a seed) and ``paper`` (Appendix D settings as far as the extracted text
 gives them; see ``_PAPER_HP``). Options (``--set key=value``): ``epochs``,
 ``batch_size``, ``lr``, ``clip``, ``reg``, ``spc`` (images per class, comma list),
 ``datasets`` (comma list), ``kernels`` and ``epsilons`` (Table 2 subsets),
@@ -47,7 +48,7 @@ rounding of the sums changes, so a table keeps the size it was run with).
 Images go through a fixed per-example map (no dataset statistics): ``std``,
 each image standardised by its own mean and standard deviation, for the FC-NTK
 (it matches the N(0, 1) support initialisation; 84.1% against 78.7% validation
-accuracy for pixels in [0, 1], ``scripts/dp_kip_fcntk_sweep.py``), and
+accuracy for pixels in [0, 1], ``git show b99f0d9:scripts/dp_kip_fcntk_sweep.py``), and
 ``2 x - 1`` for the feature kernels. The support set is initialised from
 N(0, 1), never from real images.
 """
@@ -205,7 +206,7 @@ _PAPER_HP: dict[tuple[str, str, float, int], dict[str, float]] = {
 # Quick profile (CPU): few epochs, feature-space clipping for ScatterNet; the
 # clip norm is irrelevant up to Adam's epsilon when every gradient is clipped.
 # FC-NTK: the setting chosen on a validation split of the training set
-# (scripts/dp_kip_fcntk_sweep.py; a 10-epoch run takes ~30 s here).
+# (`git show b99f0d9:scripts/dp_kip_fcntk_sweep.py`; a 10-epoch run takes ~30 s here).
 _QUICK_HP = {
     "scatternet": dict(epochs=2, batch_size=2000, lr=1e-1, clip=1e-3, reg=1e-3),
     "fc_ntk": dict(epochs=10, batch_size=500, lr=3e-2, clip=1e-1, reg=1e-6),

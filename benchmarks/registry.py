@@ -21,7 +21,7 @@ class RunContext:
     """What a table run gets from the CLI.
 
     Attributes:
-      profile: ``"quick"`` (reduced iterations, ~15 min a table on 2 CPU cores)
+      profile: ``"quick"`` (reduced iterations; minutes a table on 2 CPU cores)
         or ``"paper"`` (the paper's settings).
       seeds: seeds to average over.
       data_dir: where the real data lives (None -> ``PRIVKERNELS_DATA``).

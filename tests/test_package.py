@@ -6,9 +6,12 @@ import ast
 import importlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 import privkernels
+from benchmarks.common import MAX_PNG_BYTES, shrink_png
 
 
 def test_version() -> None:
@@ -153,3 +156,35 @@ def test_the_layering_checks_see_a_cycle_and_a_private_import() -> None:
     node = tree.body[0]
     assert isinstance(node, ast.ImportFrom)
     assert _owner(_source("privkernels.features.entk", node)) == "privacy"
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_results_tree_stays_lean() -> None:
+    """Committed results are numbers plus thumbnails: the tree at most 4 MB, each PNG at
+    most 60 KB (`python -m benchmarks thumbnails` shrinks them), one-off scripts gone."""
+    results = [p for p in (REPO / "benchmarks" / "results").rglob("*") if p.is_file()]
+    assert results, "benchmarks/results is empty"
+    assert sum(p.stat().st_size for p in results) <= 4_000_000
+    big = [p.name for p in results if p.suffix == ".png" and p.stat().st_size > 60_000]
+    assert not big, big
+    scripts = [p for p in (REPO / "scripts").iterdir() if p.is_file()]
+    assert sum(len(p.read_text().splitlines()) for p in scripts) < 500
+
+
+def test_shrink_png_makes_a_thumbnail(tmp_path: Path) -> None:
+    """A large grey grid becomes a thumbnail under the cap; a small file is left alone."""
+    rng = np.random.default_rng(0)
+    big = tmp_path / "grid.png"
+    Image.fromarray(rng.integers(0, 256, (900, 900), dtype=np.uint8)).save(big)
+    assert big.stat().st_size > MAX_PNG_BYTES
+    shrink_png(big)
+    assert big.stat().st_size <= MAX_PNG_BYTES
+    with Image.open(big) as img:
+        assert max(img.size) <= 400
+    small = tmp_path / "small.png"
+    Image.fromarray(np.zeros((10, 10), np.uint8)).save(small)
+    before = small.read_bytes()
+    shrink_png(small)
+    assert small.read_bytes() == before

@@ -5,32 +5,41 @@
     privkernels schema data.csv --label income --out schema.json   # draft (reads the data!)
     privkernels synth data.csv --schema schema.json --epsilon 1 --out syn.csv
     privkernels distill data.csv --label y --epsilon 1 --out support.npz
-    privkernels report syn.model.npz
+    privkernels report syn.csv.privacy.json
 
 ``synth`` and ``distill`` write the privacy report as JSON beside their output
 (``<out>.privacy.json``) and print its summary; ``synth`` also saves the fitted
 model (``<out>.model.npz``) so more rows can be drawn later without touching the
-data. Errors in the input are reported in one line (exit status 2), before any
-noise is drawn. The benchmarks are not part of the package: run them from a source
-checkout with ``python -m benchmarks``.
+data. ``report`` reads every file the commands write.
+
+Every argument is checked (values, paths, combinations) before any data is read;
+the data is then checked before any noise is drawn. A refusal is one line on
+stderr naming the flag, exit status 2, and writes nothing. The benchmarks are not
+part of the package: run them from a source checkout with ``python -m benchmarks``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
 import json
 import math
+import os
+import re
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
+from privkernels._validation import MIN_FIT_ROWS
 from privkernels.data.frames import infer_schema, read_csv, write_csv
-from privkernels.data.schema import TabularSchema
+from privkernels.data.schema import MISSING_TOKENS, TabularSchema
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
 from privkernels.privacy.report import PrivacyReport
 from privkernels.synth import fit_table, load_table_synth
@@ -38,75 +47,326 @@ from privkernels.tuning import events_of_report, same_events
 
 __all__ = ["main"]
 
+#: The smallest number of rows a command fits on: the one rule of every fit
+#: (`privkernels._validation.MIN_FIT_ROWS`), checked here when DATA is read.
+MIN_ROWS = MIN_FIT_ROWS
+
+#: Defaults resolved after the checks (``None`` in the parser, so that a value the user
+#: gave can be told from the default: ``synth --model`` refuses a given ``--delta``).
+DEFAULT_DELTA = 1e-5
+DEFAULT_MODEL_ROWS = 1000
+
+_DESCRIPTION = "privkernels: private synthetic tables, distilled support sets and their reports."
+_EPILOG = """\
+examples:
+  privkernels schema data.csv --label income --out schema.json
+  privkernels synth data.csv --schema schema.json --epsilon 1 --out syn.csv
+  privkernels synth --model syn.csv.model.npz --n 10000 --out more.csv
+  privkernels distill train.csv --label y --classes 0,1 --epsilon 1 --out support.npz
+  privkernels report syn.csv.privacy.json
+
+synth and distill write <out>.privacy.json beside their output; synth also saves the
+model as <out>.model.npz. Every argument is checked before any data is read; a refusal
+is one line on stderr (exit status 2) and writes nothing. The benchmarks run from a
+source checkout: python -m benchmarks --help."""
+
+
+class _UsageError(ValueError):
+    """A bad command line: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with its errors as one line (``main`` prints them)."""
+
+    def error(self, message: str) -> Any:  # argparse declares NoReturn
+        raise _UsageError(f"{message} (see {self.prog} --help)")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (an explicit "(default: ...)" stays)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS or "default:" in text:
+            return text
+        shown = "off" if action.default is False else action.default
+        return f"{text} (default: {shown})"
+
+
+# ----------------------------------------------------------------------- argument types
+
+
+def _number(text: str, cast: Callable[[str], Any], what: str) -> Any:
+    """``cast(text)``, finite; an ``ArgumentTypeError`` (argparse names the flag) otherwise."""
+    try:
+        value = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _number(text, int, "a whole number >= 1")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(value)
+
+
+def _seed(text: str) -> int:
+    value = _number(text, int, "a whole number >= 0")
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a whole number in [0, 2^63), got {text!r}")
+    return int(value)
+
+
+def _epsilon(text: str) -> float:
+    value = _number(text, float, "a finite number > 0")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return float(value)
+
+
+def _delta(text: str) -> float:
+    value = _number(text, float, "a number in (0, 1)")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return float(value)
+
+
+def _rate(text: str) -> float:
+    value = _number(text, float, "a number in (0, 1]")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return float(value)
+
+
+def _image_shape(text: str) -> tuple[int, ...]:
+    what = "1 to 3 whole numbers >= 1, comma-separated (e.g. 28,28)"
+    parts = [p.strip() for p in text.split(",")]
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def _classes(text: str) -> list[str]:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) < 2 or not all(parts):
+        raise argparse.ArgumentTypeError(f"expected 2 or more comma-separated values, got {text!r}")
+    if len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(f"the classes {text!r} repeat a value")
+    return parts
+
+
+# ----------------------------------------------------------------------- the parser
+
+
+def _add_release_options(c: argparse.ArgumentParser, *, fit_needs_data: bool, example: str) -> None:
+    """The options shared by the commands that release something (``synth``, ``distill``);
+    ``example`` is a ``--tune`` grid of the command."""
+    c.add_argument("data", metavar="DATA", nargs=None if fit_needs_data else "?",
+                   help="the private data: a CSV with a header row" +
+                   (" or an .npz holding x and y" if fit_needs_data else " (not with --model)"))  # fmt: skip
+    c.add_argument("--epsilon", type=_epsilon, default=None, required=fit_needs_data,
+                   help="privacy budget epsilon of the whole release, > 0 (default: none, "
+                   f"{'required' if fit_needs_data else 'required to fit'})")  # fmt: skip
+    c.add_argument("--delta", type=_delta, default=None,
+                   help=f"privacy budget delta, in (0, 1) (default: {DEFAULT_DELTA:g})")  # fmt: skip
+    c.add_argument("--out", required=True, metavar="PATH",
+                   help="output file; <out>.privacy.json is written beside it (default: "
+                   "none, required)")  # fmt: skip
+    c.add_argument("--seed", type=_seed, default=None,
+                   help="int seed: reproducible, so NOT private (warns); leave it out for a "
+                   "release (default: none, OS entropy)")  # fmt: skip
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--tune", metavar="GRID", default=None,
+                   help="choose hyperparameters privately inside --epsilon (repeat-and-select, "
+                   f"PrivateSearchCV), e.g. {example!r} (default: no search)")  # fmt: skip
+
+
+def _add_synth(sub: Any) -> None:
+    c = sub.add_parser("synth", help="private synthetic table (DP-NTK)",
+                       formatter_class=_HelpFormatter)  # fmt: skip
+    _add_release_options(c, fit_needs_data=False, example="iterations=200,500;d_code=5,10")
+    c.add_argument("--schema", metavar="JSON", default=None,
+                   help="public schema JSON, see 'privkernels schema' (default: none, "
+                   "required to fit)")  # fmt: skip
+    c.add_argument("--n", type=_positive_int, default=None,
+                   help=f"rows to draw, >= 1 (default: as many as DATA; {DEFAULT_MODEL_ROWS} "
+                   "with --model)")  # fmt: skip
+    c.add_argument("--iterations", type=_positive_int, default=None,
+                   help="generator training steps, >= 1 (default: "
+                   f"{synth.TABLE_DEFAULTS['iterations']})")  # fmt: skip
+    c.add_argument("--model", metavar="NPZ", default=None,
+                   help="sample a saved <out>.model.npz instead of fitting: no data read, no "
+                   "--epsilon (default: none, fit)")  # fmt: skip
+
+
+def _add_distill(sub: Any) -> None:
+    c = sub.add_parser("distill", help="private distilled support set (DP-KIP)",
+                       formatter_class=_HelpFormatter)  # fmt: skip
+    _add_release_options(c, fit_needs_data=True, example="epochs=5,10;support_per_class=5,10")
+    c.add_argument("--label", default=None,
+                   help="label column of a CSV; with an .npz DATA, the label column of a "
+                   "CSV --out (default: none; a CSV DATA needs it)")  # fmt: skip
+    c.add_argument("--classes", type=_classes, default=None,
+                   help="public class values, comma-separated; integers keep integer labels "
+                   "(default: none, read from the data without noise, with a warning)")  # fmt: skip
+    c.add_argument("--kernel", default="fc_ntk", choices=("fc_ntk", "scatternet", "entk"),
+                   help="kernel of the support set")  # fmt: skip
+    c.add_argument("--support-per-class", type=_positive_int, default=None,
+                   help="support rows per class, >= 1 (default: the estimator's, from the "
+                   "public row count and number of classes)")  # fmt: skip
+    c.add_argument("--epochs", type=_positive_int, default=10, help="DP-SGD epochs, >= 1")
+    c.add_argument("--image-shape", type=_image_shape, default=None,
+                   help="row shape of image data, e.g. 28,28; needed by scatternet and entk "
+                   "(default: none, flat rows)")  # fmt: skip
+    c.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
+                   help="the neighbouring relation (--tune needs add-remove with --batch-size "
+                   "and --sampling-rate)")  # fmt: skip
+    c.add_argument("--batch-size", type=_positive_int, default=None,
+                   help="expected Poisson batch size, >= 1 (default: min(500, n))")  # fmt: skip
+    c.add_argument("--sampling-rate", type=_rate, default=None,
+                   help="public Poisson rate in (0, 1], add-remove only (default: none)")  # fmt: skip
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="privkernels", description=_DESCRIPTION, epilog=_EPILOG,
+                formatter_class=_HelpFormatter)  # fmt: skip
+    p.add_argument("--version", action="version",
+                   version=f"%(prog)s {importlib.metadata.version('privkernels')}")  # fmt: skip
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    s = sub.add_parser("schema", help="draft a schema from a CSV (reads the data: edit it!)",
+                       formatter_class=_HelpFormatter)  # fmt: skip
+    s.add_argument("data", metavar="DATA", help="a CSV with a header row (read without noise)")
+    s.add_argument("--label", required=True, help="the label column (default: none, required)")
+    s.add_argument("--out", required=True, metavar="JSON",
+                   help="schema file to write (default: none, required)")  # fmt: skip
+    _add_synth(sub)
+    _add_distill(sub)
+    r = sub.add_parser("report", help="print the privacy report of any file the commands write",
+                       formatter_class=_HelpFormatter)  # fmt: skip
+    r.add_argument("file", metavar="FILE",
+                   help="<out>.privacy.json, <out>.model.npz, a distilled .npz, a synthetic or "
+                   "support CSV (its report beside it) or a schema JSON")  # fmt: skip
+    r.add_argument("--json", action="store_true", help="print the report's JSON")
+    return p
+
+
+# ----------------------------------------------------------------------- checks before reading
+
 
 def _report_path(out: Path) -> Path:
     return out.with_name(out.name + ".privacy.json")
 
 
-def _write_report(report: Any, out: Path) -> Path:
-    p = _report_path(out)
-    p.write_text(report.to_json(indent=2) + "\n")
-    return p
+def _model_path(out: Path) -> Path:
+    return out.with_name(out.name + ".model.npz")
 
 
-def _cmd_schema(a: argparse.Namespace) -> int:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        schema = infer_schema(read_csv(a.data), label=a.label, name=Path(a.data).stem)
-    schema.save(a.out)
-    print(
-        f"wrote {a.out}: a DRAFT read from the private data (bounds, categories, classes).\n"
-        "Replace them by public values (documentation, domain knowledge) and set "
-        '"source": "public"; a fit on a data-derived schema is noted as not private.'
-    )
-    return 0
+def _check_paths(inputs: dict[str, str | None], outputs: Sequence[Path]) -> None:
+    """Inputs exist; outputs go to an existing directory and overwrite no input."""
+    for flag, name in inputs.items():
+        if name is not None and not Path(name).is_file():
+            raise _UsageError(f"{flag}: no file {name}")
+    given = {Path(n).resolve(): flag for flag, n in inputs.items() if n is not None}
+    for out in outputs:
+        if not out.parent.is_dir():
+            raise _UsageError(f"--out: the directory {out.parent} does not exist")
+        if out.is_dir():
+            raise _UsageError(f"--out: {out} is a directory, not a file name")
+        if out.resolve() in given:
+            raise _UsageError(f"--out: {out} would overwrite {given[out.resolve()]}")
 
 
-def _cmd_synth(a: argparse.Namespace) -> int:
+def _check_schema_args(a: argparse.Namespace) -> None:
+    """``schema``: DATA exists; ``--out`` is writable and is not DATA."""
+    _check_paths({"DATA": a.data}, [Path(a.out)])
+
+
+def _check_synth_args(a: argparse.Namespace) -> None:
+    """``synth``: ``--model`` alone (nothing it would ignore), or DATA, ``--schema`` (loaded:
+    public) and ``--epsilon``; the paths; the ``--tune`` grid. No data is read."""
     out = Path(a.out)
-    if a.model:  # sampling only: post-processing, no release key
-        model = load_table_synth(a.model)
-        report, k_sample = model.report, sample_key(a.seed)
-    else:
-        if a.data is None or a.schema is None:
-            raise ValueError("synth needs DATA and --schema (or --model to sample a saved model)")
-        schema = TabularSchema.load(a.schema)
-        table = read_csv(a.data)
-        key, public_key = seed_keys(a.seed, name="--seed")
-        if a.tune:
-            model, report = _tuned_table(a, schema, table, key, public_key)
-        else:
-            with seeded_call():
-                model = fit_table(key, table, schema, epsilon=a.epsilon, delta=a.delta,
-                                  iterations=a.iterations, progress=not a.quiet,
-                                  public_key=public_key)  # fmt: skip
-            report = model.report
-        k_sample = sampling_key(key, public_key)
-        model.save(out.with_name(out.name + ".model.npz"))
-    n = a.n if a.n is not None else (len(next(iter(table.values()))) if not a.model else 1000)
-    write_csv(model.sample(k_sample, n), out)
-    rp = _write_report(report, out)
-    print(f"wrote {n} synthetic rows to {out}; privacy report {rp}")
-    print(report.summary())
-    return 0
+    if a.model is not None:
+        given = [flag for flag, v in (("DATA", a.data), ("--epsilon", a.epsilon),
+                                      ("--delta", a.delta), ("--schema", a.schema),
+                                      ("--iterations", a.iterations), ("--tune", a.tune))
+                 if v is not None]  # fmt: skip
+        if given:
+            raise _UsageError(
+                f"--model samples a saved model (no fit, no data read): {', '.join(given)} "
+                "would be ignored; leave them out, or leave out --model to fit"
+            )
+        _check_paths({"--model": a.model}, [out])
+        if not zipfile.is_zipfile(a.model):
+            raise _UsageError(f"--model: {a.model} is not a saved model (<out>.model.npz)")
+        return
+    missing = [flag for flag, v in (("DATA", a.data), ("--schema", a.schema),
+                                    ("--epsilon", a.epsilon)) if v is None]  # fmt: skip
+    if missing:
+        raise _UsageError(f"synth needs {', '.join(missing)} to fit (or --model to sample)")
+    _check_paths({"DATA": a.data, "--schema": a.schema}, [out, _report_path(out), _model_path(out)])
+    a.table_schema = _load_schema(a.schema)
+    if a.tune:
+        _grid(a.tune, _table_estimator(a, a.table_schema))
+
+
+def _load_schema(path: str) -> TabularSchema:
+    """The public schema file, or a one-line refusal naming ``--schema``."""
+    try:
+        return TabularSchema.load(path)
+    except (KeyError, TypeError, AttributeError, UnicodeDecodeError, ValueError) as err:
+        detail = f": {err}" if isinstance(err, ValueError) else ""
+        raise _UsageError(f"--schema: {path} is not a table schema{detail}") from None
+
+
+def _check_distill_args(a: argparse.Namespace) -> None:
+    """``distill``: the paths, ``--label`` for a CSV, the kernel's ``--image-shape``, the
+    relation's ``--sampling-rate``, ``--tune``'s needs and grid. No data is read."""
+    out = Path(a.out)
+    _check_paths({"DATA": a.data}, [out, _report_path(out)])
+    npz = a.data.endswith(".npz")
+    if not npz and a.label is None:
+        raise _UsageError("a CSV DATA needs --label (the label column)")
+    if npz and a.label is not None and out.suffix != ".csv":
+        raise _UsageError("--label names a CSV column: an .npz DATA holds x and y, and --out is "
+                          "not a CSV; leave --label out")  # fmt: skip
+    if a.kernel in ("scatternet", "entk") and a.image_shape is None:
+        raise _UsageError(f"--kernel {a.kernel} needs --image-shape (e.g. 28,28)")
+    add_remove = a.neighbouring == "add-remove"
+    if add_remove and a.sampling_rate is None:
+        raise _UsageError("--neighbouring add-remove needs --sampling-rate (the public rate)")
+    if not add_remove and a.sampling_rate is not None:
+        raise _UsageError("--sampling-rate is for --neighbouring add-remove only (replace-one "
+                          "uses --batch-size / n)")  # fmt: skip
+    if a.tune:
+        if a.classes is None or not add_remove or a.batch_size is None:
+            raise _UsageError(
+                "distill --tune needs --classes (a search reads no label without noise) and "
+                "--neighbouring add-remove with --batch-size and --sampling-rate "
+                "(repeat-and-select is accounted with RDP, which covers Poisson-sampled DP-SGD "
+                "under add-remove)"
+            )
+        _grid(a.tune, _kip_estimator(a, None))
 
 
 def _grid(spec: str, estimator: Any) -> dict[str, list[Any]]:
     """``"name=v1,v2;name2=v3"`` as a parameter grid, names checked against ``estimator``."""
     grid: dict[str, list[Any]] = {}
+    fixed = {"epsilon", "delta", "random_state"}
     known = set(estimator.get_params())
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         name, sep, values = part.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or not values.strip():
-            raise ValueError(f"--tune takes name=v1,v2;name2=v3,...; got {part!r}")
-        if name not in known or name in ("epsilon", "delta", "random_state"):
-            raise ValueError(
-                f"--tune cannot vary {name!r}; it may vary {sorted(known - {'epsilon', 'delta', 'random_state'})}"
-            )
+            raise _UsageError(f"--tune takes name=v1,v2;name2=v3,...; got {part!r}")
+        if name not in known or name in fixed:
+            raise _UsageError(f"--tune cannot vary {name!r}; it may vary {sorted(known - fixed)}")
         grid[name] = [_value(v.strip()) for v in values.split(",")]
     if not grid:
-        raise ValueError("--tune needs at least one name=v1,v2")
+        raise _UsageError("--tune needs at least one name=v1,v2")
     return grid
 
 
@@ -119,13 +379,200 @@ def _value(text: str) -> Any:
     return text
 
 
-def _tuned_table(a: argparse.Namespace, schema: Any, table: Any, key: Any,
-                 public_key: Any) -> tuple[Any, Any]:  # fmt: skip
-    """``synth --tune``: `PrivateSearchCV` over `DPNTKGenerator` s; the model and the search's report."""
-    # privkernels.sklearn loads scikit-learn (seconds): only the commands that use it pay
-    from privkernels.sklearn import DPNTKGenerator, PrivateSearchCV
+# ----------------------------------------------------------------------- reading the data
 
-    base = DPNTKGenerator(schema=schema, iterations=a.iterations, verbose=False)
+
+def _say(text: str) -> None:
+    """One line to the caller on stderr (never into a released file)."""
+    print(f"privkernels: {text}", file=sys.stderr)
+
+
+def _read_rows(path: str) -> dict[str, np.ndarray]:
+    """``read_csv``, refusing fewer than `MIN_ROWS` rows (the count is not echoed)."""
+    cols = read_csv(path)
+    _check_rows(len(next(iter(cols.values()))))
+    return cols
+
+
+def _check_rows(n: int) -> None:
+    if n < MIN_ROWS:
+        raise ValueError(f"DATA has fewer than {MIN_ROWS} rows (the least any command takes)")
+
+
+def _missing_columns(cols: dict[str, np.ndarray], names: Sequence[str]) -> list[str]:
+    """The columns among ``names`` holding a missing-value marker (``?`` or an empty cell)."""
+    markers = np.array(sorted(MISSING_TOKENS), dtype=object)
+    return [n for n in names if n in cols and np.isin(cols[n], markers).any()]
+
+
+def _read_table(path: str, schema: TabularSchema) -> dict[str, np.ndarray]:
+    """The CSV's schema columns and label; says which columns are dropped and which hold
+    missing-value markers (column names are public schema; no value, no count)."""
+    cols = _read_rows(path)
+    used = [c.name for c in schema.columns] + [schema.label]
+    extra = [c for c in cols if c not in used]
+    if extra:
+        _say(f"warning: DATA column(s) {extra} are not in the schema: dropped, not read")
+    missing = _missing_columns(cols, used)
+    if missing:
+        _say(f"note: column(s) {missing} hold '?' or empty cells: read as missing values")
+    return {c: cols[c] for c in used if c in cols}
+
+
+def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` ``(n, d)`` float32 and the labels ``(n,)`` (CSV: str tokens) of DATA."""
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as z:
+            if "x" not in z.files or "y" not in z.files:
+                raise ValueError(f"{path} must hold arrays 'x' and 'y'")
+            x, y = np.asarray(z["x"], np.float32), np.asarray(z["y"])
+        _check_rows(len(x))
+        return x, y
+    cols = _read_rows(path)
+    if label not in cols:
+        raise ValueError(f"DATA has no column {label!r} (--label)")
+    missing = _missing_columns(cols, list(cols))
+    if missing:
+        raise ValueError(f"column(s) {missing} hold '?' or empty cells (missing values): "
+                         "distill needs complete numeric features and labels")  # fmt: skip
+    y = cols.pop(label)
+    if not cols:
+        raise ValueError("DATA has no feature column besides --label")
+    feats = []
+    for name, col in cols.items():
+        try:
+            feats.append(col.astype(np.float64))
+        except ValueError:
+            raise ValueError(f"column {name!r} holds non-numeric values: distill needs "
+                             "numeric features") from None  # fmt: skip
+    return np.column_stack(feats).astype(np.float32), y
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+def _typed_labels(y: np.ndarray, classes: list[str] | None) -> tuple[np.ndarray, list[Any] | None]:
+    """Labels and ``--classes`` of one type: integers when the classes (or, without them,
+    all labels) are integers, else strings; an ``.npz``'s numeric ``y`` keeps its type."""
+    if y.dtype.kind in "iuf":
+        if classes is None:
+            return y, None
+        cast = int if y.dtype.kind in "iu" else float
+        try:
+            return y, [cast(c) for c in classes]
+        except ValueError:
+            raise ValueError(
+                f"--classes must be numbers: DATA's y holds {y.dtype} labels"
+            ) from None
+    tokens = y.astype(str)
+    ints = all(_is_int(c) for c in classes) if classes is not None else all(map(_is_int, tokens))
+    if not ints:
+        return tokens, classes
+    if not all(map(_is_int, tokens)):
+        raise ValueError("--classes are integers but the label column holds other values")
+    return tokens.astype(np.int64), None if classes is None else [int(c) for c in classes]
+
+
+# ----------------------------------------------------------------------- messages in flag names
+
+#: Python wording in warnings and notes, and what a CLI user types instead.
+_PHRASES = (
+    ("n_classes (inferred as max(y) + 1; pass n_classes explicitly)",
+     'the number of classes (read as the largest label + 1; list the classes in the schema, '
+     '"classes")'),
+    ("n_classes was inferred as max(y) + 1", "the number of classes was read as the largest label + 1"),
+    ("Pass n_classes to avoid this", 'List the classes in the schema ("classes") to avoid this'),
+)  # fmt: skip
+_KEYWORDS = {"classes": "--classes", "random_state": "--seed", "epsilon": "--epsilon",
+             "delta": "--delta", "batch_size": "--batch-size", "epochs": "--epochs",
+             "support_per_class": "--support-per-class", "image_shape": "--image-shape",
+             "iterations": "--iterations", "sampling_rate": "--sampling-rate"}  # fmt: skip
+
+
+def _flags(text: str) -> str:
+    """``text`` with Python keywords (``classes=``) named as the CLI flags (``--classes``)."""
+    for python, cli in _PHRASES:
+        text = text.replace(python, cli)
+    return re.sub(r"\b(\w+)=(?=[\s),;:]|$)", lambda m: _KEYWORDS.get(m[1], m[0]), text)
+
+
+@contextlib.contextmanager
+def _flag_wording() -> Iterator[None]:
+    """Re-emit the warnings raised inside the block with `_flags` wording (same category)."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:  # a refusal inside the block keeps its warnings too
+        for w in caught:
+            warnings.warn_explicit(_flags(str(w.message)), w.category, w.filename, w.lineno)
+
+
+# ----------------------------------------------------------------------- commands
+
+
+def _write_report(report: Any, out: Path) -> Path:
+    p = _report_path(out)
+    p.write_text(report.to_json(indent=2) + "\n")
+    return p
+
+
+def _cmd_schema(a: argparse.Namespace) -> int:
+    """Draft a schema from the data (not private: the output says so)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        schema = infer_schema(_read_rows(a.data), label=a.label, name=Path(a.data).stem)
+    schema.save(a.out)
+    print(
+        f"wrote {a.out}: a DRAFT read from the private data (bounds, categories, classes).\n"
+        "Replace them by public values (documentation, domain knowledge) and set "
+        '"source": "public"; a fit on a data-derived schema is noted as not private.'
+    )
+    return 0
+
+
+def _table_estimator(a: argparse.Namespace, schema: TabularSchema | None) -> Any:
+    # privkernels.sklearn loads scikit-learn (seconds): only the commands that use it pay
+    from privkernels.sklearn import DPNTKGenerator
+
+    return DPNTKGenerator(schema=schema, iterations=a.iterations, verbose=False)
+
+
+def _cmd_synth(a: argparse.Namespace) -> int:
+    """Fit (or, with ``--model``, only sample) a synthetic table; write rows, model, report."""
+    out = Path(a.out)
+    if a.model:  # sampling only: post-processing, no release key
+        model = load_table_synth(a.model)
+        report, k_sample, n = model.report, sample_key(a.seed), a.n or DEFAULT_MODEL_ROWS
+    else:
+        schema = a.table_schema  # loaded and checked by _check_synth_args
+        table = _read_table(a.data, schema)
+        n = a.n or len(next(iter(table.values())))
+        key, public_key = seed_keys(a.seed, name="--seed")
+        with _flag_wording():
+            if a.tune:
+                model, report = _tuned_table(a, schema, table, key)
+            else:
+                with seeded_call():
+                    model = fit_table(key, table, schema, epsilon=a.epsilon, delta=a.delta,
+                                      iterations=a.iterations, progress=not a.quiet,
+                                      public_key=public_key)  # fmt: skip
+                report = model.report
+        k_sample = sampling_key(key, public_key)
+        model.save(_model_path(out))
+    write_csv(model.sample(k_sample, n), out)
+    rp = _write_report(report, out)
+    print(f"wrote {n} synthetic rows to {out}; privacy report {rp}")
+    print(_flags(report.summary()))
+    return 0
+
+
+def _tuned_table(a: argparse.Namespace, schema: Any, table: Any, key: Any) -> tuple[Any, Any]:
+    """``synth --tune``: `PrivateSearchCV` over `DPNTKGenerator` s; the model and the search's report."""
+    from privkernels.sklearn import PrivateSearchCV  # scikit-learn: see _table_estimator
+
+    base = _table_estimator(a, schema)
     search = PrivateSearchCV(base, _grid(a.tune, base), epsilon=a.epsilon, delta=a.delta,
                              random_state=key if a.seed is not None else None)  # fmt: skip
     with seeded_call():
@@ -133,57 +580,35 @@ def _tuned_table(a: argparse.Namespace, schema: Any, table: Any, key: Any,
     return search.best_estimator_.synth_, search.privacy_report_
 
 
-def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
-    if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as z:
-            if "x" not in z.files or "y" not in z.files:
-                raise ValueError(f"{path} must hold arrays 'x' and 'y'")
-            return np.asarray(z["x"], np.float32), np.asarray(z["y"])
-    if label is None:
-        raise ValueError("a CSV input needs --label (the label column)")
-    cols = read_csv(path)
-    if label not in cols:
-        raise ValueError(f"{path} has no column {label!r}")
-    y = cols.pop(label)
-    try:
-        x = np.column_stack([c.astype(np.float64) for c in cols.values()]).astype(np.float32)
-    except ValueError:
-        raise ValueError("distill needs numeric feature columns") from None
-    return x, y
+def _kip_estimator(a: argparse.Namespace, classes: list[Any] | None) -> Any:
+    # privkernels.sklearn loads scikit-learn (seconds): only the commands that use it pay
+    from privkernels.sklearn import DPKIPClassifier
+
+    opts: dict[str, Any] = {"neighbouring": a.neighbouring}
+    if a.sampling_rate is not None:
+        opts["sampling_rate"] = a.sampling_rate
+    return DPKIPClassifier(epsilon=a.epsilon, delta=a.delta, classes=classes, kernel=a.kernel,
+                           support_per_class=a.support_per_class, epochs=a.epochs,
+                           batch_size=a.batch_size, image_shape=a.image_shape,
+                           random_state=a.seed, verbose=not a.quiet and not a.tune,
+                           fit_options=opts)  # fmt: skip
 
 
 def _cmd_distill(a: argparse.Namespace) -> int:
-    # privkernels.sklearn loads scikit-learn (seconds): only the commands that use it pay
-    from privkernels.sklearn import DPKIPClassifier, PrivateSearchCV
+    """Fit DP-KIP (``DPKIPClassifier``) and write the support set (or model) and report."""
+    from privkernels.sklearn import PrivateSearchCV  # scikit-learn: see _kip_estimator
 
-    if a.tune and (a.classes is None or a.neighbouring != "add-remove"):  # before any read
-        raise ValueError(
-            "distill --tune needs --classes (a search reads no label without noise) and "
-            "--neighbouring add-remove with --batch-size and --sampling-rate (repeat-and-select "
-            "is accounted with RDP, which covers Poisson-sampled DP-SGD under add-remove)"
-        )
     x, y = _read_xy(a.data, a.label)
-    classes = a.classes.split(",") if a.classes else None
-    if classes is not None and np.asarray(y).dtype.kind in "iu":
-        classes = [int(c) for c in classes]
-    shape = tuple(int(s) for s in a.image_shape.split(",")) if a.image_shape else None
-    opts = {"neighbouring": a.neighbouring}
-    if a.sampling_rate is not None:
-        opts["sampling_rate"] = a.sampling_rate
-    est = DPKIPClassifier(epsilon=a.epsilon, delta=a.delta, classes=classes, kernel=a.kernel,
-                          support_per_class=a.support_per_class, epochs=a.epochs,
-                          batch_size=a.batch_size, image_shape=shape, random_state=a.seed,
-                          verbose=not a.quiet and not a.tune, fit_options=opts)  # fmt: skip
-    grid = _grid(a.tune, est) if a.tune else None
+    labels, classes = _typed_labels(y, a.classes)
+    est = _kip_estimator(a, classes)
     warn_seed(a.seed, name="--seed")
-    labels = np.asarray(y).astype(str) if classes and isinstance(classes[0], str) else y
-    with seeded_call():
-        if grid is None:
-            est.fit(x.reshape(len(x), -1), labels)
-            report = est.privacy_report_
+    x = x.reshape(len(x), -1)
+    with _flag_wording(), seeded_call():
+        if not a.tune:
+            report = est.fit(x, labels).privacy_report_
         else:
-            search = PrivateSearchCV(est, grid, epsilon=a.epsilon, delta=a.delta,
-                                     random_state=a.seed).fit(x.reshape(len(x), -1), labels)  # fmt: skip
+            search = PrivateSearchCV(est, _grid(a.tune, est), epsilon=a.epsilon, delta=a.delta,
+                                     random_state=a.seed).fit(x, labels)  # fmt: skip
             est, report = search.best_estimator_, search.privacy_report_
             print(f"chose {search.best_params_}")
     out = Path(a.out)
@@ -195,22 +620,75 @@ def _cmd_distill(a: argparse.Namespace) -> int:
         est.save(out)
     rp = _write_report(report, out)
     print(f"wrote the private support set ({est.support_.shape[0]} rows) to {out}; report {rp}")
-    print(report.summary())
+    print(_flags(report.summary()))
     return 0
+
+
+# ----------------------------------------------------------------------- report
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
-    if str(a.file).endswith(".json"):  # the <out>.privacy.json that synth and distill write
-        report = PrivacyReport.from_json(Path(a.file).read_text())
-        _check_beside(Path(a.file), report)
+    """Print the report of any file the commands write (a CSV output: the report beside it)."""
+    path = Path(a.file)
+    report: PrivacyReport | None
+    if not path.is_file():
+        raise ValueError(f"no file {path}")
+    if zipfile.is_zipfile(path):
+        report = _npz_report(path)
+    elif path.suffix == ".csv":
+        beside = _report_path(path)
+        if not beside.is_file():
+            raise ValueError(f"{path} is a CSV (rows, no report inside) and no {beside.name} "
+                             "lies beside it")  # fmt: skip
+        report = _json_report(beside)
     else:
-        _, meta = checkpoint.load(a.file)
-        if "report" not in meta:
-            raise ValueError(f"{a.file} holds no privacy report")
-        report = PrivacyReport.from_dict(meta["report"])
-        _load_checked(a.file, meta)  # the method's own checks (records against the config)
-    print(report.to_json(indent=2) if a.json else report.summary())
+        report = _json_report(path)
+    if report is not None:
+        print(report.to_json(indent=2) if a.json else _flags(report.summary()))
     return 0
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{path} is neither JSON nor an .npz archive: not a file the "
+                         "privkernels commands write") from None  # fmt: skip
+
+
+def _json_report(path: Path) -> PrivacyReport | None:
+    """A ``<out>.privacy.json`` (checked against the model beside it), or a schema file
+    (described: it carries no report); None when nothing is left to print."""
+    data = _read_json(path)
+    if isinstance(data, dict) and "columns" in data and "epsilon" not in data:
+        schema = TabularSchema.from_dict(data)
+        print(f"{path}: a table schema ({len(schema.columns)} columns, label {schema.label!r}), "
+              "no release and no privacy report. " + (
+                  "Its source is the private data (privkernels schema): its bounds, categories "
+                  "and classes were read without noise; a fit on it is not private with respect "
+                  "to them." if schema.source == "data" else "It is marked public."))  # fmt: skip
+        return None
+    try:
+        report = PrivacyReport.from_dict(data)
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError(f"{path} is JSON but not a privacy report (no epsilon, delta, "
+                         "neighbouring and mechanisms)") from None  # fmt: skip
+    _check_beside(path, report)
+    return report
+
+
+def _npz_report(path: Path) -> PrivacyReport:
+    """The report inside a privkernels ``.npz``, checked by its method's loader."""
+    try:
+        _, meta = checkpoint.load(path)
+    except (ValueError, OSError):
+        raise ValueError(f"{path} is an .npz archive but not a privkernels file (no "
+                         "metadata); a distill DATA .npz holds x and y, no report") from None  # fmt: skip
+    if "report" not in meta:
+        raise ValueError(f"{path} holds no privacy report (format {meta.get('format')!r})")
+    report = PrivacyReport.from_dict(meta["report"])
+    _load_checked(str(path), meta)  # the method's own checks (records against the config)
+    return report
 
 
 def _check_beside(path: Path, report: Any) -> None:
@@ -219,10 +697,11 @@ def _check_beside(path: Path, report: Any) -> None:
     loader checks; say so on stderr when there is none. A search's report is checked
     against the chosen model's own fit (`_check_search_beside`)."""
     out = path.with_name(path.name.removesuffix(".privacy.json"))
-    model = next((p for p in (out, out.with_name(out.name + ".model.npz")) if p.is_file()), None)
-    if model is None or not model.name.endswith(".npz"):
-        print("privkernels: note: no model beside the report; its records were checked, not "
-              "their configuration", file=sys.stderr)  # fmt: skip
+    candidates = (out, _model_path(out))
+    model = next((p for p in candidates if p.is_file() and zipfile.is_zipfile(p)), None)
+    if model is None:
+        _say("note: no model beside the report; its records were checked, not their "
+             "configuration")  # fmt: skip
         return
     _, meta = checkpoint.load(model)
     _load_checked(str(model), meta)
@@ -272,67 +751,39 @@ def _load_checked(path: str, meta: dict[str, Any]) -> None:
         loader(path)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="privkernels", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("schema", help="draft a schema from a CSV (reads the data: edit it!)")
-    s.add_argument("data")
-    s.add_argument("--label", required=True)
-    s.add_argument("--out", required=True)
-    for name, helptext in (("synth", "private synthetic table (DP-NTK)"),
-                           ("distill", "private distilled support set (DP-KIP)")):  # fmt: skip
-        c = sub.add_parser(name, help=helptext)
-        c.add_argument("data", nargs="?" if name == "synth" else None)
-        c.add_argument("--epsilon", type=float, required=name == "distill")
-        c.add_argument("--delta", type=float, default=1e-5)
-        c.add_argument("--out", required=True)
-        c.add_argument("--seed", type=int, default=None)
-        c.add_argument("--quiet", action="store_true", help="no progress bar")
-    synth = sub.choices["synth"]
-    synth.add_argument("--schema", help="public schema JSON (see `privkernels schema`)")
-    synth.add_argument(
-        "--n", type=int, default=None, help="rows to draw (default: as many as DATA)"
-    )
-    synth.add_argument("--iterations", type=int, default=None)
-    synth.add_argument("--model", help="sample a saved <out>.model.npz instead of fitting")
-    for c in (synth, sub.choices["distill"]):
-        c.add_argument(
-            "--tune", metavar="GRID", default=None,
-            help="choose hyperparameters privately inside --epsilon (repeat-and-select, "
-            "PrivateSearchCV), e.g. 'iterations=200,500;d_code=5,10' (default: no search)",
-        )  # fmt: skip
-    d = sub.choices["distill"]
-    d.add_argument("--label", help="label column of a CSV")
-    d.add_argument("--classes", help="public class values, comma-separated")
-    d.add_argument("--kernel", default="fc_ntk", choices=("fc_ntk", "scatternet", "entk"))
-    d.add_argument("--support-per-class", type=int, default=10)
-    d.add_argument("--epochs", type=int, default=10)
-    d.add_argument("--image-shape", help="e.g. 28,28 (needed by scatternet / entk)")
-    d.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
-                   help="the neighbouring relation (default: replace-one; --tune needs "
-                   "add-remove with --batch-size and --sampling-rate)")  # fmt: skip
-    d.add_argument("--batch-size", type=int, default=None,
-                   help="expected Poisson batch size (default: min(500, n))")  # fmt: skip
-    d.add_argument("--sampling-rate", type=float, default=None,
-                   help="public Poisson rate (add-remove only; default: none)")  # fmt: skip
-    r = sub.add_parser("report", help="print the privacy report of a saved file")
-    r.add_argument("file")
-    r.add_argument("--json", action="store_true")
-    return p
+# ----------------------------------------------------------------------- entry point
+
+_CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "schema": _check_schema_args,
+    "synth": _check_synth_args,
+    "distill": _check_distill_args,
+    "report": lambda a: None,
+}
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "schema": _cmd_schema,
+    "synth": _cmd_synth,
+    "distill": _cmd_distill,
+    "report": _cmd_report,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``privkernels`` console script."""
+    """Entry point of the ``privkernels`` console script: the exit status (0, or 2 after a
+    one-line error on stderr; ``--help`` and ``--version`` print and return 0)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         a = _parser().parse_args(argv)
-        if a.cmd == "synth" and a.epsilon is None and not a.model:
-            raise ValueError("synth needs --epsilon (or --model)")
-        run = {"schema": _cmd_schema, "synth": _cmd_synth, "distill": _cmd_distill,
-               "report": _cmd_report}[a.cmd]  # fmt: skip
-        return run(a)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"privkernels: error: {err}", file=sys.stderr)
+        _CHECKS[a.cmd](a)  # every argument, before any data is read
+        if a.cmd in ("synth", "distill") and a.delta is None and getattr(a, "model", None) is None:
+            a.delta = DEFAULT_DELTA
+        return _COMMANDS[a.cmd](a)
+    except SystemExit as done:  # --help, --version
+        return int(done.code or 0)
+    except BrokenPipeError:  # stdout closed early (| head): no traceback at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (ValueError, TypeError, OSError) as err:  # OSError: a file missing or unwritable
+        print(f"privkernels: error: {_flags(str(err))}", file=sys.stderr)
         return 2
 
 

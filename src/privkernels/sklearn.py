@@ -46,6 +46,11 @@ from privkernels import dp_ntk_regression as R
 from privkernels._validation import check_fit_rows, check_numeric
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
+from privkernels.dp_kip.estimator_defaults import (
+    estimator_defaults,
+    public_row_count,
+    warn_small_data,
+)
 from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
 from privkernels.privacy.keys import (
     SAMPLE_TAG,
@@ -406,8 +411,17 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
 
     Rows of ``X`` are flattened examples; ``image_shape`` (e.g. ``(28, 28)``) restores
     images for the ScatterNet / e-NTK kernels. Guarantee: replace-one (epsilon, delta)-DP
-    of the support set, accounted by PLD over the DP-SGD steps. Unset DP-SGD settings
-    take the kernel's validated defaults (`privkernels.dp_kip.KERNEL_DEFAULTS`).
+    of the support set, accounted by PLD over the DP-SGD steps. Inputs: features on a unit
+    scale (zero mean, unit variance from public statistics or a private scaler), the scale
+    the defaults were chosen at. Unset settings are functions of public numbers only
+    (`privkernels.dp_kip.estimator_defaults`; chosen on public tabular data,
+    ``benchmarks/results/defaults-dp-kip.md``): with the ``fc_ntk`` kernel,
+    ``support_per_class = clip(n // (200 c), 1, 10)`` and ``learning_rate = 1 / sqrt(T)``
+    (``T`` DP-SGD steps); ``clip_norm``, ``relative_reg`` (and the other kernels' settings)
+    from `privkernels.dp_kip.KERNEL_DEFAULTS`. ``n`` is the training row count, public under
+    replace-one (``batch_size / sampling_rate`` under add-remove). A private fit with
+    ``n * min(epsilon, 1)`` below the validated n (`privkernels.dp_kip.VALIDATED_N`) warns
+    with a `privkernels.dp_kip.SmallDataWarning`: DP-SGD noise can dominate there.
     Attributes after ``fit``: ``result_``, ``support_`` ``(m, d)``, ``support_labels_``,
     ``classes_``, ``privacy_report_``. ``decision_function`` gives the KRR scores on the
     support set and ``predict_proba`` a fixed softmax of them (`privkernels.scores`):
@@ -417,7 +431,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
     _result_attr = "result_"
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
-                 kernel: str = "fc_ntk", support_per_class: int = 10, epochs: int = 10,
+                 kernel: str = "fc_ntk", support_per_class: int | None = None, epochs: int = 10,
                  batch_size: int | None = None, learning_rate: float | None = None,
                  clip_norm: float | None = None, relative_reg: float | None = None,
                  image_shape: tuple[int, ...] | None = None, random_state: Any = None,
@@ -448,13 +462,15 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
     def fit(self, X: Any, y: Any) -> DPKIPClassifier:
         X, y = _checked(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y, minimum=2)
+        n_public, hp = self._defaults(X.shape[0], len(self.classes_))
+        warn_small_data(n_public, self.epsilon)
         key, public_key = self._keys()
         with seeded_call():
             res = dp_kip.fit(
                 key, self._shape(X), codes, epsilon=self.epsilon, delta=self.delta,
                 n_classes=len(self.classes_), kernel=self.kernel,  # type: ignore[arg-type]
-                support_per_class=self.support_per_class, epochs=self.epochs,
-                batch_size=self.batch_size, learning_rate=self.learning_rate,
+                support_per_class=hp.support_per_class, epochs=hp.epochs,
+                batch_size=self.batch_size, learning_rate=hp.learning_rate,
                 clip_norm=self.clip_norm, relative_reg=self.relative_reg,
                 progress=bool(self.verbose), public_key=public_key, **(self.fit_options or {}),
             )  # fmt: skip
@@ -476,16 +492,31 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
         shape = tuple(self.image_shape) if self.image_shape is not None else tuple(row_shape)
         keep = ("neighbouring", "sampling_rate", "accountant", "kernel_options", "learn_labels",
                 "clip_space", "chunk_size", "grad_method", "jitter")  # fmt: skip
+        _, hp = self._defaults(n_train, len(self.classes or ()))
         _, plan, _ = dp_kip.configure(
             n=n_train, input_shape=shape, n_classes=len(self.classes or ()), epsilon=budget.epsilon,
-            delta=budget.delta, kernel=self.kernel, support_per_class=self.support_per_class,
-            batch_size=self.batch_size, epochs=self.epochs, learning_rate=self.learning_rate,
+            delta=budget.delta, kernel=self.kernel, support_per_class=hp.support_per_class,
+            batch_size=self.batch_size, epochs=hp.epochs, learning_rate=hp.learning_rate,
             clip_norm=self.clip_norm, relative_reg=self.relative_reg,
             **{k: v for k, v in opts.items() if k in keep},
         )  # fmt: skip
         if plan is None:  # pragma: no cover - a search always has a budget
             raise ValueError("a search needs a private fit (epsilon is None)")
         return [SelectionEvent("dpsgd", plan.noise_multiplier, plan.sampling_rate, plan.steps)]
+
+    def _defaults(self, n: int, n_classes: int) -> tuple[float | None, Any]:
+        """``(public row count, EstimatorDefaults)`` of a fit on ``n`` rows (public numbers
+        only: `privkernels.dp_kip.estimator_defaults`)."""
+        opts = self.fit_options or {}
+        rate = opts.get("sampling_rate")
+        n_public = public_row_count(n, neighbouring=self._relation(),
+                                    batch_size=self.batch_size, sampling_rate=rate)  # fmt: skip
+        hp = estimator_defaults(
+            n_public, n_classes, kernel=self.kernel, support_per_class=self.support_per_class,
+            epochs=self.epochs, learning_rate=self.learning_rate, batch_size=self.batch_size,
+            sampling_rate=rate if self._relation() == "add-remove" else None,
+        )  # fmt: skip
+        return n_public, hp
 
     @property
     def support_(self) -> np.ndarray:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Any
 
@@ -80,7 +79,7 @@ def test_two_rows_pass_the_rule(entry, monkeypatch):
 
 
 @pytest.mark.parametrize("cmd", ["distill", "synth"])
-@pytest.mark.parametrize("n", [1])  # an empty CSV is refused when read: "the table is empty"
+@pytest.mark.parametrize("n", [0, 1])
 def test_the_cli_refuses_fewer_than_two_rows(cmd, n, tmp_path, capsys, monkeypatch):
     data, schema = tmp_path / "data.csv", tmp_path / "schema.json"
     _table(n).to_csv(data, index=False)
@@ -95,7 +94,7 @@ def test_the_cli_refuses_fewer_than_two_rows(cmd, n, tmp_path, capsys, monkeypat
         warnings.simplefilter("ignore")
         rc = cli.main([cmd, str(data), *args, "--epsilon", "1", "--out", str(tmp_path / "o.npz")])
     assert rc == 2
-    assert re.search(ROWS, capsys.readouterr().err)
+    assert "fewer than 2 rows" in capsys.readouterr().err  # the CLI names its argument, DATA
 
 
 # --------------------------------------------------------------------- no value in a message

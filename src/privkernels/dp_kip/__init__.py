@@ -19,7 +19,9 @@ Modules, one concept each:
 * `smoothing` -- blurring support images and their updates (post-processing);
 * `train` -- config, state and the pure ``train_step``;
 * `fitting` -- `fit` and `configure`;
-* `result` -- the release, ``save``/`load`, `predict`.
+* `result` -- the release, ``save``/`load`, `predict`;
+* `estimator_defaults` -- the defaults `privkernels.sklearn.DPKIPClassifier` fills in
+  (functions of public numbers) and its `SmallDataWarning`.
 
 Privacy: the Poisson-subsampled Gaussian mechanism composed over
 ``epochs * round(1 / q)`` steps (`planned_steps`), calibrated and accounted by the privacy core
@@ -34,6 +36,12 @@ from __future__ import annotations
 
 from privkernels.dp_kip.clipped_sums import STRATEGIES
 from privkernels.dp_kip.dp_ntk_init import DPNTKInit
+from privkernels.dp_kip.estimator_defaults import (
+    VALIDATED_N,
+    EstimatorDefaults,
+    SmallDataWarning,
+    estimator_defaults,
+)
 from privkernels.dp_kip.fitting import configure, fit, planned_steps
 from privkernels.dp_kip.grads import per_example_grads
 from privkernels.dp_kip.init import (
@@ -62,6 +70,10 @@ __all__ = [
     "STRATEGIES",
     "INITS",
     "FALLBACK_JITTER",
+    "VALIDATED_N",
+    "EstimatorDefaults",
+    "SmallDataWarning",
+    "estimator_defaults",
     "Batch",
     "DPKIPConfig",
     "DPNTKInit",

@@ -22,7 +22,7 @@ __all__ = ["Settings", "Resolved", "resolve", "KERNEL_DEFAULTS", "DEFAULT_BATCH_
 
 #: Per-kernel defaults of ``learning_rate``, ``clip_norm`` and ``relative_reg``.
 #: fc_ntk: chosen on a validation split of the MNIST/FashionMNIST TRAINING sets
-#: at eps=1 with per-image standardised inputs (``scripts/dp_kip_fcntk_sweep.py``);
+#: at eps=1 with per-image standardised inputs (``git show b99f0d9:scripts/dp_kip_fcntk_sweep.py``);
 #: scatternet: the paper's Appendix D learning rate and ridge for MNIST, with the
 #: clip norm of the quick benchmark profile (inputs ``2 x - 1``); entk: the quick
 #: profile's values. See ``docs/benchmarks.md``.

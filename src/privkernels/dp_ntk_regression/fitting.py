@@ -61,7 +61,7 @@ from privkernels.privacy.warnings import warn_beta_close
 __all__ = ["fit", "LABELS_NOT_PROTECTED", "AUTO_SHIFT_SAMPLES"]
 
 #: ``kernel_shift="auto"`` picks the shift at which eq. (1) allows this many
-#: Gaussian samples (chosen on validation splits: ``scripts/regression_defaults.py``).
+#: Gaussian samples (chosen on validation splits: ``git show b99f0d9:scripts/regression_defaults.py``).
 AUTO_SHIFT_SAMPLES = 2500
 
 #: The caveat every private report of this module carries (Def. 4.1 keeps y_n).

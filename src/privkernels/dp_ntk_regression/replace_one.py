@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 #: Sketch size ``D`` and ridge factor: chosen on a validation split of the MNIST
-#: training set (``scripts/regression_replace_one_defaults.py``).
+#: training set (``git show b99f0d9:scripts/regression_replace_one_defaults.py``).
 DEFAULT_FEATURES = 1024
 DEFAULT_RIDGE_FACTOR = 0.125
 

@@ -5,7 +5,7 @@ prints each row as its section ends. This collects those rows, in log order, int
 ``NAME.md`` and ``NAME.json`` under ``--out``. The machine is not this one, so the
 header is the caller's: ``--header FILE`` holds the prose (device, versions, limits).
 
-    python scripts/perf_log_table.py perf.log perf2.log --name gpu-h200-perf \\
+    python -m benchmarks.perf_log_table perf.log perf2.log --name gpu-h200-perf \\
         --header header.md --out benchmarks/results
 """
 
@@ -14,13 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import markdown_table  # noqa: E402
-from benchmarks.perf_timing import COLUMNS  # noqa: E402
+from benchmarks.common import markdown_table
+from benchmarks.perf_timing import COLUMNS
 
 _ROW = re.compile(r"^\[perf\] row (\{.*\})\s*$")
 _DONE = re.compile(r"^\[perf\] (\w+) done in ([0-9.]+) s")

@@ -1,0 +1,100 @@
+"""Every table run records the command that regenerates it; ``rerun`` repeats and compares."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.registry import TABLES, RunContext, Table
+from benchmarks.rerun import command_of, compare_rows, row_key
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "test-rerun-table"
+
+
+def _fake_table(ctx: RunContext) -> list[dict[str, Any]]:
+    """A cheap table: one row per seed whose value is a function of the seed and an option."""
+    shift = float(ctx.options.get("shift", 0.0))
+    slope = float(ctx.options.get("slope", 0.01))
+    return [
+        {"dataset": "toy", "epsilon": 1.0, "metric": "acc", "seed": s,
+         "value": 0.5 + slope * s + shift, "seconds": 0.1}
+        for s in ctx.seeds
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def fake_table(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setitem(TABLES, NAME, Table(NAME, "toy", _fake_table, __name__, ("shift", "slope")))
+    return NAME
+
+
+def test_a_run_records_its_command_and_a_rerun_matches(fake_table, tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", fake_table, "--seeds", "0", "1", "2", "--out", str(out),
+                 "--set", "shift=0.25"]) == 0  # fmt: skip
+    path = out / f"{fake_table}-quick.json"
+    payload = json.loads(path.read_text())
+    command = payload["provenance"]["command"]
+    assert command == (
+        f"python -m benchmarks run {fake_table} --profile quick --seeds 0 1 2 --set shift=0.25"
+    )
+    assert payload["rerun"]["options"] == {"shift": "0.25"}
+    assert len(payload["provenance"]["git_commit"] or "") == 40
+    assert payload["provenance"]["versions"]["jax"]
+    assert f"Command: `{command}`" in path.with_suffix(".md").read_text()
+    assert main(["rerun", str(path), "--seeds", "0", "--out", str(tmp_path / "again")]) == 0
+
+
+def test_a_rerun_that_differs_fails(fake_table, tmp_path):
+    out = tmp_path / "run"
+    main(["run", fake_table, "--seeds", "0", "1", "2", "--out", str(out), "--set", "slope=0"])
+    path = out / f"{fake_table}-quick.json"
+    payload = json.loads(path.read_text())
+    payload["rows"][0]["value"] += 0.05  # the other seeds agree exactly: tolerance is atol
+    path.write_text(json.dumps(payload))
+    assert main(["rerun", str(path), "--seeds", "0", "--out", str(tmp_path / "again")]) == 1
+    assert main(["rerun", str(path), "--seeds", "1", "--out", str(tmp_path / "again")]) == 0
+
+
+def test_a_file_without_a_rerun_block_is_refused(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"rows": [{"value": 1.0}]}))
+    with pytest.raises(SystemExit, match="records no rerun block"):
+        main(["rerun", str(path)])
+
+
+def test_compare_rows_uses_the_seed_spread_and_value_std():
+    recorded = [{"metric": "acc", "seed": s, "value": v} for s, v in enumerate((0.5, 0.6, 0.7))]
+    ok_rows, ok = compare_rows(recorded, [{"metric": "acc", "seed": 0, "value": 0.7}], [0])
+    assert ok and ok_rows[0]["tolerance"] == pytest.approx(3 * 0.0707, abs=1e-3)  # std of 0.6, 0.7
+    _, ok = compare_rows(recorded, [{"metric": "acc", "seed": 0, "value": 0.85}], [0])
+    assert not ok
+    mean = [{"metric": "acc", "value": 0.6, "value_std": 0.01}]
+    assert compare_rows(mean, [{"metric": "acc", "value": 0.62}], [0])[1]
+    assert not compare_rows(mean, [{"metric": "acc", "value": 0.65}], [0])[1]
+    assert not compare_rows(mean, [], [0])[1]  # a missing row fails
+    assert row_key({"a": 1, "value": 0.5, "epsilon": 1.0}) == row_key({"a": 1, "epsilon": 1.0})
+
+
+def test_command_of_quotes_options():
+    spec = {"table": "t", "profile": "paper", "seeds": [1], "options": {"datasets": "a b"}}
+    assert (
+        command_of(spec)
+        == "python -m benchmarks run t --profile paper --seeds 1 --set 'datasets=a b'"
+    )
+
+
+@pytest.mark.slow
+def test_the_committed_intrusion_file_reruns_within_its_seed_spread(tmp_path):
+    """The committed DP-NTK Table 4 intrusion file (three seeds, a few seconds a seed)
+    re-runs for seed 0 within its seed spread."""
+    path = REPO / "benchmarks" / "results" / "dp-ntk-table4-quick-intrusion-3seeds.json"
+    if not os.environ.get("PRIVKERNELS_DATA"):
+        pytest.fail("set PRIVKERNELS_DATA to the shared data directory (intrusion is needed)")
+    assert main(["rerun", str(path), "--seeds", "0", "--out", str(tmp_path)]) == 0
