@@ -170,7 +170,7 @@ def test_one_row_is_refused_before_any_noise(tmp_path, monkeypatch, capsys, comm
     build = _synth if command == "synth" else _distill
     assert main(build(p, str(out / "o.csv"), "--quiet")) == 2
     err = capsys.readouterr().err
-    assert "fewer than 2 rows" in err
+    assert "every fit needs at least 2 rows" in err
     assert list(out.iterdir()) == []
 
 

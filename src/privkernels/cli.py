@@ -37,9 +37,10 @@ from typing import Any
 import numpy as np
 
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
-from privkernels._validation import MIN_FIT_ROWS
+from privkernels._validation import MIN_FIT_ROWS, check_fit_rows
 from privkernels.data.frames import infer_schema, read_csv, write_csv
 from privkernels.data.schema import MISSING_TOKENS, TabularSchema
+from privkernels.privacy.accountant import LEDGER_FORMAT, BudgetAccountant
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
 from privkernels.privacy.report import PrivacyReport
 from privkernels.synth import fit_table, load_table_synth
@@ -47,8 +48,7 @@ from privkernels.tuning import events_of_report, same_events
 
 __all__ = ["main"]
 
-#: The smallest number of rows a command fits on: the one rule of every fit
-#: (`privkernels._validation.MIN_FIT_ROWS`), checked here when DATA is read.
+#: The smallest number of rows a command fits on: the one rule of every fit.
 MIN_ROWS = MIN_FIT_ROWS
 
 #: Defaults resolved after the checks (``None`` in the parser, so that a value the user
@@ -180,6 +180,9 @@ def _add_release_options(c: argparse.ArgumentParser, *, fit_needs_data: bool, ex
                    help="int seed: reproducible, so NOT private (warns); leave it out for a "
                    "release (default: none, OS entropy)")  # fmt: skip
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--budget", metavar="LEDGER", default=None,
+                   help="a budget ledger ('privkernels budget init') charged this release; "
+                   "refused before any data is read when it does not fit (default: none)")  # fmt: skip
     c.add_argument("--tune", metavar="GRID", default=None,
                    help="choose hyperparameters privately inside --epsilon (repeat-and-select, "
                    f"PrivateSearchCV), e.g. {example!r} (default: no search)")  # fmt: skip
@@ -231,6 +234,20 @@ def _add_distill(sub: Any) -> None:
                    help="public Poisson rate in (0, 1], add-remove only (default: none)")  # fmt: skip
 
 
+def _add_budget(sub: Any) -> None:
+    b = sub.add_parser("budget", help="create or show a budget ledger for --budget",
+                       formatter_class=_HelpFormatter)  # fmt: skip
+    b.add_argument("action", choices=("init", "show"),
+                   help="init: write a new ledger; show: print what it spent and has left")  # fmt: skip
+    b.add_argument("ledger", metavar="LEDGER", help="the ledger file (JSON)")
+    b.add_argument("--epsilon", type=_epsilon, default=None,
+                   help="init: the total epsilon, > 0 (default: none, required by init)")  # fmt: skip
+    b.add_argument("--delta", type=float, default=None,
+                   help="init: the total delta, in [0, 1) (default: none, required by init)")  # fmt: skip
+    b.add_argument("--neighbouring", choices=("replace-one", "add-remove"),
+                   default="replace-one", help="init: the relation every charge is under")  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="privkernels", description=_DESCRIPTION, epilog=_EPILOG,
                 formatter_class=_HelpFormatter)  # fmt: skip
@@ -245,6 +262,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="schema file to write (default: none, required)")  # fmt: skip
     _add_synth(sub)
     _add_distill(sub)
+    _add_budget(sub)
     r = sub.add_parser("report", help="print the privacy report of any file the commands write",
                        formatter_class=_HelpFormatter)  # fmt: skip
     r.add_argument("file", metavar="FILE",
@@ -395,8 +413,8 @@ def _read_rows(path: str) -> dict[str, np.ndarray]:
 
 
 def _check_rows(n: int) -> None:
-    if n < MIN_ROWS:
-        raise ValueError(f"DATA has fewer than {MIN_ROWS} rows (the least any command takes)")
+    """The one minimum-rows rule of every fit (`privkernels._validation.check_fit_rows`)."""
+    check_fit_rows(np.empty((n, 0)), name="DATA")
 
 
 def _missing_columns(cols: dict[str, np.ndarray], names: Sequence[str]) -> list[str]:
@@ -624,6 +642,53 @@ def _cmd_distill(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_budget(a: argparse.Namespace) -> int:
+    """``budget init LEDGER --epsilon E --delta D`` / ``budget show LEDGER``."""
+    if a.action == "init":
+        if a.epsilon is None or a.delta is None:
+            raise ValueError("budget init needs --epsilon and --delta (the total)")
+        if Path(a.ledger).exists():
+            raise ValueError(f"{a.ledger} exists: a ledger is never reset (choose a new file)")
+        acc = BudgetAccountant(a.epsilon, a.delta, neighbouring=a.neighbouring)
+        acc.save(a.ledger)
+    else:
+        acc = BudgetAccountant.load(a.ledger)
+    print(_ledger_line(a.ledger, acc))
+    return 0
+
+
+def _ledger_line(path: Any, acc: BudgetAccountant) -> str:
+    """One line on a budget ledger: its total, what was spent and what remains."""
+    spent, left = acc.spent(), acc.remaining()
+    return (f"{path}: budget ledger, total ({acc.epsilon:.6g}, {acc.delta:.3g}) under "
+            f"{acc.neighbouring}; spent ({spent.epsilon:.6g}, {spent.delta:.3g}) in "
+            f"{len(acc.reports)} release(s); remaining ({left.epsilon:.6g}, {left.delta:.3g})")  # fmt: skip
+
+
+def _charged(run: Callable[[argparse.Namespace], int], a: argparse.Namespace) -> int:
+    """``--budget LEDGER``: check the planned ``(--epsilon, --delta)`` against the ledger
+    before the command reads any data, run it with the ledger as the default accountant,
+    and write the ledger back (atomically) whatever happened after that check: a release
+    that failed midway is charged its plan (`privkernels.privacy.BudgetAccountant`)."""
+    ledger = getattr(a, "budget", None)
+    if ledger is None:
+        return run(a)
+    if getattr(a, "model", None) is not None:  # nothing is ignored silently
+        raise _UsageError("--budget: --model samples a saved model (no release, nothing to "
+                          "charge); leave --budget out")  # fmt: skip
+    if not Path(ledger).is_file():
+        raise ValueError(f"--budget: no ledger {ledger} (create it with `privkernels budget init`)")
+    acc = BudgetAccountant.load(ledger)
+    if a.epsilon is None:
+        raise ValueError(f"--budget needs --epsilon (a {a.cmd} run without one is not private)")
+    acc.check(a.epsilon, a.delta, getattr(a, "neighbouring", "replace-one"))
+    try:
+        with acc:
+            return run(a)
+    finally:
+        acc.save(ledger)
+
+
 # ----------------------------------------------------------------------- report
 
 
@@ -660,6 +725,10 @@ def _json_report(path: Path) -> PrivacyReport | None:
     """A ``<out>.privacy.json`` (checked against the model beside it), or a schema file
     (described: it carries no report); None when nothing is left to print."""
     data = _read_json(path)
+    if isinstance(data, dict) and data.get("format") == LEDGER_FORMAT:
+        acc = BudgetAccountant.from_dict(data)  # every entry re-verified
+        print(_ledger_line(path, acc))
+        return acc.report if acc.reports else None
     if isinstance(data, dict) and "columns" in data and "epsilon" not in data:
         schema = TabularSchema.from_dict(data)
         print(f"{path}: a table schema ({len(schema.columns)} columns, label {schema.label!r}), "
@@ -758,12 +827,14 @@ _CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
     "synth": _check_synth_args,
     "distill": _check_distill_args,
     "report": lambda a: None,
+    "budget": lambda a: None,  # _cmd_budget reads no data: it checks its own arguments
 }
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "schema": _cmd_schema,
     "synth": _cmd_synth,
     "distill": _cmd_distill,
     "report": _cmd_report,
+    "budget": _cmd_budget,
 }
 
 
@@ -776,7 +847,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _CHECKS[a.cmd](a)  # every argument, before any data is read
         if a.cmd in ("synth", "distill") and a.delta is None and getattr(a, "model", None) is None:
             a.delta = DEFAULT_DELTA
-        return _COMMANDS[a.cmd](a)
+        return _charged(_COMMANDS[a.cmd], a)  # --budget: the ledger, before any data
     except SystemExit as done:  # --help, --version
         return int(done.code or 0)
     except BrokenPipeError:  # stdout closed early (| head): no traceback at exit either

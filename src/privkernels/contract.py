@@ -36,8 +36,10 @@ class Release(Protocol):
 class MethodFit(Protocol):
     """``fit(key, x, y, *, epsilon, ...)``: one release of ``(x, y)`` at ``(epsilon, delta)``
     under ``neighbouring`` (default replace-one, standard DP of whole records), with the
-    shared run options (`privkernels.options.RunOptions`) and a separate key for the
-    data-independent draws."""
+    shared run options (`privkernels.options.RunOptions`), a separate key for the
+    data-independent draws and the `privkernels.privacy.BudgetAccountant` charged (None:
+    the default accountant of an open ``with`` block, or none), which refuses the fit
+    before any noise when its budget does not fit in what remains."""
 
     def __call__(
         self,
@@ -54,6 +56,7 @@ class MethodFit(Protocol):
         progress: bool = True,
         neighbouring: Any = "replace-one",
         public_key: Any = None,
+        budget_accountant: Any = None,
     ) -> Release: ...
 
 

@@ -33,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from privkernels import tuning
 from privkernels.data.frames import as_columns, split_table
+from privkernels.privacy.accountant import resolve
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import seed_keys, seeded_call
 from privkernels.privacy.report import PrivacyReport
@@ -45,7 +46,7 @@ __all__ = ["PrivateSearchCV"]
 SYNTHETIC_ROWS = 2000
 
 #: Parameters the search sets itself on every candidate.
-_OWNED = ("epsilon", "delta", "random_state")
+_OWNED = ("epsilon", "delta", "random_state", "budget_accountant")
 
 
 def _rows(data: Any, rows: np.ndarray) -> Any:
@@ -176,6 +177,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
       target_bound: regressors' public bound on ``|y - y_hat|`` in the score.
       random_state: None (fresh OS entropy, for a release) or an int / key (reproducible,
         not secret: `privkernels.privacy.SeededKeyWarning`).
+      budget_accountant: the `privkernels.privacy.BudgetAccountant` charged the whole
+        search's ``(epsilon, delta)`` once, before any data is read (None: the estimator's
+        own ``budget_accountant``, else the default accountant of an open ``with`` block,
+        else none); the candidates' fits are covered by that charge.
 
     Attributes after ``fit``: ``best_estimator_`` (fitted on the training part),
     ``best_params_``, ``best_index_``, ``best_score_`` (its noisy validation score: a mean
@@ -198,6 +203,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         validation_fraction: float = 0.2,
         target_bound: float = 1.0,
         random_state: Any = None,
+        budget_accountant: Any = None,
     ) -> None:
         self.estimator = estimator
         self.param_grid = param_grid
@@ -209,6 +215,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         self.validation_fraction = validation_fraction
         self.target_bound = target_bound
         self.random_state = random_state
+        self.budget_accountant = budget_accountant
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle state: a fitted search holds a release, so its ``random_state`` (the noise
@@ -216,6 +223,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         state = dict(super().__getstate__())
         if hasattr(self, "best_estimator_"):
             state["random_state"] = None
+            state["budget_accountant"] = None  # the ledger stays in this process
         return state
 
     def _candidates(self, X: Any, y: Any) -> list[_EstimatorCandidate]:
@@ -228,6 +236,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         base = clone(self.estimator)
         if not hasattr(base, "_privacy_events"):
             raise ValueError(f"{type(base).__name__} is not a privkernels estimator")
+        base.set_params(budget_accountant=self._accountant())  # covered by the search's charge
         table = isinstance(X, dict) or hasattr(X, "columns")
         for params in grid:  # every grid point, before any data is read
             _check_no_leak(clone(base).set_params(**params), table)
@@ -235,6 +244,13 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         if not (math.isfinite(bound) and bound > 0):
             raise ValueError(f"target_bound must be a finite number > 0, got {self.target_bound!r}")
         return [_EstimatorCandidate(base, dict(p), X, y, bound) for p in grid]
+
+    def _accountant(self) -> Any:
+        """The accountant the search charges: its own, the estimator's, or the default."""
+        given = self.budget_accountant
+        if given is None:
+            given = getattr(self.estimator, "budget_accountant", None)
+        return resolve(given)
 
     def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
         """Run the search on the private ``(X, y)``; see the class docstring."""
@@ -250,6 +266,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
                 key, cands, n, epsilon=self.epsilon, delta=self.delta, relation=relations.pop(),
                 public_key=public_key, mean=self.mean_runs, shape=self.shape,
                 score_share=self.score_share, validation_fraction=self.validation_fraction,
+                budget_accountant=self._accountant(),
             )  # fmt: skip
         self.candidates_ = [c.params for c in cands]
         self.best_index_ = res.index

@@ -23,7 +23,11 @@ its ``random_state`` and keys too. The default relation of every estimator is
 replace-one: whole records, labels included.
 Each ``fit`` is one release whose ``privacy_report_`` covers that fit alone: refitting,
 cross-validation and model selection (``GridSearchCV``) on private data spend the budget
-once per fit and choose by un-noised scores; no report composes them.
+once per fit and choose by un-noised scores; no report composes them. A
+`privkernels.privacy.BudgetAccountant` does: pass it as ``budget_accountant=`` (it survives
+``clone``, so every fit of a ``GridSearchCV(n_jobs=1)`` is charged to it) or open it as the
+default in a ``with`` block; a fit that does not fit in what remains is refused before
+any noise.
 ``verbose=False`` silences progress bars.
 """
 
@@ -51,6 +55,7 @@ from privkernels.dp_kip.estimator_defaults import (
     public_row_count,
     warn_small_data,
 )
+from privkernels.privacy.accountant import default_accountant
 from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
 from privkernels.privacy.keys import (
     SAMPLE_TAG,
@@ -183,14 +188,36 @@ class _DPEstimator(BaseEstimator):
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle / joblib / deepcopy state. A fitted estimator holds a release: its
-        ``random_state`` (the noise is a function of an int seed) and any key are left out,
-        as `save` leaves them out (the copy has ``random_state=None``)."""
+        ``random_state`` (the noise is a function of an int seed), any key and its
+        ``budget_accountant`` are left out, as `save` leaves them out (the copy has
+        ``random_state=None``). An unfitted one with an accountant (its parameter, or the
+        ``with`` block's kept by `__sklearn_clone__`) cannot be pickled: the accountant
+        refuses (`privkernels.privacy.BudgetAccountant`), as in another process it would
+        not be charged."""
         state = dict(super().__getstate__())
         if hasattr(self, self._result_attr):
             state["random_state"] = None
-            for name in _KEY_ATTRS:
+            state["budget_accountant"] = None  # the ledger stays in this process
+            for name in (*_KEY_ATTRS, "_block_accountant"):
                 state.pop(name, None)
-        return state
+        return state  # unfitted with an accountant: the accountant refuses to be pickled
+
+    def __sklearn_clone__(self) -> Any:
+        """``sklearn.clone``; a clone made inside a ``with BudgetAccountant(...)`` block
+        without its own accountant keeps the block's (``GridSearchCV`` clones in the calling
+        thread: its fits in worker threads are then charged, and a worker process, which
+        would need it pickled, fails loudly)."""
+        twin = super().__sklearn_clone__()
+        block = default_accountant()
+        if block is not None and twin.get_params().get("budget_accountant") is None:
+            twin._block_accountant = block
+        return twin
+
+    def _accountant(self) -> Any:
+        """The accountant of a fit: the parameter, else the ``with`` block's at clone time,
+        else None (the fit then takes the default of the block it runs in, if any)."""
+        given = self.budget_accountant
+        return given if given is not None else self.__dict__.get("_block_accountant")
 
     def _keys(self) -> tuple[Any, Any]:
         """``(key, public_key)`` of a fit (`privkernels.privacy.keys.seed_keys`), or the pair
@@ -250,6 +277,8 @@ def _json_params(params: dict[str, Any]) -> dict[str, Any]:
     for k, v in params.items():
         if k == "random_state":
             v = None  # the seed determines the noise: a file holding it would undo the privacy
+        if k == "budget_accountant":
+            v = None  # a live ledger of this session, not a property of the release
         if k == "schema" and v is not None and not isinstance(v, (dict, str)):
             v = v.to_dict()
         if isinstance(v, np.ndarray):
@@ -291,6 +320,7 @@ class _RegressionBase(_DPEstimator):
         neighbouring: str = "replace-one",
         random_state: Any = None,
         fit_options: dict[str, Any] | None = None,
+        budget_accountant: Any = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -303,6 +333,7 @@ class _RegressionBase(_DPEstimator):
         self.neighbouring = neighbouring
         self.random_state = random_state
         self.fit_options = fit_options
+        self.budget_accountant = budget_accountant
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
         key, public_key = self._keys()
@@ -312,7 +343,8 @@ class _RegressionBase(_DPEstimator):
                 delta=self.delta, n_classes=n_classes, width=self.width, reg=self.reg,
                 fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
                 input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
-                public_key=public_key, **(self.fit_options or {}),
+                public_key=public_key, budget_accountant=self._accountant(),
+                **(self.fit_options or {}),
             )  # fmt: skip
 
     _result_attr = "model_"
@@ -381,11 +413,12 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
                  kernel_shift: float | str = "auto", input_bound: float = 1.0, beta: float = 1e-6,
                  neighbouring: str = "replace-one", random_state: Any = None,
-                 fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 fit_options: dict[str, Any] | None = None,
+                 budget_accountant: Any = None) -> None:  # fmt: skip
         super().__init__(epsilon, delta, width=width, reg=reg, fit_intercept=fit_intercept,
                          kernel_shift=kernel_shift, input_bound=input_bound, beta=beta,
                          neighbouring=neighbouring, random_state=random_state,
-                         fit_options=fit_options)  # fmt: skip
+                         fit_options=fit_options, budget_accountant=budget_accountant)  # fmt: skip
         self.classes = classes
 
     def fit(self, X: Any, y: Any) -> DPNTKClassifier:
@@ -435,7 +468,8 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
                  batch_size: int | None = None, learning_rate: float | None = None,
                  clip_norm: float | None = None, relative_reg: float | None = None,
                  image_shape: tuple[int, ...] | None = None, random_state: Any = None,
-                 verbose: bool = False, fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 verbose: bool = False, fit_options: dict[str, Any] | None = None,
+                 budget_accountant: Any = None) -> None:  # fmt: skip
         self.epsilon = epsilon
         self.delta = delta
         self.classes = classes
@@ -450,6 +484,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.fit_options = fit_options
+        self.budget_accountant = budget_accountant
 
     def _shape(self, X: np.ndarray) -> np.ndarray:
         if self.image_shape is None:
@@ -472,7 +507,8 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
                 support_per_class=hp.support_per_class, epochs=hp.epochs,
                 batch_size=self.batch_size, learning_rate=hp.learning_rate,
                 clip_norm=self.clip_norm, relative_reg=self.relative_reg,
-                progress=bool(self.verbose), public_key=public_key, **(self.fit_options or {}),
+                progress=bool(self.verbose), public_key=public_key,
+                budget_accountant=self._accountant(), **(self.fit_options or {}),
             )  # fmt: skip
         self._finish(res)
         self._note_seed()
@@ -564,7 +600,8 @@ class DPNTKGenerator(_DPEstimator):
                  iterations: int | None = None, batch_size: int | None = None,
                  d_code: int | None = None, image_shape: tuple[int, ...] | None = None,
                  random_state: Any = None, verbose: bool = False,
-                 fit_options: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 fit_options: dict[str, Any] | None = None,
+                 budget_accountant: Any = None) -> None:  # fmt: skip
         self.epsilon = epsilon
         self.delta = delta
         self.schema = schema
@@ -578,6 +615,7 @@ class DPNTKGenerator(_DPEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.fit_options = fit_options
+        self.budget_accountant = budget_accountant
 
     def _schema(self, table: Any) -> Any:
         s = self.schema
@@ -598,7 +636,8 @@ class DPNTKGenerator(_DPEstimator):
         self._sample_base = sampling_key(key, public_key)
         opts: dict[str, Any] = dict(label_mode=self.label_mode, iterations=self.iterations,
                                     d_code=self.d_code, batch_size=self.batch_size,
-                                    progress=bool(self.verbose), public_key=public_key)  # fmt: skip
+                                    progress=bool(self.verbose), public_key=public_key,
+                                    budget_accountant=self._accountant())  # fmt: skip
         if hasattr(X, "columns") or isinstance(X, dict):
             table = X
             schema = self._schema(X if y is None else _with_label(X, y, self.label or "label"))

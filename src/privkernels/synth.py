@@ -125,6 +125,7 @@ def fit_table(
     network: nn.Module | None = None,
     generator: nn.Module | None = None,
     progress: bool = True,
+    budget_accountant: Any = None,
     **fit_options: Any,
 ) -> TableSynth:
     """Fit a private synthetic-table model on ``table`` (DataFrame or column mapping).
@@ -141,6 +142,8 @@ def fit_table(
       network: the e-NTK network; default `privkernels.dp_ntk.default_network`.
       generator: default `default_table_generator`.
       progress: progress bar.
+      budget_accountant: the `privkernels.privacy.BudgetAccountant` charged (None: the
+        default accountant of an open ``with`` block, or none); refuses before any noise.
       fit_options: passed to `privkernels.dp_ntk.fit` (``learning_rate``, ``split``, ``mesh``...).
 
     Returns:
@@ -165,7 +168,7 @@ def fit_table(
         key, x, y, epsilon=epsilon, delta=delta, n_classes=n_classes, label_mode=label_mode,
         network=network,
         generator=generator if generator is not None else default_table_generator(schema, n_classes),
-        progress=progress, **opts, **fit_options,
+        progress=progress, budget_accountant=budget_accountant, **opts, **fit_options,
     )  # fmt: skip
     report = result.report
     if inferred:

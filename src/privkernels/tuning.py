@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privkernels._validation import check_fraction, check_int
+from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.accounting import SelectionEvent
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import release_key
@@ -187,6 +188,7 @@ def select(
     shape: float = 1.0,
     score_share: float = 0.5,
     validation_fraction: float = 0.2,
+    budget_accountant: Any = None,
 ) -> SelectionResult:
     """Choose among ``candidates`` on ``n_rows`` private rows within ``(epsilon, delta)``.
 
@@ -202,6 +204,10 @@ def select(
       shape: of the truncated negative binomial (1: geometric, 0: logarithmic).
       score_share: the share of each run's budget spent on its noisy score.
       validation_fraction: the share of rows held out for the scores.
+      budget_accountant: the `privkernels.privacy.BudgetAccountant` charged the whole
+        search's ``(epsilon, delta)`` once, before any draw (None: the default accountant
+        of an open ``with`` block, or none); fits inside charged to the same accountant
+        are covered by that charge, not charged again.
 
     Returns:
       `SelectionResult`.
@@ -222,6 +228,16 @@ def select(
     plan = plan_selection(
         events_of, epsilon=epsilon, delta=delta, mean=mean, shape=shape, score_share=score_share
     )
+    run = functools.partial(_search, key, candidates, n, n_val, frac, plan, relation,
+                            public_key, seeded)  # fmt: skip
+    return charged_release(budget_accountant, epsilon, delta, relation, run)
+
+
+def _search(
+    key: Any, candidates: Sequence[Candidate], n: int, n_val: int, frac: float,
+    plan: SelectionPlan, relation: str, public_key: Any, seeded: tuple[str, ...],
+) -> SelectionResult:  # fmt: skip
+    """`select` after its plan: split, draw ``K`` and the picks, run, keep the best."""
     pub = jax.random.fold_in(key, PUBLIC_TAG) if public_key is None else public_key
     k_split, k_runs, k_pick, k_pub = jax.random.split(pub, 4)
     train, val = _split(k_split, n, n_val, frac, relation)

@@ -58,6 +58,7 @@ from privkernels.dp_kip.train import (
     planning_size,
 )
 from privkernels.options import RunOptions, run_options
+from privkernels.privacy.accountant import charged_release, note_release
 from privkernels.privacy.accounting import DPSGD_RELATIONS, check_sampling_rate
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.dpsgd import DPSGDPlan, dpsgd_plan
@@ -122,6 +123,7 @@ def fit(
     diagnostics: bool = False,
     max_steps: int | None = None,
     public_key: Any = None,
+    budget_accountant: Any = None,
 ) -> DPKIPResult:
     """Distil ``(x, y)`` into ``support_per_class`` points per class with DP-KIP (Alg. 1).
 
@@ -146,6 +148,11 @@ def fit(
       diagnostics: record the un-noised loss, clip fraction and batch sizes (NOT private).
       max_steps: stop after this many steps in total; the report covers them.
       public_key: the key of the data-independent draws (`RunKeys`), independent of ``key``.
+      budget_accountant: the `privkernels.privacy.BudgetAccountant` charged ``(epsilon,
+        delta)`` (None: the default accountant of an open ``with`` block, or none); it
+        refuses the fit before any noise when that does not fit in what remains. A run
+        stopped after its release began is charged its plan; its resume (a report of the
+        whole run) is charged again: over-counting is safe.
 
     Returns:
       `DPKIPResult`.
@@ -166,11 +173,24 @@ def fit(
                        progress=progress, chunk_size=chunk_size)  # fmt: skip
     key, seeded = release_key(key)
     _check_checkpoint_args(opts.checkpoint_path, opts.resume)
-    run = _prepare(x, y, settings, opts, n_classes=n_classes, test=(x_test, y_test),
+    run = functools.partial(
+        _fit_run, key, seeded, x, y, settings, opts, n_classes=n_classes, test=(x_test, y_test),
+        eval_every=eval_every, max_steps=max_steps, diagnostics=diagnostics,
+        public_key=public_key,
+    )  # fmt: skip
+    return charged_release(budget_accountant, epsilon, delta, neighbouring, run)
+
+
+def _fit_run(
+    key: Any, seeded: tuple[str, ...], x: Any, y: Any, settings: Settings, opts: RunOptions, *, n_classes: Any,
+    test: tuple[Any, Any], eval_every: Any, max_steps: Any, diagnostics: bool, public_key: Any,
+) -> DPKIPResult:  # fmt: skip
+    """`fit` after its settings: validate and plan (`_prepare`), start, train, report."""
+    run = _prepare(x, y, settings, opts, n_classes=n_classes, test=test,
                    eval_every=eval_every, max_steps=max_steps, diagnostics=diagnostics)  # fmt: skip
     keys = _run_keys(key, public_key)
     state, history, report, spec, corrupted = _run(
-        run, keys, opts, init=init, eval_every=eval_every, diagnostics=diagnostics,
+        run, keys, opts, init=settings.init, eval_every=eval_every, diagnostics=diagnostics,
         max_steps=max_steps,
     )  # fmt: skip
     cfg = run.config
@@ -226,6 +246,7 @@ def _run(
         _read_checkpoint(ck, cfg, key_check, run.optimizer, history) if opts.resume else None
     )
     spec, corrupted, init_fn, init_line = _start(cfg, init, keys.corrupt, keys.kernel, run.dp_init)
+    note_release()  # from here a failure is charged its planned budget (`BudgetAccountant`)
     start, init_report, released = _private_start(
         run, keys.init, opts, None if saved is None else saved[1]
     )

@@ -46,7 +46,8 @@ from privkernels.dp_ntk.train import (
     target_embedding,
 )
 from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
-from privkernels.options import run_options
+from privkernels.options import RunOptions, run_options
+from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import public_key_of, release_key
 from privkernels.privacy.report import PrivacyReport, check_neighbouring, compose, with_notes
@@ -105,6 +106,7 @@ def fit(
     checkpoint_every: int | None = None,
     callback: Callable[[int, float], None] | None = None,
     public_key: jax.Array | None = None,
+    budget_accountant: Any = None,
 ) -> DPNTKResult:
     """Train a DP-NTK generator (Algorithm 1).
 
@@ -139,6 +141,10 @@ def fit(
       callback: ``callback(iteration, loss)`` after each iteration.
       public_key: the key of the data-independent draws (`fit_keys`), independent of the
         noise key (a fresh key: the saved weights then say nothing about ``key``).
+      budget_accountant: the `privkernels.privacy.BudgetAccountant` charged ``(epsilon,
+        delta)`` (None: the default accountant of an open ``with`` block, or none); it
+        refuses the fit before any noise when that does not fit in what remains. A resume
+        releases nothing again and charges nothing.
 
     Returns:
       `DPNTKResult`.
@@ -155,6 +161,28 @@ def fit(
     if ck is not None:  # before the release, not at the first save
         checkpoint.check_new(ck, "continue it (nothing is released again)")
     key, seeded = release_key(key)
+    fresh = functools.partial(
+        _fit_fresh, key, seeded, x, y, epsilon=epsilon, delta=delta, n_classes=n_classes, opts=opts,
+        network=network, generator=generator, iterations=iterations, batch_size=batch_size,
+        learning_rate=learning_rate, d_code=d_code, label_mode=label_mode, split=split,
+        min_proportion=min_proportion, ntk_params=ntk_params, groups=groups, method=method,
+        checkpoint_every=checkpoint_every, callback=callback, public_key=public_key,
+        neighbouring=neighbouring,
+    )  # fmt: skip
+    return charged_release(budget_accountant, epsilon, delta, neighbouring, fresh)
+
+
+def _fit_fresh(
+    key: jax.Array, seeded: tuple[str, ...], x: Any, y: Any, *, epsilon: float | None, delta: float,
+    n_classes: int | None, opts: RunOptions, network: nn.Module | None,
+    generator: nn.Module | None, iterations: int | None, batch_size: int, learning_rate: float,
+    d_code: int, label_mode: str, split: tuple[float, float], min_proportion: float,
+    ntk_params: Any, groups: tuple[ColumnGroup, ...] | None, method: str,
+    checkpoint_every: int | None, callback: Callable[[int, float], None] | None,
+    public_key: jax.Array | None, neighbouring: str,
+) -> DPNTKResult:  # fmt: skip
+    """A new fit (not a resume): validate, the release, then generator training."""
+    ck = opts.checkpoint_path
     n_classes, inferred = infer_n_classes(y, n_classes)
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)

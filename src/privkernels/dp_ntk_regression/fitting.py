@@ -44,6 +44,7 @@ from privkernels.dp_ntk_regression.sensitivity import max_k, sensitivity_bound, 
 from privkernels.dp_ntk_regression.settings import BETA_CLOSE_ONLY, Settings, refuse_unused
 from privkernels.linalg import ridge_solve
 from privkernels.options import RunOptions, run_options
+from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import public_key_of, release_key
 from privkernels.privacy.release import gaussian_sampling_release, truncated_laplace_release
@@ -103,6 +104,7 @@ def fit(
     dtype: Literal["float32", "float64"] | Any = "float32",
     allow_unproven: bool = False,
     public_key: Any = None,
+    budget_accountant: Any = None,
 ) -> DPNTKRegressionModel:
     """Fit private quadratic-NTK ridge regression (Gu et al., Alg. 2).
 
@@ -132,6 +134,10 @@ def fit(
       public_key: the key of the data-independent draws (NTK weights, sketch), independent
         of ``key`` (a fresh key: the saved weights then say nothing about the noise key);
         None derives them from ``key``.
+      budget_accountant: the `privkernels.privacy.BudgetAccountant` charged ``(epsilon,
+        delta)`` (None: the default accountant of an open ``with`` block, or none); it
+        refuses the fit before any noise when that does not fit in what remains. A resume
+        releases nothing and charges nothing.
 
     Returns:
       `DPNTKRegressionModel` (beta-close report with two mechanisms).
@@ -159,7 +165,9 @@ def fit(
     if ck is not None:  # before the release, not when the model is saved
         checkpoint.check_new(ck, "return the saved model")
     key, seeded = release_key(key)
-    model = _noted(_fit(key, s, opts, Inputs(x, y, n_classes, public_key)), seeded)
+    inputs = Inputs(x, y, n_classes, public_key)
+    model = charged_release(budget_accountant, epsilon, delta, neighbouring,
+                            lambda: _noted(_fit(key, s, opts, inputs), seeded))  # fmt: skip
     if ck is not None:
         model.save(ck)
     return model

@@ -42,6 +42,11 @@ _EXPORTS = {
     "poisson_pad_to": "sampling",
     "PoissonSchedule": "sampling",
     "poisson_schedule": "sampling",
+    # the budget accountant (one total over many releases)
+    "BudgetAccountant": "accountant",
+    "BudgetExceededError": "accountant",
+    "Cost": "accountant",
+    "default_accountant": "accountant",
     # budgets and releases (the one place noise is drawn and recorded)
     "Budget": "budget",
     "as_budget": "budget",

@@ -26,6 +26,7 @@ from typing import Any
 import jax.numpy as jnp
 
 import privkernels.privacy as _privacy  # mechanisms looked up at call time (spies, audits)
+from privkernels.privacy.accountant import note_release
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.mechanisms import (
     gaussian_record,
@@ -44,8 +45,11 @@ __all__ = [
 
 
 def _budget(budget: Any) -> Budget:
+    """The release's `Budget`; every open `BudgetAccountant` charge is marked as released
+    (`note_release`: a failure from here on is charged its plan)."""
     if not isinstance(budget, Budget):
         raise TypeError(f"budget must be a privkernels.privacy.Budget, got {type(budget).__name__}")
+    note_release()
     return budget
 
 
