@@ -52,8 +52,6 @@ from privkernels import dp_ntk_regression as R
 from privkernels._sklearn_checks import checked_data
 from privkernels._validation import (
     check_fraction,
-    check_int,
-    check_positive,
 )
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
@@ -357,6 +355,10 @@ MIN_VALIDATED_N = 15000
 CLASSIFIER_MIN_VALIDATED_N = 3750
 
 
+#: What a regression fit sets: restored together when a fit fails.
+_FITTED_STATE = ("model_", "_scaling", "_pre_report")
+
+
 class _RegressionBase(_DPEstimator):
     _auto_share: ClassVar[float] = AUTO_SHARE
     _min_validated_n: ClassVar[int] = MIN_VALIDATED_N
@@ -416,20 +418,30 @@ class _RegressionBase(_DPEstimator):
             raise ValueError("preprocessing applies to neighbouring='replace-one' only")
         return check_fraction(p, "preprocessing")
 
-    def _check_settings(self) -> None:
-        """The settings a fit would refuse, checked before the preprocessing's noise."""
-        check_int(self.width, "width")
-        check_positive(self.reg, "reg")
-        check_input_bound(self.input_bound)
-        check_positive((self.fit_options or {}).get("target_bound", 1.0), "target_bound")
+    def _settings(self) -> dict[str, Any]:
+        """The keywords this estimator hands `privkernels.dp_ntk_regression.fit` (all but
+        the key, the data, the budget and the keys of the data-independent draws)."""
+        return dict(width=self.width, reg=self.reg, fit_intercept=self.fit_intercept,
+                    kernel_shift=self.kernel_shift, input_bound=self.input_bound,
+                    beta=self.beta, neighbouring=self.neighbouring,
+                    **(self.fit_options or {}))  # fmt: skip
+
+    def _check_settings(self, share: float | None) -> None:
+        """Every setting the model's fit would refuse, checked before the preprocessing's
+        noise (`privkernels.dp_ntk_regression.check_replace_one_settings`): a typo must
+        not cost the scaling's budget."""
         if self.epsilon is not None:
             Budget(self.epsilon, self.delta)
+        if share is None:  # nothing is released before the model's fit, which checks all
+            return
+        check_input_bound(self.input_bound)
+        R.check_replace_one_settings(epsilon=self.epsilon, delta=self.delta, **self._settings())
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
         """One fit, charged whole (the private scales and the model) to the accountant
         before any noise (`privkernels.privacy.accountant.charged_release`)."""
         share = self._share()
-        self._check_settings()
+        self._check_settings(share)
         charged_release(
             self._accountant(), self.epsilon, self.delta, str(self.neighbouring),
             lambda: self._fit_released(X, y, n_classes, share),
@@ -437,6 +449,18 @@ class _RegressionBase(_DPEstimator):
         )  # fmt: skip
 
     def _fit_released(self, X: Any, y: Any, n_classes: int | None, share: float | None) -> None:
+        """`_fit_model`, all or nothing: a fit that fails leaves the estimator as it was (no
+        new scales beside an old model)."""
+        before = {k: self.__dict__[k] for k in _FITTED_STATE if k in self.__dict__}
+        try:
+            self._fit_model(X, y, n_classes, share)
+        except BaseException:
+            for k in _FITTED_STATE:
+                self.__dict__.pop(k, None)
+            self.__dict__.update(before)
+            raise
+
+    def _fit_model(self, X: Any, y: Any, n_classes: int | None, share: float | None) -> None:
         """`_fit`'s releases: the private scales at ``share`` of the budget, then the model."""
         key, public_key = self._keys()
         eps, delta = self.epsilon, self.delta
@@ -458,12 +482,9 @@ class _RegressionBase(_DPEstimator):
             if share is not None:  # rows beyond the ball after private scaling: by design
                 warnings.filterwarnings("ignore", category=ProjectionWarning)
             self.model_ = R.fit(
-                key, np.asarray(X, np.float32), y, epsilon=eps,
-                delta=delta, n_classes=n_classes, width=self.width, reg=self.reg,
-                fit_intercept=self.fit_intercept, kernel_shift=self.kernel_shift,  # type: ignore[arg-type]
-                input_bound=self.input_bound, beta=self.beta, neighbouring=self.neighbouring,  # type: ignore[arg-type]
-                public_key=public_key, budget_accountant=self._accountant(),
-                **(self.fit_options or {}),
+                key, np.asarray(X, np.float32), y, epsilon=eps, delta=delta,
+                n_classes=n_classes, public_key=public_key,
+                budget_accountant=self._accountant(), **self._settings(),
             )  # fmt: skip
 
     def _budgets(self, budget: Budget, share: float, regression: bool) -> list[Budget]:

@@ -19,6 +19,7 @@ import optax
 from privkernels import checkpoint, features
 from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
+    check_fit_rows,
     check_in_range,
     check_int,
     check_positive,
@@ -184,6 +185,7 @@ def _fit_fresh(
     """A new fit (not a resume): validate, the release, then generator training."""
     ck = opts.checkpoint_path
     n_classes, inferred = infer_n_classes(y, n_classes)
+    check_fit_rows(x, "x")  # the one minimum-rows rule of every fit
     x, y_np, n_classes = validate_xy(x, y, n_classes)
     budget = as_budget(epsilon, delta)
     cfg = _config(x, n_classes, budget, iterations, batch_size, learning_rate, d_code, label_mode,

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privkernels._validation import check_array, check_fit_rows, check_int, check_labels
+from privkernels._validation import check_array, check_int, check_labels
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import release_key
 from privkernels.privacy.release import gaussian_release, matches_gaussian_release
@@ -128,7 +128,6 @@ def mean_embedding(
 def validate_xy(x: Any, y: Any, n_classes: Any) -> tuple[Any, np.ndarray, int]:
     """``(x, int32 labels, n_classes)``; a class without examples is allowed."""
     n_classes = check_int(n_classes, "n_classes", minimum=1)
-    check_fit_rows(x, "x")
     x = check_array(x, "x", min_rows=1)
     if x.ndim < 2:
         raise ValueError(

@@ -43,13 +43,17 @@ Modules: `kernel` (the quadratic NTK),
 `replace_one` (the replace-one mechanism),
 `kernel_mean` (its large-ridge limit),
 `sensitivity` (M and k),
-`fitting` (`fit`),
+`fitting` (`fit`, `check_replace_one_settings`),
 `model` (the model, save/`load`, `predict`).
 """
 
 from __future__ import annotations
 
-from privkernels.dp_ntk_regression.fitting import LABELS_NOT_PROTECTED, fit
+from privkernels.dp_ntk_regression.fitting import (
+    LABELS_NOT_PROTECTED,
+    check_replace_one_settings,
+    fit,
+)
 from privkernels.dp_ntk_regression.kernel import (
     draw_weights,
     input_map,
@@ -69,6 +73,7 @@ __all__ = [
     "DPNTKRegressionModel",
     "RegressionConfig",
     "LABELS_NOT_PROTECTED",
+    "check_replace_one_settings",
     "draw_weights",
     "fit",
     "load",

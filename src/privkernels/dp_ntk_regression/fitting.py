@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 from pathlib import Path
@@ -60,7 +61,7 @@ from privkernels.privacy.report import (
 )
 from privkernels.privacy.warnings import warn_beta_close
 
-__all__ = ["fit", "LABELS_NOT_PROTECTED", "AUTO_SHIFT_SAMPLES"]
+__all__ = ["fit", "check_replace_one_settings", "LABELS_NOT_PROTECTED", "AUTO_SHIFT_SAMPLES"]
 
 #: ``kernel_shift="auto"`` picks the shift at which eq. (1) allows this many
 #: Gaussian samples (chosen on validation splits: ``git show b99f0d9:scripts/regression_defaults.py``).
@@ -172,6 +173,41 @@ def fit(
     if ck is not None:
         model.save(ck)
     return model
+
+
+def check_replace_one_settings(**settings: Any) -> None:
+    """Refuse, before any data is read or noise drawn, the replace-one settings `fit` would
+    refuse: an unknown keyword (``TypeError``, as the call would), a beta-close parameter,
+    a ``solver``, ``dtype``, ``mesh`` or value out of range. For callers that release
+    something of their own before calling `fit` (the estimators' private scaling), so a
+    typo costs no budget. ``settings``: `fit`'s keywords but ``key``, ``x`` and ``y``.
+    """
+    params = inspect.signature(fit).parameters
+    unknown = sorted(set(settings) - (set(params) - {"key", "x", "y"}))
+    if unknown:
+        raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")
+    given = {**{k: p.default for k, p in params.items() if k not in ("key", "x", "y")},
+             **settings}  # fmt: skip
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    s = Settings(**{k: v for k, v in given.items() if k in fields})
+    opts = run_options(**{k: v for k, v in given.items() if k in RunOptions._fields})
+    check_neighbouring(s.neighbouring, (REPLACE_ONE,))
+    if s.solver not in ("ridge", "kernel-mean"):
+        raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {s.solver!r}")
+    if s.dtype not in ("float32", np.float32, jnp.float32):
+        raise ValueError("neighbouring='replace-one' runs in float32")
+    if opts.mesh is not None:
+        raise ValueError("mesh= shards the beta-close kernel matrix; replace-one fits run on "
+                         "one device: pass mesh=None")  # fmt: skip
+    _refuse_beta_close_settings(s)
+    if s.features is not None:
+        check_int(s.features, "features")
+    check_positive(s.target_bound, "target_bound")
+    if s.ridge_factor is not None:
+        check_nonnegative(s.ridge_factor, "ridge_factor")
+    check_bool(settings.get("allow_unproven", False), "allow_unproven")
+    _replace_one_config(s, opts, None, 1)
+    as_budget(s.epsilon, s.delta)
 
 
 class Inputs(NamedTuple):
