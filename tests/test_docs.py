@@ -36,6 +36,8 @@ SLOW_PAGES = {
     "docs/tutorials/cli.md",
     "docs/tutorials/dp_ntk_regression.md",
     "docs/tutorials/tables.md",
+    "docs/tutorials/preprocessing.md",
+    "docs/tutorials/accountant.md",
 }
 
 
