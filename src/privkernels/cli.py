@@ -40,7 +40,7 @@ from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
 from privkernels._validation import MIN_FIT_ROWS, check_fit_rows
 from privkernels.data.frames import infer_schema, read_csv, write_csv
 from privkernels.data.schema import MISSING_TOKENS, TabularSchema
-from privkernels.privacy.accountant import LEDGER_FORMAT, BudgetAccountant
+from privkernels.privacy.accountant import LEDGER_FORMAT, BudgetAccountant, ledger_lock
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
 from privkernels.privacy.report import PrivacyReport
 from privkernels.synth import fit_table, load_table_synth
@@ -669,7 +669,9 @@ def _charged(run: Callable[[argparse.Namespace], int], a: argparse.Namespace) ->
     """``--budget LEDGER``: check the planned ``(--epsilon, --delta)`` against the ledger
     before the command reads any data, run it with the ledger as the default accountant,
     and write the ledger back (atomically) whatever happened after that check: a release
-    that failed midway is charged its plan (`privkernels.privacy.BudgetAccountant`)."""
+    that failed midway is charged its plan (`privkernels.privacy.BudgetAccountant`). All
+    of it holds an exclusive lock on ``<ledger>.lock`` (`ledger_lock`): concurrent runs
+    take turns, each checking the ledger the previous one saved."""
     ledger = getattr(a, "budget", None)
     if ledger is None:
         return run(a)
@@ -678,15 +680,16 @@ def _charged(run: Callable[[argparse.Namespace], int], a: argparse.Namespace) ->
                           "charge); leave --budget out")  # fmt: skip
     if not Path(ledger).is_file():
         raise ValueError(f"--budget: no ledger {ledger} (create it with `privkernels budget init`)")
-    acc = BudgetAccountant.load(ledger)
     if a.epsilon is None:
         raise ValueError(f"--budget needs --epsilon (a {a.cmd} run without one is not private)")
-    acc.check(a.epsilon, a.delta, getattr(a, "neighbouring", "replace-one"))
-    try:
-        with acc:
-            return run(a)
-    finally:
-        acc.save(ledger)
+    with ledger_lock(ledger):  # a concurrent run waits, then checks the updated ledger
+        acc = BudgetAccountant.load(ledger)
+        acc.check(a.epsilon, a.delta, getattr(a, "neighbouring", "replace-one"))
+        try:
+            with acc:
+                return run(a)
+        finally:
+            acc.save(ledger)
 
 
 # ----------------------------------------------------------------------- report

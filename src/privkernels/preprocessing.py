@@ -35,6 +35,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from privkernels._sklearn_accounting import AccountedMixin
 from privkernels._sklearn_checks import checked_data
 from privkernels._validation import check_array, check_fraction
 from privkernels.privacy.accountant import charged_release
@@ -234,8 +235,8 @@ def private_standardize(
     return mean, np.sqrt(var), (*records, rec_m)
 
 
-class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
-    """Shared ``fit`` bookkeeping: budget, keys, report."""
+class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, AccountedMixin, BaseEstimator):
+    """Shared ``fit`` bookkeeping: budget, keys, report; the accountant's in `AccountedMixin`."""
 
     def _start(self, X: Any) -> tuple[np.ndarray, Budget, Any]:
         budget = Budget(self.epsilon, self.delta)  # refuses eps <= 0, delta outside (0, 1)
@@ -251,16 +252,8 @@ class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             key, self._notes = release_key(key, what="random_state", stacklevel=4)
         return x, budget, key
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle state of a fitted scaler: without ``random_state`` (the noise is its
-        function) and ``budget_accountant`` (the ledger stays in this process). An unfitted
-        one with an accountant cannot be pickled: the accountant refuses, as a fit in another
-        process would not be charged."""
-        state = dict(super().__getstate__())
-        if hasattr(self, "privacy_report_"):
-            state["random_state"] = None
-            state["budget_accountant"] = None
-        return state
+    def _released(self) -> bool:
+        return hasattr(self, "privacy_report_")
 
     def _report(self, records: tuple[MechanismRecord, ...]) -> PrivacyReport:
         self.privacy_report_ = PrivacyReport.from_mechanisms(
@@ -271,7 +264,7 @@ class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     def _charged(self, budget: Budget, release: Callable[[], PrivacyReport]) -> None:
         """Run ``release`` charged to ``budget_accountant`` (or the ``with`` block's) before
         any noise (`privkernels.privacy.accountant.charged_release`)."""
-        charged_release(self.budget_accountant, budget.epsilon, budget.delta, REPLACE_ONE,
+        charged_release(self._accountant(), budget.epsilon, budget.delta, REPLACE_ONE,
                         release, report_of=lambda report: report)  # fmt: skip
 
 

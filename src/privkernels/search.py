@@ -246,11 +246,16 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         return [_EstimatorCandidate(base, dict(p), X, y, bound) for p in grid]
 
     def _accountant(self) -> Any:
-        """The accountant the search charges: its own, the estimator's, or the default."""
+        """The accountant the search charges: its own, the estimator's, or the default.
+        Two different ones are refused (before any data): one would be silently dropped."""
         given = self.budget_accountant
-        if given is None:
-            given = getattr(self.estimator, "budget_accountant", None)
-        return resolve(given)
+        inner = getattr(self.estimator, "budget_accountant", None)
+        if given is not None and inner is not None and given is not inner:
+            raise ValueError(
+                "PrivateSearchCV and its estimator name two different budget accountants: "
+                "the search charges one ledger; pass the accountant to one of them"
+            )
+        return resolve(given if given is not None else inner)
 
     def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
         """Run the search on the private ``(X, y)``; see the class docstring."""

@@ -49,6 +49,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from privkernels import checkpoint, dp_kip, dp_ntk
 from privkernels import dp_ntk_regression as R
+from privkernels._sklearn_accounting import AccountedMixin
 from privkernels._sklearn_checks import checked_data
 from privkernels._validation import (
     check_fraction,
@@ -68,7 +69,7 @@ from privkernels.preprocessing import (
     private_standardize,
     standardize_budgets,
 )
-from privkernels.privacy.accountant import charged_release, default_accountant
+from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import (
@@ -144,8 +145,13 @@ class _KernelScoresClassifier(ClassifierMixin):
         return self.classes_[best]
 
 
-class _DPEstimator(BaseEstimator):
-    """Shared fit bookkeeping, save/load."""
+class _DPEstimator(AccountedMixin, BaseEstimator):
+    """Shared fit bookkeeping, save/load; the accountant's in `AccountedMixin`."""
+
+    _key_attrs: ClassVar[tuple[str, ...]] = _KEY_ATTRS
+
+    def _released(self) -> bool:
+        return hasattr(self, self._result_attr)
 
     _result_attr: ClassVar[str] = "result_"
 
@@ -179,39 +185,6 @@ class _DPEstimator(BaseEstimator):
                 f"got {len(self.classes_)} class(es)"
             )
         return codes
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle / joblib / deepcopy state. A fitted estimator holds a release: its
-        ``random_state`` (the noise is a function of an int seed), any key and its
-        ``budget_accountant`` are left out, as `save` leaves them out (the copy has
-        ``random_state=None``). An unfitted one with an accountant (its parameter, or the
-        ``with`` block's kept by `__sklearn_clone__`) cannot be pickled: the accountant
-        refuses (`privkernels.privacy.BudgetAccountant`), as in another process it would
-        not be charged."""
-        state = dict(super().__getstate__())
-        if hasattr(self, self._result_attr):
-            state["random_state"] = None
-            state["budget_accountant"] = None  # the ledger stays in this process
-            for name in (*_KEY_ATTRS, "_block_accountant"):
-                state.pop(name, None)
-        return state  # unfitted with an accountant: the accountant refuses to be pickled
-
-    def __sklearn_clone__(self) -> Any:
-        """``sklearn.clone``; a clone made inside a ``with BudgetAccountant(...)`` block
-        without its own accountant keeps the block's (``GridSearchCV`` clones in the calling
-        thread: its fits in worker threads are then charged, and a worker process, which
-        would need it pickled, fails loudly)."""
-        twin = super().__sklearn_clone__()
-        block = default_accountant()
-        if block is not None and twin.get_params().get("budget_accountant") is None:
-            twin._block_accountant = block
-        return twin
-
-    def _accountant(self) -> Any:
-        """The accountant of a fit: the parameter, else the ``with`` block's at clone time,
-        else None (the fit then takes the default of the block it runs in, if any)."""
-        given = self.budget_accountant
-        return given if given is not None else self.__dict__.get("_block_accountant")
 
     def _keys(self) -> tuple[Any, Any]:
         """``(key, public_key)`` of a fit (`privkernels.privacy.keys.seed_keys`), or the pair

@@ -6,10 +6,13 @@ Every test here fails on the code before the accountant (no such class, no
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import pickle
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import dp_accounting
 import jax
@@ -19,9 +22,12 @@ import pytest
 from _privacy_helpers import forbid_noise
 from dp_accounting.pld import pld_privacy_accountant
 from sklearn.base import clone
-from sklearn.model_selection import GridSearchCV
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import GridSearchCV, cross_val_score
+from sklearn.pipeline import make_pipeline
 
 from privkernels import cli, dp_kip, dp_ntk, dp_ntk_regression, privacy, tuning
+from privkernels._sklearn_accounting import DetachedAccountantWarning
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_ntk_regression import replace_one
 from privkernels.preprocessing import PrivateStandardScaler
@@ -421,3 +427,161 @@ def test_a_pipeline_of_private_scaler_and_estimator_is_charged_whole(monkeypatch
             x, y.astype(float)
         )
     assert acc.spent().epsilon == pytest.approx(1.5)
+
+
+# ----------------------------------------------------------------------------- adversary fixes (B1-B7, C3, C4)
+
+
+def _ns(ledger, epsilon=1.0):
+    return argparse.Namespace(cmd="distill", budget=str(ledger), model=None, epsilon=epsilon,
+                              delta=1e-5, neighbouring="replace-one")  # fmt: skip
+
+
+def test_b1_concurrent_cli_runs_on_one_ledger_take_turns(tmp_path):
+    """Two ``--budget`` runs at once (total 1, each asks 1): the second waits for the
+    first's save and is refused, instead of both passing the check on a stale copy."""
+    ledger = tmp_path / "l.json"
+    BudgetAccountant(1.0, 1e-4).save(ledger)
+
+    def slow_release(a):
+        time.sleep(0.3)  # both runs are in flight at once
+        default_accountant().charge(Budget(a.epsilon, a.delta))
+        return 0
+
+    def one_run(_):
+        try:
+            return cli._charged(slow_release, _ns(ledger))
+        except BudgetExceededError:
+            return "refused"
+
+    with ThreadPoolExecutor(2) as ex:
+        outcomes = sorted(map(str, ex.map(one_run, range(2))))
+    assert outcomes == ["0", "refused"]
+    assert BudgetAccountant.load(ledger).spent().epsilon == pytest.approx(1.0)
+
+
+def test_b1_a_failed_run_does_not_save_a_stale_ledger_over_a_charge(tmp_path):
+    ledger = tmp_path / "l.json"
+    BudgetAccountant(3.0, 1e-4).save(ledger)
+
+    def fails(a):
+        time.sleep(0.3)
+        raise RuntimeError("boom")
+
+    def charges(a):
+        default_accountant().charge(Budget(a.epsilon, a.delta))
+        return 0
+
+    with ThreadPoolExecutor(2) as ex:
+        bad = ex.submit(cli._charged, fails, _ns(ledger))
+        time.sleep(0.1)
+        good = ex.submit(cli._charged, charges, _ns(ledger))
+        with pytest.raises(RuntimeError):
+            bad.result()
+        assert good.result() == 0
+    assert BudgetAccountant.load(ledger).spent().epsilon == pytest.approx(1.0)
+
+
+def test_b2_saving_through_a_symlink_updates_the_target(tmp_path):
+    target = tmp_path / "real" / "ledger.json"
+    target.parent.mkdir()
+    acc = BudgetAccountant(2.0, 1e-4)
+    acc.save(target)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    acc.charge(Budget(0.5, 1e-5))
+    acc.save(link)
+    assert link.is_symlink()
+    assert BudgetAccountant.load(target).spent().epsilon == pytest.approx(0.5)
+
+
+def test_b3_a_fit_in_a_worker_thread_inside_a_block_is_refused(monkeypatch):
+    x, _ = _xy(60)
+    forbid_noise(monkeypatch)
+    with BudgetAccountant(5.0, 1e-4) as acc, ThreadPoolExecutor(1) as ex:
+        job = ex.submit(lambda: PrivateStandardScaler(1.0, bounds=(0.0, 1.0)).fit(x))
+        with pytest.raises(ValueError, match="budget_accountant= explicitly"):
+            job.result()
+    assert acc.spent().epsilon == 0.0
+
+
+def test_b3_an_explicit_accountant_in_a_worker_thread_is_charged():
+    x, _ = _xy(60)
+    with BudgetAccountant(5.0, 1e-4) as acc, ThreadPoolExecutor(1) as ex:
+        ex.submit(lambda: PrivateStandardScaler(1.0, budget_accountant=acc).fit(x)).result()
+    assert acc.spent().epsilon == pytest.approx(1.0)
+
+
+def test_b4_scalers_in_parallel_cross_validation_are_charged_or_fail_loudly():
+    x, y = _xy(60)
+    pipe = make_pipeline(PrivateStandardScaler(1.0, bounds=(0.0, 1.0)), Ridge())
+    acc = BudgetAccountant(10.0, 1e-4)
+    with acc, joblib.parallel_backend("threading"):
+        cross_val_score(pipe, x, y.astype(float), cv=3, n_jobs=2, error_score="raise")
+    assert acc.spent().epsilon == pytest.approx(3.0)  # one charge per fold
+    with acc, pytest.raises(Exception) as err:  # loky: the accountant refuses to be pickled
+        cross_val_score(pipe, x, y.astype(float), cv=3, n_jobs=2, error_score="raise")
+    assert "n_jobs=1" in repr(err.value) or "n_jobs=1" in str(err.value.__cause__)
+    assert acc.spent().epsilon == pytest.approx(3.0)
+
+
+def test_b5_a_fit_in_a_user_callback_inside_a_release_is_charged():
+    x, y = _xy(60)
+    acc = BudgetAccountant(3.0, 1e-4)
+    extra = []
+
+    def cb(it, loss):
+        if not extra:
+            extra.append(PrivateStandardScaler(1.0, budget_accountant=acc).fit(x))
+
+    DPNTKGenerator(epsilon=1.0, classes=[0, 1], iterations=2, verbose=False,
+                   budget_accountant=acc, fit_options={"callback": cb}).fit(x, y)  # fmt: skip
+    assert len(extra) == 1
+    assert acc.spent().epsilon == pytest.approx(2.0)  # the generator and the scaler
+
+
+def test_b6_copies_keep_the_accountant_and_an_unpickled_refit_warns():
+    x, _ = _xy(60)
+    acc = BudgetAccountant(5.0, 1e-4)
+    sc = PrivateStandardScaler(1.0, budget_accountant=acc).fit(x)
+    for twin in (copy.copy(sc), copy.deepcopy(sc)):
+        assert twin.budget_accountant is acc
+        twin.fit(x)
+    assert acc.spent().epsilon == pytest.approx(3.0)
+    thawed = pickle.loads(pickle.dumps(sc))
+    assert thawed.budget_accountant is None
+    with pytest.warns(DetachedAccountantWarning, match="charged to no ledger"):
+        thawed.fit(x)
+    with BudgetAccountant(1.0, 1e-4) as other, warnings.catch_warnings():
+        warnings.simplefilter("error", DetachedAccountantWarning)
+        thawed.fit(x)  # a block charges it: no warning
+    assert other.spent().epsilon == pytest.approx(1.0)
+
+
+def test_b7_a_search_and_its_estimator_naming_two_accountants_are_refused(monkeypatch):
+    x, y = _xy(60)
+    a, b = BudgetAccountant(5.0, 1e-4), BudgetAccountant(5.0, 1e-4)
+    forbid_noise(monkeypatch)
+    est = DPNTKRegressor(width=16, budget_accountant=b)
+    with pytest.raises(ValueError, match="two different budget accountants"):
+        PrivateSearchCV(est, {"reg": [0.1, 1.0]}, epsilon=1.0, budget_accountant=a).fit(x, y * 1.0)
+    assert a.spent().epsilon == b.spent().epsilon == 0.0
+
+
+def test_c3_a_bare_ledger_entry_of_zero_cost_is_refused():
+    acc = BudgetAccountant(2.0, 1e-4)
+    acc.charge(Budget(0.5, 1e-5))
+    data = acc.to_dict()
+    data["entries"][0]["epsilon"] = 0.0
+    with pytest.raises(ValueError, match="zero epsilon"):
+        BudgetAccountant.from_dict(data)
+
+
+def test_c4_a_ledger_missing_a_field_is_one_line_exit_2(tmp_path, capsys):
+    ledger = tmp_path / "x.json"
+    ledger.write_text(json.dumps({"format": "privkernels-budget-ledger/1", "epsilon": 1}))
+    with pytest.raises(ValueError, match="'delta'"):
+        BudgetAccountant.load(ledger)
+    assert cli.main(["budget", "show", str(ledger)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'delta'" in err

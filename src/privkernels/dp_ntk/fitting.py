@@ -48,7 +48,7 @@ from privkernels.dp_ntk.train import (
 )
 from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
 from privkernels.options import RunOptions, run_options
-from privkernels.privacy.accountant import charged_release
+from privkernels.privacy.accountant import charged_release, outside_release
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import public_key_of, release_key
 from privkernels.privacy.report import PrivacyReport, check_neighbouring, compose, with_notes
@@ -428,9 +428,10 @@ def _train(
                                           result.ntk_params, target)  # fmt: skip
             losses.append(np.asarray(seg_losses, np.float32))
             done = int(state.step)
-            if callback is not None:
-                for i, lv in enumerate(losses[-1]):
-                    callback(done - count + i + 1, float(lv))
+            if callback is not None:  # user code: a fit it makes is charged on its own
+                with outside_release():
+                    for i, lv in enumerate(losses[-1]):
+                        callback(done - count + i + 1, float(lv))
             if bar is not None:
                 bar.update(count)
                 bar.set_postfix(loss=f"{float(losses[-1][-1]):.4g}")

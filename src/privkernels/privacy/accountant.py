@@ -18,11 +18,16 @@ planned budget: some of its noise may be out, and over-counting is safe where
 under-counting is not. A fit that fails before (bad input) is charged nothing.
 
 The default accountant: ``with BudgetAccountant(3.0, 1e-5) as acc:`` makes ``acc``
-the accountant of every fit given none, in this context (a `contextvars.ContextVar`:
-threads and nested blocks see their own; the outer one comes back on exit). Outside
-any block, a fit with ``budget_accountant=None`` charges nothing. A release run
-inside another release charged to the same accountant (the fits of a private
-search) is covered by the outer charge and not charged again.
+the accountant of every fit given none, in this context (a `contextvars.ContextVar`;
+nested blocks see their own, the outer one comes back on exit). A new thread does
+not inherit the block: a fit given no accountant in a thread with no block of its
+own, while a block is open in another thread, is refused before any noise (pass
+``budget_accountant=`` explicitly), since it would otherwise be charged nowhere.
+Outside any block, a fit with ``budget_accountant=None`` charges nothing. A release
+run inside another release charged to the same accountant (the fits of a private
+search) is covered by the outer charge and not charged again; user code called
+from inside a release (a training callback) runs `outside_release`, so a fit it
+makes is charged on its own.
 
 Relations: one accountant, one relation (``replace-one`` or ``add-remove``); a charge
 under another relation is refused, since the two guarantees do not add. Beta-close
@@ -32,19 +37,28 @@ of beta-close and standard guarantees would name no meaningful relation.
 An accountant is one ledger: ``copy.copy``/``copy.deepcopy`` (so ``sklearn.clone``)
 return it unchanged, and pickling it raises ``TypeError`` (a copy in a worker
 process would charge a ledger nobody reads: use ``n_jobs=1``). ``save``/``load``
-keep the ledger as JSON (written atomically), for the CLI's ``--budget FILE``.
+keep the ledger as JSON (written atomically, through a symlink to the file it
+names), for the CLI's ``--budget FILE``; `ledger_lock` serialises the runs that
+share one ledger file.
+
+The ledger file is not tamper-evident: whoever can write it can rewrite it (delete
+entries, raise the total). `from_dict` refuses what is cheaply refutable (an entry
+that disagrees with its report, a bare entry of zero cost, a missing field), not
+a consistent rewrite.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
+import fcntl
 import json
 import math
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,7 +75,9 @@ __all__ = [
     "LEDGER_FORMAT",
     "charged_release",
     "default_accountant",
+    "ledger_lock",
     "note_release",
+    "outside_release",
 ]
 
 #: The relations an accountant may total (beta-close is not standard DP: refused).
@@ -129,6 +145,11 @@ _DEFAULT: contextvars.ContextVar[BudgetAccountant | None] = contextvars.ContextV
 _OPEN: contextvars.ContextVar[tuple[_Ticket, ...]] = contextvars.ContextVar(
     "privkernels_open_charges", default=()
 )
+
+
+#: The accountants of open ``with`` blocks, per thread id (threads do not inherit them).
+_BLOCKS: dict[int, list[BudgetAccountant]] = {}
+_BLOCKS_LOCK = threading.Lock()
 
 
 def _check_total_delta(delta: Any) -> float:
@@ -294,11 +315,19 @@ class BudgetAccountant:
     # -- the default accountant of a ``with`` block
 
     def __enter__(self) -> BudgetAccountant:
-        self._tokens.setdefault(threading.get_ident(), []).append(_DEFAULT.set(self))
+        me = threading.get_ident()
+        self._tokens.setdefault(me, []).append(_DEFAULT.set(self))
+        with _BLOCKS_LOCK:
+            _BLOCKS.setdefault(me, []).append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _DEFAULT.reset(self._tokens[threading.get_ident()].pop())
+        me = threading.get_ident()
+        _DEFAULT.reset(self._tokens[me].pop())
+        with _BLOCKS_LOCK:
+            _BLOCKS[me].pop()
+            if not _BLOCKS[me]:
+                del _BLOCKS[me]
 
     # -- one ledger: never copied, never pickled
 
@@ -345,7 +374,7 @@ class BudgetAccountant:
         """Write the ledger to ``path`` atomically (a temporary file, then a rename)."""
         if self._open:
             raise ValueError("a release charged to this accountant is still running")
-        p = Path(path)
+        p = Path(path).resolve()  # through a symlink: replace the file, not the link
         text = json.dumps(self.to_dict(), indent=2, default=float) + "\n"
         fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent or ".")
         try:
@@ -363,15 +392,20 @@ class BudgetAccountant:
         and every entry's cost must be its report's totals."""
         if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT:
             raise ValueError(f"not a privkernels budget ledger (format {LEDGER_FORMAT!r})")
-        acc = cls(data["epsilon"], data["delta"], neighbouring=data["neighbouring"])
+        acc = cls(_field(data, "epsilon"), _field(data, "delta"),
+                  neighbouring=_field(data, "neighbouring"))  # fmt: skip
         for item in data.get("entries", ()):
-            cost = Cost(item["epsilon"], item["delta"])
+            if not isinstance(item, dict):
+                raise ValueError("a budget ledger entry is not a JSON object")
+            cost = Cost(_field(item, "epsilon"), _field(item, "delta"))
             report = None if item.get("report") is None else PrivacyReport.from_dict(item["report"])
             if report is not None and (
                 report.neighbouring != acc.neighbouring
                 or (report.epsilon, report.delta) != (cost.epsilon, cost.delta)
             ):
                 raise ValueError("a ledger entry does not match its report")
+            if report is None and cost.epsilon <= 0:  # every bare charge has epsilon > 0
+                raise ValueError("a ledger entry without a report has zero epsilon")
             acc._entries.append(_Entry(cost, report, str(item.get("note", ""))))
         return acc
 
@@ -383,6 +417,50 @@ class BudgetAccountant:
         except json.JSONDecodeError:
             raise ValueError(f"{path} is not a JSON budget ledger") from None
         return cls.from_dict(data)
+
+
+def _field(data: dict[str, Any], name: str) -> Any:
+    """``data[name]``, or a ``ValueError`` naming the missing field (no traceback in the CLI)."""
+    if name not in data:
+        raise ValueError(f"the budget ledger lacks the field {name!r}")
+    return data[name]
+
+
+@contextlib.contextmanager
+def ledger_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``<ledger>.lock`` beside the ledger file.
+
+    Runs that charge one ledger file (the CLI's ``--budget``) hold it from loading the
+    ledger through saving it: a second run waits, then checks the updated ledger,
+    and no run saves a stale copy over another's charge."""
+    lock = Path(path).resolve()
+    with open(lock.with_name(lock.name + ".lock"), "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def outside_release() -> Iterator[None]:
+    """Run user code (a callback) called from inside a release as if outside it.
+
+    A release nested in another charged to the same accountant is not charged again
+    (`charged_release`); a fit the user's callback makes is not part of the outer
+    release, so it must be charged on its own."""
+    token = _OPEN.set(())
+    try:
+        yield
+    finally:
+        _OPEN.reset(token)
+
+
+def _foreign_block() -> bool:
+    """Whether a ``with`` block is open in another thread while this one has none."""
+    me = threading.get_ident()
+    with _BLOCKS_LOCK:
+        return me not in _BLOCKS and any(_BLOCKS.values())
 
 
 def _any(value: Any) -> Any:
@@ -437,6 +515,12 @@ def charged_release(
     charged to the same accountant, ``release()`` just runs.
     """
     acc = resolve(accountant)
+    if acc is None and _foreign_block():
+        raise ValueError(
+            "a private fit given no budget_accountant runs in a thread without a `with "
+            "BudgetAccountant(...)` block while one is open in another thread: threads do "
+            "not inherit the block; pass budget_accountant= explicitly. Nothing was drawn"
+        )
     if acc is None or any(t.accountant is acc for t in _OPEN.get()):
         return release()
     ticket = acc._reserve(epsilon, delta, neighbouring)
