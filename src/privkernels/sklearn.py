@@ -415,25 +415,30 @@ class _RegressionBase(_DPEstimator):
         before any noise (`privkernels.privacy.accountant.charged_release`)."""
         share = self._share()
         self._check_settings(share)
+        acc = self._accountant()
         charged_release(
-            self._accountant(), self.epsilon, self.delta, str(self.neighbouring),
-            lambda: self._fit_released(X, y, n_classes, share),
+            acc, self.epsilon, self.delta, str(self.neighbouring),
+            lambda: self._fit_released(X, y, n_classes, share, acc),
             report_of=lambda _: self.privacy_report_,
         )  # fmt: skip
 
-    def _fit_released(self, X: Any, y: Any, n_classes: int | None, share: float | None) -> None:
+    def _fit_released(
+        self, X: Any, y: Any, n_classes: int | None, share: float | None, acc: Any
+    ) -> None:
         """`_fit_model`, all or nothing: a fit that fails leaves the estimator as it was (no
         new scales beside an old model)."""
         before = {k: self.__dict__[k] for k in _FITTED_STATE if k in self.__dict__}
         try:
-            self._fit_model(X, y, n_classes, share)
+            self._fit_model(X, y, n_classes, share, acc)
         except BaseException:
             for k in _FITTED_STATE:
                 self.__dict__.pop(k, None)
             self.__dict__.update(before)
             raise
 
-    def _fit_model(self, X: Any, y: Any, n_classes: int | None, share: float | None) -> None:
+    def _fit_model(
+        self, X: Any, y: Any, n_classes: int | None, share: float | None, acc: Any
+    ) -> None:
         """`_fit`'s releases: the private scales at ``share`` of the budget, then the model."""
         key, public_key = self._keys()
         eps, delta = self.epsilon, self.delta
@@ -457,7 +462,7 @@ class _RegressionBase(_DPEstimator):
             self.model_ = R.fit(
                 key, np.asarray(X, np.float32), y, epsilon=eps, delta=delta,
                 n_classes=n_classes, public_key=public_key,
-                budget_accountant=self._accountant(), **self._settings(),
+                budget_accountant=acc, **self._settings(),
             )  # fmt: skip
 
     def _budgets(self, budget: Budget, share: float, regression: bool) -> list[Budget]:
