@@ -270,6 +270,19 @@ def test_version(capsys):
     )
 
 
+def test_the_cli_runs_from_a_checkout_without_package_metadata(monkeypatch, capsys):
+    """Run from a source tree on PYTHONPATH (no installed distribution, as on a lent GPU
+    machine), the CLI still parses: its version is the package's ``__version__``."""
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip().startswith("privkernels ")
+    assert main(["report", "/no/such/file"]) == 2
+
+
 # ----------------------------------------------------------------------------- report
 
 

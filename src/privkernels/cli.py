@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+import privkernels
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
 from privkernels._validation import MIN_FIT_ROWS, check_fit_rows
 from privkernels.data.frames import infer_schema, read_csv, write_csv
@@ -252,7 +252,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="privkernels", description=_DESCRIPTION, epilog=_EPILOG,
                 formatter_class=_HelpFormatter)  # fmt: skip
     p.add_argument("--version", action="version",
-                   version=f"%(prog)s {importlib.metadata.version('privkernels')}")  # fmt: skip
+                   version=f"%(prog)s {privkernels.__version__}")  # fmt: skip
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     s = sub.add_parser("schema", help="draft a schema from a CSV (reads the data: edit it!)",
                        formatter_class=_HelpFormatter)  # fmt: skip
