@@ -424,3 +424,16 @@ def test_synth_warnings_name_what_a_cli_user_changes(tmp_path, monkeypatch):
         main(_synth(p, str(tmp_path / "o.csv"), "--quiet"))
     texts = [str(w.message) for w in rec if issubclass(w.category, PrivacyLeakWarning)]
     assert texts and all("n_classes" not in t and '"classes"' in t for t in texts)
+
+
+def test_report_json_prints_json_alone(tmp_path, capsys):
+    """``report --json`` writes JSON alone on stdout for a schema and an empty ledger too
+    (the description goes to stderr), so it can be piped to a JSON reader."""
+    schema = Path(_write_inputs(tmp_path)["schema"])
+    ledger = tmp_path / "ledger.json"
+    assert main(["budget", "init", str(ledger), "--epsilon", "1", "--delta", "1e-5"]) == 0
+    capsys.readouterr()
+    for path in (schema, ledger):
+        assert main(["report", str(path), "--json"]) == 0
+        printed = capsys.readouterr()
+        assert isinstance(json.loads(printed.out), dict) and printed.err

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer, load_iris
+from sklearn.metrics import get_scorer
 from sklearn.model_selection import StratifiedKFold, cross_validate
 from sklearn.preprocessing import Normalizer, StandardScaler
 
@@ -66,7 +67,7 @@ def test_scores_and_probabilities_follow_predict(kind, data, request, monkeypatc
     forbid_noise(monkeypatch)  # post-processing: nothing drawn after the fit
     dec, proba, pred = est.decision_function(x), est.predict_proba(x), est.predict(x)
     c = len(classes)
-    assert list(est.classes_) == classes
+    assert list(est.classes_) == sorted(classes)  # scikit-learn order, whatever was given
     assert dec.shape == ((len(x),) if c == 2 else (len(x), c))
     assert proba.shape == (len(x), c) and proba.dtype == np.float64
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-12)
@@ -117,3 +118,17 @@ def test_the_probability_map_is_fixed_and_keeps_the_argmax():
     assert np.all(far > 0) and np.isclose(far.sum(), 1.0)
     with pytest.raises(ValueError, match="n_classes"):
         scores_to_proba(np.zeros((3, 1)))
+
+
+@pytest.mark.parametrize("order", [[0, 1], [1, 0]])
+def test_classes_given_in_any_order_score_the_same(order):
+    """``classes_`` is sorted whatever order ``classes`` names them in, so scikit-learn's
+    roc_auc scorer (which reads ``classes_[1]`` as the positive class) is not inverted."""
+    x, y = load_breast_cancer(return_X_y=True)
+    x = StandardScaler().fit_transform(x)
+    clf = DPNTKClassifier(epsilon=1.0, classes=order, random_state=0, preprocessing=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(x, y)
+    assert list(clf.classes_) == [0, 1]
+    assert get_scorer("roc_auc")(clf, x, y) > 0.9

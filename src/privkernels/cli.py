@@ -701,18 +701,22 @@ def _cmd_report(a: argparse.Namespace) -> int:
     report: PrivacyReport | None
     if not path.is_file():
         raise ValueError(f"no file {path}")
-    if zipfile.is_zipfile(path):
-        report = _npz_report(path)
-    elif path.suffix == ".csv":
-        beside = _report_path(path)
-        if not beside.is_file():
-            raise ValueError(f"{path} is a CSV (rows, no report inside) and no {beside.name} "
-                             "lies beside it")  # fmt: skip
-        report = _json_report(beside)
-    else:
-        report = _json_report(path)
+    # with --json, stdout holds JSON alone: the descriptions go to stderr
+    with contextlib.redirect_stdout(sys.stderr) if a.json else contextlib.nullcontext():
+        if zipfile.is_zipfile(path):
+            report = _npz_report(path)
+        elif path.suffix == ".csv":
+            beside = _report_path(path)
+            if not beside.is_file():
+                raise ValueError(f"{path} is a CSV (rows, no report inside) and no "
+                                 f"{beside.name} lies beside it")  # fmt: skip
+            report = _json_report(beside)
+        else:
+            report = _json_report(path)
     if report is not None:
         print(report.to_json(indent=2) if a.json else _flags(report.summary()))
+    elif a.json:  # a schema or an empty ledger: the file's own (checked) JSON
+        print(json.dumps(_read_json(path), indent=2))
     return 0
 
 

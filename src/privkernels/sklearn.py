@@ -162,7 +162,8 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         return getattr(self, self._result_attr).report
 
     def _encode_classes(self, y: Any, minimum: int = 1) -> np.ndarray:
-        """Codes ``(n,)`` int32 of ``y`` in ``classes_`` (public ``classes``, else read with a warning)."""
+        """Codes ``(n,)`` int32 of ``y`` in ``classes_``: the public ``classes`` sorted (as
+        scikit-learn's ``classes_`` always is), else read from ``y`` with a warning."""
         y = np.asarray(y)
         check_classification_targets(y)
         if self.classes is None:
@@ -170,9 +171,11 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
             self.classes_ = np.unique(y)
             self._classes_inferred = True
         else:
-            self.classes_ = np.asarray(self.classes)
+            given = np.asarray(self.classes)
             self._classes_inferred = False
-            if len(np.unique(self.classes_)) != len(self.classes_):
+            # sorted, as scikit-learn's scorers assume (roc_auc reads classes_[1] as positive)
+            self.classes_ = np.unique(given)
+            if len(self.classes_) != len(given):
                 raise ValueError("classes has duplicates")
         pos = {c: i for i, c in enumerate(self.classes_.tolist())}
         try:
@@ -622,8 +625,8 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
 class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
     """DP NTK regression on one-hot targets (Sec. 6.1), argmax as the class.
 
-    ``classes``: the public label values (class ``i`` is ``classes[i]``); None reads
-    them from ``y`` (`PrivacyLeakWarning`; noted in the report). Otherwise as
+    ``classes``: the public label values (``classes_`` holds them sorted, as scikit-learn
+    expects); None reads them from ``y`` (`PrivacyLeakWarning`; noted in the report). Otherwise as
     `DPNTKRegressor` (replace-one by default, labels included); ``preprocessing="auto"``
     scales the features only, at `CLASSIFIER_AUTO_SHARE` of the budget, and warns below
     `CLASSIFIER_MIN_VALIDATED_N` rows. Pass ``preprocessing=None`` after a private scaler.

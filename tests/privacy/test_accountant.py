@@ -400,8 +400,8 @@ def test_cli_report_reads_a_ledger(tmp_path, capsys):
     _reg_fit(acc)
     acc.save(ledger)
     assert cli.main(["report", str(ledger), "--json"]) == 0
-    out = capsys.readouterr().out
-    assert "1 release(s)" in out and json.loads(out[out.index("{") :])["epsilon"] == 1.0
+    printed = capsys.readouterr()
+    assert "1 release(s)" in printed.err and json.loads(printed.out)["epsilon"] == 1.0
     data = json.loads(ledger.read_text())
     data["entries"][0]["epsilon"] = 0.1
     ledger.write_text(json.dumps(data))

@@ -186,6 +186,10 @@ def test_projection_warning_on_unscaled_rows_only():
         warnings.simplefilter("error", ProjectionWarning)
         est.fit(inside, y.astype(float))
     assert "projected onto it" not in est.privacy_report_.to_json()
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)  # the documented unit-norm recipe:
+    with warnings.catch_warnings():  # one common rescale onto the ball, nothing lost
+        warnings.simplefilter("error", ProjectionWarning)
+        est.fit(unit, y.astype(float))
 
 
 @pytest.mark.parametrize("kwargs", [{"width": 0}, {"reg": -1.0}, {"input_bound": 0.0},

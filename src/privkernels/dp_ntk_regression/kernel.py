@@ -78,7 +78,9 @@ def project_to_ball(x: Any, radius: float = 1.0) -> jax.Array:
 
 def warn_projected(x: Any, radius: float, intercept: bool, *, stacklevel: int = 4) -> bool:
     """Warn the caller (`ProjectionWarning`) when rows of the training inputs ``x (n, ...)``
-    lie outside the ball `input_map` projects onto; True if any did.
+    lie outside the ball `input_map` projects onto and the projection changes their
+    relative scale; True if it warned. Rows that all have one norm (unit-norm rows, the
+    documented recipe, with ``fit_intercept``) are only rescaled by one common factor.
 
     Only the fact goes to the caller (no count, no value); nothing enters the report.
     """
@@ -86,6 +88,8 @@ def warn_projected(x: Any, radius: float, intercept: bool, *, stacklevel: int = 
     r = float(radius) / (float(np.sqrt(2.0)) if intercept else 1.0)
     norms = np.linalg.norm(arr.reshape(arr.shape[0], -1), axis=1)
     if not np.any(norms > r * (1.0 + 1e-6)):
+        return False
+    if np.ptp(norms) <= 1e-6 * float(np.max(norms)):  # one common rescale: nothing is lost
         return False
     warnings.warn(
         f"some training rows lie outside the public ball of radius {r:g} (input_bound"
