@@ -33,7 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from privkernels._sklearn_accounting import AccountedMixin
 from privkernels._sklearn_checks import checked_data
@@ -300,7 +300,7 @@ class PrivateStandardScaler(_PrivateScaler):
     def transform(self, X: Any) -> np.ndarray:
         """``(n, d)`` float64 standardized rows (post-processing of the release)."""
         check_is_fitted(self, "mean_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = checked_data(self, X, reset=False, dtype=np.float64)  # no value in a message
         return (X - self.mean_) / self.scale_
 
     def inverse_transform(self, X: Any) -> np.ndarray:
@@ -349,7 +349,7 @@ class PrivateMinMaxScaler(_PrivateScaler):
     def transform(self, X: Any) -> np.ndarray:
         """``(n, d)`` float64 rows in ``feature_range`` (clipped when ``clip``)."""
         check_is_fitted(self, "scale_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = checked_data(self, X, reset=False, dtype=np.float64)  # no value in a message
         out = X * self.scale_ + self.min_
         return np.clip(out, *self.feature_range) if self.clip else out
 

@@ -192,13 +192,9 @@ def check_replace_one_settings(**settings: Any) -> None:
     s = Settings(**{k: v for k, v in given.items() if k in fields})
     opts = run_options(**{k: v for k, v in given.items() if k in RunOptions._fields})
     check_neighbouring(s.neighbouring, (REPLACE_ONE,))
-    if s.solver not in ("ridge", "kernel-mean"):
-        raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {s.solver!r}")
-    if s.dtype not in ("float32", np.float32, jnp.float32):
-        raise ValueError("neighbouring='replace-one' runs in float32")
-    if opts.mesh is not None:
-        raise ValueError("mesh= shards the beta-close kernel matrix; replace-one fits run on "
-                         "one device: pass mesh=None")  # fmt: skip
+    _check_solver(s)
+    _check_float32(s)
+    _check_one_device(opts)
     _refuse_beta_close_settings(s)
     if s.features is not None:
         check_int(s.features, "features")
@@ -208,6 +204,24 @@ def check_replace_one_settings(**settings: Any) -> None:
     check_bool(settings.get("allow_unproven", False), "allow_unproven")
     _replace_one_config(s, opts, None, 1)
     as_budget(s.epsilon, s.delta)
+
+
+def _check_solver(s: Settings) -> None:
+    if s.solver not in ("ridge", "kernel-mean"):
+        raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {s.solver!r}")
+
+
+def _check_float32(s: Settings) -> None:
+    """A replace-one (ridge) fit runs in float32."""
+    if s.dtype not in ("float32", np.float32, jnp.float32):
+        raise ValueError("neighbouring='replace-one' runs in float32")
+
+
+def _check_one_device(opts: RunOptions) -> None:
+    """Replace-one fits run on one device (only the beta-close kernel matrix is sharded)."""
+    if opts.mesh is not None:
+        raise ValueError("mesh= shards the beta-close kernel matrix; replace-one fits run on "
+                         "one device: pass mesh=None")  # fmt: skip
 
 
 class Inputs(NamedTuple):
@@ -223,16 +237,13 @@ class Inputs(NamedTuple):
 def _fit(key: jax.Array, s: Settings, opts: RunOptions, inp: Inputs) -> DPNTKRegressionModel:
     """The mechanism ``s`` asks for: replace-one (ridge or kernel-mean) or beta-close."""
     budget = as_budget(s.epsilon, s.delta)
-    if s.solver not in ("ridge", "kernel-mean"):
-        raise ValueError(f"solver must be 'ridge' or 'kernel-mean', got {s.solver!r}")
+    _check_solver(s)
     if s.solver == "kernel-mean" and s.neighbouring != "replace-one":
         raise ValueError("solver='kernel-mean' is a replace-one mechanism: pass "
                          "neighbouring='replace-one'")  # fmt: skip
     if s.neighbouring == BETA_CLOSE:
         return _fit_beta_close(key, budget, s, opts, inp)
-    if opts.mesh is not None:
-        raise ValueError("mesh= shards the beta-close kernel matrix; replace-one fits run on "
-                         "one device: pass mesh=None")  # fmt: skip
+    _check_one_device(opts)
     fit_one = _fit_kernel_mean if s.solver == "kernel-mean" else _fit_replace_one
     return fit_one(key, budget, s, opts, inp)
 
@@ -295,8 +306,7 @@ def _fit_replace_one(
     )
     cfg = _replace_one_config(s, opts, n_classes, target_ndim, features=features,
                               target_bound=target_bound)  # fmt: skip
-    if s.dtype not in ("float32", np.float32, jnp.float32):
-        raise ValueError("neighbouring='replace-one' runs in float32")
+    _check_float32(s)
     d_in = d + int(cfg.fit_intercept)
     k_w, k_s, k_noise = jax.random.split(key, 3)
     if inp.public_key is not None:
