@@ -1,0 +1,216 @@
+"""Same key, same numbers: every method's release, for a fixed key, against a fingerprint.
+
+A refactor of the path from ``fit`` to the noise draw (issue 51, "one shape") must not
+change any number a table or a user gets for the same key. Each case below fits a small
+problem with a fixed key and saves the result; every array in the saved file is reduced
+to a fingerprint (shape, sum, sum of squares, first values) and compared with the one
+stored in ``tests/fixtures/fingerprints.json``, which names the commit and the command
+that wrote it:
+
+    PRIVKERNELS_WRITE_FINGERPRINTS=1 python -m pytest -n 0 tests/test_fingerprints.py
+
+Write it again only for a change meant to alter the numbers, and say so in the commit.
+The fingerprints are of this CPU backend (XLA on another device rounds differently), so
+on another backend the test is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+
+from privkernels import dp_kip, dp_ntk, dp_ntk_regression
+from privkernels.preprocessing import PrivateStandardScaler
+
+FIXTURE = Path(__file__).parent / "fixtures" / "fingerprints.json"
+WRITE = os.environ.get("PRIVKERNELS_WRITE_FINGERPRINTS") == "1"
+#: relative tolerance of a sum, and of the first values against the array's scale
+RTOL = 1e-4
+N_FIRST = 6
+
+
+def _images(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 3
+    x = rng.uniform(0.0, 1.0, (n, 8, 8)).astype(np.float32)
+    x[:, :4] *= (1 + y[:, None, None]) / 3.0  # classes differ in the top half
+    return x, y
+
+
+def _tabular(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.0, 1.0, (n, 5)).astype(np.float32)
+    y = (x[:, 0] + 0.3 * rng.standard_normal(n) > 0.5).astype(np.int64)
+    return x, y
+
+
+def _regression(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = np.clip(x @ np.array([0.5, -0.3, 0.2, 0.0], np.float32), -1, 1)
+    return x, y
+
+
+def _dp_ntk_images(tmp: Path) -> Path:
+    x, y = _images(60, 0)
+    res = dp_ntk.fit(jax.random.key(11), x, y, epsilon=1.0, n_classes=3, iterations=4,
+                     batch_size=24, progress=False)  # fmt: skip
+    return res.save(tmp / "a.npz")
+
+
+def _dp_ntk_add_remove(tmp: Path) -> Path:
+    x, y = _tabular(80, 1)
+    res = dp_ntk.fit(jax.random.key(12), x, y, epsilon=2.0, n_classes=2, iterations=4,
+                     batch_size=20, neighbouring="add-remove", label_mode="released",
+                     progress=False)  # fmt: skip
+    return res.save(tmp / "a.npz")
+
+
+def _dp_ntk_released(tmp: Path) -> Path:
+    x, y = _tabular(80, 2)
+    res = dp_ntk.fit(jax.random.key(13), x, y, epsilon=1.0, n_classes=2, iterations=3,
+                     batch_size=20, label_mode="released", progress=False)  # fmt: skip
+    return res.save(tmp / "a.npz")
+
+
+def _dp_kip_fc_ntk(tmp: Path) -> Path:
+    x, y = _images(60, 3)
+    res = dp_kip.fit(jax.random.key(21), x, y, epsilon=1.0, n_classes=3, kernel="fc_ntk",
+                     support_per_class=2, batch_size=20, epochs=2, progress=False)  # fmt: skip
+    return res.save(tmp / "a.npz")
+
+
+def _dp_kip_add_remove(tmp: Path) -> Path:
+    x, y = _images(60, 4)
+    res = dp_kip.fit(jax.random.key(22), x, y, epsilon=2.0, n_classes=3, kernel="fc_ntk",
+                     support_per_class=2, batch_size=20, epochs=1, progress=False,
+                     neighbouring="add-remove", sampling_rate=0.3)  # fmt: skip
+    return res.save(tmp / "a.npz")
+
+
+def _dp_kip_scatternet(tmp: Path) -> Path:
+    x, y = _images(45, 5)
+    res = dp_kip.fit(jax.random.key(23), x, y, epsilon=1.0, n_classes=3, kernel="scatternet",
+                     support_per_class=1, batch_size=15, epochs=1, progress=False)  # fmt: skip
+    return res.save(tmp / "a.npz")
+
+
+def _regression_gsm(tmp: Path) -> Path:
+    x, y = _regression(200, 6)
+    res = dp_ntk_regression.fit(jax.random.key(31), x, y, epsilon=1.0, width=64,
+                                neighbouring="beta-close", progress=False)  # fmt: skip
+    return res.save(tmp / "a.npz")
+
+
+def _regression_replace_one(tmp: Path) -> Path:
+    x, y = _regression(200, 7)
+    res = dp_ntk_regression.fit(jax.random.key(32), x, y, epsilon=1.0, width=64,
+                                progress=False)  # fmt: skip
+    return res.save(tmp / "a.npz")
+
+
+def _scaler(tmp: Path) -> Path:
+    x, _ = _regression(300, 8)
+    sc = PrivateStandardScaler(epsilon=1.0, random_state=jax.random.key(41)).fit(x)
+    path = tmp / "a.npz"
+    np.savez(path, mean=sc.mean_, scale=sc.scale_)
+    return path
+
+
+CASES: dict[str, Callable[[Path], Path]] = {
+    "dp_ntk_images": _dp_ntk_images,
+    "dp_ntk_add_remove": _dp_ntk_add_remove,
+    "dp_ntk_released": _dp_ntk_released,
+    "dp_kip_fc_ntk": _dp_kip_fc_ntk,
+    "dp_kip_add_remove": _dp_kip_add_remove,
+    "dp_kip_scatternet": _dp_kip_scatternet,
+    "regression_gsm": _regression_gsm,
+    "regression_replace_one": _regression_replace_one,
+    "private_standard_scaler": _scaler,
+}
+
+
+def fingerprint(path: Path) -> dict[str, Any]:
+    """Each numeric array of an ``.npz``: shape, float64 sum and sum of squares, first values."""
+    out: dict[str, Any] = {}
+    with np.load(path, allow_pickle=False) as data:
+        for name in sorted(data.files):
+            a = np.asarray(data[name])
+            if a.dtype.kind not in "fiub":
+                continue
+            f = a.astype(np.float64).ravel()
+            out[name] = {"shape": list(a.shape), "sum": float(f.sum()),
+                         "sumsq": float((f * f).sum()), "first": f[:N_FIRST].tolist()}  # fmt: skip
+    return out
+
+
+def _close(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """The names whose fingerprints differ beyond float32 rounding of a refactor."""
+    bad = sorted(set(got) ^ set(want))
+    for name in sorted(set(got) & set(want)):
+        g, w = got[name], want[name]
+        scale = max(np.sqrt(w["sumsq"]), 1e-12)
+        ok = g["shape"] == w["shape"] and np.allclose(g["sumsq"], w["sumsq"], rtol=RTOL)
+        ok = ok and abs(g["sum"] - w["sum"]) <= RTOL * scale * max(
+            1.0, np.sqrt(np.prod(w["shape"]))
+        )
+        ok = ok and np.allclose(g["first"], w["first"], rtol=RTOL, atol=RTOL * scale)
+        if not ok:
+            bad.append(name)
+    return bad
+
+
+def _stored() -> dict[str, Any]:
+    return json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {"cases": {}}
+
+
+@pytest.mark.slow  # about 75 s in all: nine small fits
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_same_key_same_release(case: str, tmp_path: Path) -> None:
+    if jax.default_backend() != "cpu":
+        pytest.skip("the fingerprints are of the CPU backend; another device rounds otherwise")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # seeded keys and small-n warnings: expected here
+        got = fingerprint(CASES[case](tmp_path))
+    assert got, f"{case}: the saved file holds no numeric array"
+    if WRITE:
+        stored = _stored()
+        stored["cases"][case] = got
+        stored["written_at_commit"] = _commit()
+        stored["command"] = ("PRIVKERNELS_WRITE_FINGERPRINTS=1 python -m pytest -n 0 "
+                             "tests/test_fingerprints.py")  # fmt: skip
+        FIXTURE.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+        return
+    want = _stored()["cases"].get(case)
+    assert want is not None, f"no stored fingerprint for {case}: write them (module docstring)"
+    bad = _close(got, want)
+    assert not bad, f"{case}: these released arrays changed for the same key: {bad}"
+
+
+def test_a_changed_release_is_caught() -> None:
+    """The comparison itself can fail: a one-ulp-scale change passes, a 0.1% change does not."""
+    want = {"a": {"shape": [3], "sum": 6.0, "sumsq": 14.0, "first": [1.0, 2.0, 3.0]}}
+    near = {"a": {"shape": [3], "sum": 6.0 + 1e-7, "sumsq": 14.0, "first": [1.0, 2.0, 3.0]}}
+    far = {"a": {"shape": [3], "sum": 6.003, "sumsq": 14.0, "first": [1.0, 2.003, 3.0]}}
+    assert _close(near, want) == []
+    assert _close(far, want) == ["a"]
+    assert _close({}, want) == ["a"]
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, cwd=Path(__file__).parent, check=True)  # fmt: skip
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
