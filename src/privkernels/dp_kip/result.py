@@ -37,6 +37,12 @@ __all__ = ["DPKIPResult", "load", "predict", "predict_labels", "accuracy", "FORM
 FORMAT = "privkernels.dp_kip.result/1"
 
 
+#: History entries `DPKIPResult.save` leaves out of the file: running times depend on
+#: private quantities (under add-remove, the private n through the Poisson sampling of n
+#: rows) and no mechanism covers them, so the release file does not carry them.
+UNSAVED_HISTORY = ("seconds",)
+
+
 @dataclasses.dataclass(frozen=True)
 class DPKIPResult:
     """Output of `privkernels.dp_kip.fit`.
@@ -50,7 +56,8 @@ class DPKIPResult:
       config: the typed `DPKIPConfig` of the run.
       history: per-epoch lists (``epoch``, ``step``, ``seconds``; ``test_accuracy``,
         ``test_loss`` with a public test set; ``train_loss``, ``clip_fraction``,
-        ``batch_sizes`` with ``diagnostics=True``, which are NOT private).
+        ``batch_sizes`` with ``diagnostics=True``, which are NOT private). The wall-clock
+        ``seconds`` stay in memory: `save` leaves them out (`UNSAVED_HISTORY`).
       corrupted: ``(m, *input_shape)`` bool mask of frozen (noise) pixels.
       kernel_params: data-independent kernel parameters (e-NTK LeNet) or None.
       steps_done: DP-SGD steps taken (what the report accounts).
@@ -80,7 +87,7 @@ class DPKIPResult:
             "format": FORMAT,
             "config": self.config.to_dict(),
             "report": self.report.to_dict(),
-            "history": self.history,
+            "history": {k: v for k, v in self.history.items() if k not in UNSAVED_HISTORY},
             "steps_done": self.steps_done,
         }
         return checkpoint.save(path, arrays, meta)
