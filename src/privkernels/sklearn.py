@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import NotFittedError
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -276,6 +277,17 @@ def load(path: str | os.PathLike[str]) -> Any:
 _STATELESS = ("FunctionTransformer", "Normalizer")
 
 
+def _fitted(step: Any) -> bool:
+    """Whether a pipeline's step has been fitted ("passthrough"/None: nothing to fit)."""
+    if step is None or step == "passthrough":
+        return True
+    try:
+        check_is_fitted(step)
+    except NotFittedError:
+        return False
+    return True
+
+
 def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> PrivacyReport:
     """The composed `PrivacyReport` of every private step of a fitted ``Pipeline``.
 
@@ -290,6 +302,8 @@ def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> Pri
     steps = getattr(pipeline, "steps", None)
     if steps is None:
         raise TypeError("pipeline_report takes a fitted sklearn.pipeline.Pipeline")
+    if not _fitted(steps[-1][1]):
+        raise ValueError("the pipeline is not fitted: fit it first, then ask for its report")
     reports = []
     for name, step in steps:
         if step is None or step == "passthrough" or name in public_steps:

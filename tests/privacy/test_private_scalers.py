@@ -214,3 +214,9 @@ def test_a_seeded_key_is_warned_and_noted():
         warnings.simplefilter("error", SeededKeyWarning)
         s = PrivateStandardScaler().fit(x)  # OS entropy: nothing to warn about
     assert SEEDED_KEY_NOTE not in s.privacy_report_.notes
+
+
+def test_pipeline_report_of_an_unfitted_pipeline_says_so():
+    pipe = make_pipeline(PrivateStandardScaler(epsilon=0.3), DPNTKClassifier(classes=[0, 1]))
+    with pytest.raises(ValueError, match="not fitted"):
+        pipeline_report(pipe)
