@@ -196,6 +196,12 @@ def stratified_split_indices(
     return np.flatnonzero(mask), test
 
 
+def _check_count(value: Any, name: str) -> None:
+    """Refuse a row count that is not a positive integer (``bool`` is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def take_rows(
     x: np.ndarray,
     y: np.ndarray,
@@ -209,21 +215,11 @@ def take_rows(
     in file order) options."""
     info: dict[str, Any] = {}
     if max_rows is not None:
-        if (
-            isinstance(max_rows, bool)
-            or not isinstance(max_rows, (int, np.integer))
-            or max_rows < 1
-        ):
-            raise ValueError(f"max_rows must be a positive integer, got {max_rows!r}")
+        _check_count(max_rows, "max_rows")
         x, y = x[:max_rows], y[:max_rows]
         info["max_rows"] = int(max_rows)
     if subsample is not None:
-        if (
-            isinstance(subsample, bool)
-            or not isinstance(subsample, (int, np.integer))
-            or subsample < 1
-        ):
-            raise ValueError(f"subsample must be a positive integer, got {subsample!r}")
+        _check_count(subsample, "subsample")
         if subsample < x.shape[0]:
             keep = np.sort(
                 np.random.default_rng(subsample_seed).choice(

@@ -35,6 +35,28 @@ def rng_from(seed_or_key: Any) -> np.random.Generator:
     return np.random.default_rng(words)
 
 
+def _synthetic(
+    x: np.ndarray,
+    y: np.ndarray,
+    n_classes: int,
+    name: str,
+    schema: TabularSchema | None = None,
+    **info: Any,
+) -> Dataset:
+    """A generator's training `Dataset`: ``x (n, ...)``, ``y (n,)`` int32, classes named
+    ``"0" .. "c-1"``; nothing in it is read from private data."""
+    return Dataset(
+        x=x,
+        y=y,
+        n_classes=n_classes,
+        name=name,
+        split="train",
+        schema=schema,
+        class_names=tuple(str(c) for c in range(n_classes)),
+        info={"synthetic": True, **info, "data_dependent": []},
+    )
+
+
 def _check_sizes(n: int, n_classes: int) -> None:
     check_int(n, "n", minimum=1)
     check_int(n_classes, "n_classes", minimum=1)
@@ -69,14 +91,8 @@ def gaussian_blobs(
     means = float(separation) * u
     y = _balanced_labels(rng, n, n_classes)
     x = means[y] + float(scale) * rng.standard_normal((n, d))
-    return Dataset(
-        x=x.astype(np.float32),
-        y=y,
-        n_classes=n_classes,
-        name="gaussian_blobs",
-        split="train",
-        class_names=tuple(str(c) for c in range(n_classes)),
-        info={"synthetic": True, "means": means.astype(np.float32), "data_dependent": []},
+    return _synthetic(
+        x.astype(np.float32), y, n_classes, "gaussian_blobs", means=means.astype(np.float32)
     )
 
 
@@ -139,15 +155,7 @@ def synthetic_images(
         )
         x = x[..., None] * tint[y][:, None, None, :]
     x = np.clip(x + float(noise) * rng.standard_normal(x.shape), 0.0, 1.0)
-    return Dataset(
-        x=x.astype(np.float32),
-        y=y,
-        n_classes=n_classes,
-        name="synthetic_images",
-        split="train",
-        class_names=tuple(str(c) for c in range(n_classes)),
-        info={"synthetic": True, "data_dependent": []},
-    )
+    return _synthetic(x.astype(np.float32), y, n_classes, "synthetic_images")
 
 
 def synthetic_tabular(
@@ -192,13 +200,4 @@ def synthetic_tabular(
     x, _ = schema.encode(table)
     w = rng.standard_normal((schema.n_features, n_classes)) * 2.0
     y = np.argmax((x - x.mean(axis=0)) @ w, axis=1).astype(np.int32)
-    return Dataset(
-        x=x,
-        y=y,
-        n_classes=n_classes,
-        name="synthetic_tabular",
-        split="train",
-        schema=schema,
-        class_names=tuple(str(c) for c in range(n_classes)),
-        info={"synthetic": True, "data_dependent": []},
-    )
+    return _synthetic(x, y, n_classes, "synthetic_tabular", schema=schema)

@@ -51,8 +51,9 @@ import csv
 import gzip
 import io
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,34 @@ def _head(rows: list[Any], opts: Mapping[str, Any]) -> list[Any]:
     """Apply the ``max_rows`` option (first rows of the file)."""
     m = opts.get("max_rows")
     return rows if m is None else rows[: int(m)]
+
+
+def _pick(paths: Sequence[Path], which: str) -> Path:
+    """The file of an official split: ``paths[0]`` for ``"train"``, ``paths[1]`` for ``"test"``."""
+    return paths[0] if which == "train" else paths[1]
+
+
+def _class_codes(
+    path: Path, codes: np.ndarray, n_codes: int, positive: Sequence[int], opts: Mapping[str, Any]
+) -> np.ndarray:
+    """Class codes ``1..n_codes`` (``(n,)``) as labels: with the ``binary`` option (default)
+    1 for a code in ``positive``, else 0; without it ``code - 1``. ``(n,)`` int32."""
+    if not np.isin(codes, np.arange(1, n_codes + 1)).all():
+        raise ValueError(f"{path}: class codes must be in 1..{n_codes}")
+    if opts.get("binary", True):
+        return np.isin(codes, positive).astype(np.int32)
+    return (codes - 1).astype(np.int32)
+
+
+def _bounded_columns(
+    names: Sequence[str],
+    bounds: tuple[float, float, str],
+    root: Path | None,
+    opts: Mapping[str, Any],
+) -> list[ColumnSpec]:
+    """A schema's columns when every one is numeric with the same public ``(lo, hi, note)``."""
+    lo, hi, note = bounds
+    return [numeric(c, lo, hi, note=note) for c in names]
 
 
 def _split_fields(lines: Sequence[str], n_fields: int, path: Path) -> list[list[str]]:
@@ -237,9 +266,12 @@ ADULT_FIELDS = (
 # workclass, occupation and native-country (a long-published property of this
 # public benchmark), so only these get a <missing> level.
 ADULT_NULLABLE = frozenset({"workclass", "occupation", "native-country"})
+ADULT_NUMERIC = frozenset(
+    {"age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"}
+)
 
 
-def _adult_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
+def _adult_columns(root: Path | None, opts: Mapping[str, Any]) -> list[ColumnSpec]:
     cps = "CPS public-use conventions (top-codes)"
     num = {
         "age": numeric(
@@ -267,36 +299,47 @@ def _adult_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
                     f, ADULT_CATEGORIES[f], nullable=f in ADULT_NULLABLE, note="adult.names"
                 )
             )
-    return TabularSchema.from_columns(
-        "adult", cols, label="income>50K", description="UCI Adult (Census Income), 14 attributes"
-    )
+    return cols
+
+
+def _read_census_file(
+    path: Path,
+    fields: Sequence[str],
+    numeric_fields: Collection[str],
+    labels: tuple[str, str],
+    opts: Mapping[str, Any],
+    skip: Collection[str] = (),
+) -> tuple[Table, np.ndarray]:
+    """A headerless comma-separated CPS extract (UCI Adult, KDD Census-Income).
+
+    One field a column, the income label last (``labels = (negative, positive)``; the
+    trailing ``.`` of the test files stripped); lines starting ``|`` are comments. Returns
+    ``({field: (n,) float64 for numeric_fields, else str}, (n,) int32 labels)`` without the
+    ``skip`` fields.
+    """
+    lines = [ln for ln in _read_text(path).splitlines() if ln.strip() and not ln.startswith("|")]
+    n_fields = len(fields) + 1
+    rows = _split_fields(_head(lines, opts), n_fields, path)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * n_fields
+    table: Table = {
+        f: _to_float(cols[j]) if f in numeric_fields else np.asarray(cols[j], dtype=str)
+        for j, f in enumerate(fields)
+        if f not in skip
+    }
+    found = [s.rstrip(".").strip() for s in cols[-1]]
+    bad = sorted(set(found) - set(labels))
+    if bad:
+        raise ValueError(f"{path}: unexpected income labels {bad[:5]}")
+    y = np.fromiter((lab == labels[1] for lab in found), dtype=np.int32, count=len(found))
+    return table, y
 
 
 def _adult_read(
     paths: Sequence[Path], which: str, opts: Mapping[str, Any]
 ) -> tuple[Table, np.ndarray]:
-    path = paths[0] if which == "train" else paths[1]
-    lines = [ln for ln in _read_text(path).splitlines() if ln.strip() and not ln.startswith("|")]
-    lines = _head(lines, opts)
-    rows = _split_fields(lines, 15, path)
-    cols = list(zip(*rows, strict=True)) if rows else [()] * 15
-    table: Table = {}
-    schema_num = {
-        "age",
-        "fnlwgt",
-        "education-num",
-        "capital-gain",
-        "capital-loss",
-        "hours-per-week",
-    }
-    for j, f in enumerate(ADULT_FIELDS):
-        table[f] = _to_float(cols[j]) if f in schema_num else np.asarray(cols[j], dtype=str)
-    labels = [s.rstrip(".").strip() for s in cols[14]]
-    bad = sorted(set(labels) - {">50K", "<=50K"})
-    if bad:
-        raise ValueError(f"{path}: unexpected income labels {bad[:5]}")
-    y = np.fromiter((lab == ">50K" for lab in labels), dtype=np.int32, count=len(labels))
-    return table, y
+    return _read_census_file(
+        _pick(paths, which), ADULT_FIELDS, ADULT_NUMERIC, ("<=50K", ">50K"), opts
+    )
 
 
 # --------------------------------------------------------------------------- cervical
@@ -355,7 +398,7 @@ CERVICAL_COLUMNS = (
 CERVICAL_OTHER_TESTS = ("Hinselmann", "Schiller", "Citology")
 
 
-def _cervical_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
+def _cervical_columns(root: Path | None, opts: Mapping[str, Any]) -> list[ColumnSpec]:
     keep_tests = bool(opts.get("include_other_tests", True))
     cols = []
     for c in CERVICAL_COLUMNS:
@@ -368,9 +411,7 @@ def _cervical_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchem
             cols.append(categorical(c, ("0", "1"), nullable=True, note="binary indicator"))
     # UCI: "missing values due to privacy concerns of the patients" (no per-column
     # list is published), so every feature column is declared nullable.
-    return TabularSchema.from_columns(
-        "cervical", cols, label="Biopsy", description="UCI Cervical cancer (Risk Factors)"
-    )
+    return cols
 
 
 def _cervical_read(
@@ -398,15 +439,11 @@ def _cervical_read(
 EPILEPTIC_COLUMNS = tuple(f"X{i}" for i in range(1, 179))
 
 
-def _epileptic_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
-    note = "12-bit A/D converter range of the Bonn EEG recordings (Andrzejak et al. 2001)"
-    cols = [numeric(c, -2048, 2047, note=note) for c in EPILEPTIC_COLUMNS]
-    return TabularSchema.from_columns(
-        "epileptic",
-        cols,
-        label="y",
-        description="UCI Epileptic Seizure Recognition, 178 EEG samples",
-    )
+_EPILEPTIC_BOUNDS = (
+    -2048,
+    2047,
+    "12-bit A/D converter range of the Bonn EEG recordings (Andrzejak et al. 2001)",
+)
 
 
 def _epileptic_read(
@@ -421,12 +458,7 @@ def _epileptic_read(
         _head(text[1:], opts), delimiter=",", usecols=range(1, 180), dtype=np.float64, ndmin=2
     )
     table = {c: arr[:, j] for j, c in enumerate(EPILEPTIC_COLUMNS)}
-    raw_y = arr[:, 178].astype(np.int64)
-    if not np.isin(raw_y, (1, 2, 3, 4, 5)).all():
-        raise ValueError(f"{path}: y must be in 1..5")
-    if opts.get("binary", True):
-        return table, (raw_y == 1).astype(np.int32)
-    return table, (raw_y - 1).astype(np.int32)
+    return table, _class_codes(path, arr[:, 178].astype(np.int64), 5, (1,), opts)
 
 
 # --------------------------------------------------------------------------- intrusion (KDD Cup 99)
@@ -612,19 +644,14 @@ def _kdd_numeric(f: str) -> ColumnSpec:
     raise KeyError(f)  # pragma: no cover
 
 
-def _intrusion_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
+def _intrusion_columns(root: Path | None, opts: Mapping[str, Any]) -> list[ColumnSpec]:
     cols = [
         categorical(f, KDD_SYMBOLIC[f], note="kddcup.names (symbolic)")
         if f in KDD_SYMBOLIC
         else _kdd_numeric(f)
         for f in KDD_FIELDS
     ]
-    return TabularSchema.from_columns(
-        "intrusion",
-        cols,
-        label="attack category",
-        description="KDD Cup 1999 (10% training data / corrected test)",
-    )
+    return cols
 
 
 def _attack_table(path: Path) -> dict[str, str]:
@@ -641,7 +668,7 @@ def _attack_table(path: Path) -> dict[str, str]:
 def _intrusion_read(
     paths: Sequence[Path], which: str, opts: Mapping[str, Any]
 ) -> tuple[Table, np.ndarray]:
-    path = paths[0] if which == "train" else paths[1]
+    path = _pick(paths, which)
     attacks = _attack_table(paths[2])
     lines = _head([ln for ln in _read_text(path).splitlines() if ln], opts)
     sym_idx = [KDD_FIELDS.index(f) for f in ("protocol_type", "service", "flag")]
@@ -745,7 +772,7 @@ def _parse_names_categories(path: Path) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _census_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
+def _census_columns(root: Path | None, opts: Mapping[str, Any]) -> list[ColumnSpec]:
     paths = require_files("census", root, [("tabular/census/census-income.names",)])
     cats = _parse_names_categories(paths[0])
     cols = []
@@ -759,33 +786,15 @@ def _census_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
             if f not in cats:
                 raise ValueError(f"{paths[0]}: no category list for attribute {f!r}")
             cols.append(categorical(f, cats[f], nullable=True, note="census-income.names"))
-    return TabularSchema.from_columns(
-        "census",
-        cols,
-        label="income 50000+",
-        description="UCI KDD Census-Income (1994/95 CPS), 40 attributes",
-    )
+    return cols
 
 
 def _census_read(
     paths: Sequence[Path], which: str, opts: Mapping[str, Any]
 ) -> tuple[Table, np.ndarray]:
-    path = paths[0] if which == "train" else paths[1]
-    lines = [ln for ln in _read_text(path).splitlines() if ln.strip() and not ln.startswith("|")]
-    lines = _head(lines, opts)
-    rows = _split_fields(lines, len(CENSUS_FIELDS) + 1, path)
-    cols = list(zip(*rows, strict=True)) if rows else [()] * (len(CENSUS_FIELDS) + 1)
-    table: Table = {}
-    for j, f in enumerate(CENSUS_FIELDS):
-        if f in CENSUS_IGNORED:
-            continue
-        table[f] = _to_float(cols[j]) if f in CENSUS_NUMERIC else np.asarray(cols[j], dtype=str)
-    labels = [s.rstrip(".").strip() for s in cols[-1]]
-    bad = sorted(set(labels) - {"- 50000", "50000+"})
-    if bad:
-        raise ValueError(f"{path}: unexpected income labels {bad[:5]}")
-    y = np.fromiter((lab == "50000+" for lab in labels), dtype=np.int32, count=len(labels))
-    return table, y
+    path = _pick(paths, which)
+    labels = ("- 50000", "50000+")
+    return _read_census_file(path, CENSUS_FIELDS, CENSUS_NUMERIC, labels, opts, CENSUS_IGNORED)
 
 
 # --------------------------------------------------------------------------- covtype
@@ -814,15 +823,13 @@ COVTYPE_CLASSES = (
 )
 
 
-def _covtype_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
+def _covtype_columns(root: Path | None, opts: Mapping[str, Any]) -> list[ColumnSpec]:
     cols = [numeric(n, lo, hi, note=note) for n, lo, hi, note in COVTYPE_NUMERIC]
     cols.append(
         categorical("Wilderness_Area", COVTYPE_WILDERNESS, note="covtype.info (4 binary columns)")
     )
     cols.append(categorical("Soil_Type", COVTYPE_SOIL, note="covtype.info (40 binary columns)"))
-    return TabularSchema.from_columns(
-        "covtype", cols, label="Cover_Type", description="UCI Covertype (Roosevelt National Forest)"
-    )
+    return cols
 
 
 def _onehot_tokens(block: np.ndarray, names: Sequence[str]) -> np.ndarray:
@@ -852,46 +859,33 @@ ISOLET_COLUMNS = tuple(f"f{i}" for i in range(1, 618))
 ISOLET_VOWELS = (1, 5, 9, 15, 21)  # A E I O U (labels 1..26)
 
 
-def _isolet_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
-    note = "isolet.names: features scaled into [-1, 1] by the dataset authors"
-    return TabularSchema.from_columns(
-        "isolet",
-        [numeric(c, -1, 1, note=note) for c in ISOLET_COLUMNS],
-        label="letter",
-        description="UCI ISOLET spoken letters",
-    )
+_ISOLET_BOUNDS = (-1, 1, "isolet.names: features scaled into [-1, 1] by the dataset authors")
 
 
 def _isolet_read(
     paths: Sequence[Path], which: str, opts: Mapping[str, Any]
 ) -> tuple[Table, np.ndarray]:
-    path = paths[0] if which == "train" else paths[1]
+    path = _pick(paths, which)
     lines = _head([ln for ln in _read_text(path).splitlines() if ln.strip()], opts)
     arr = np.loadtxt(lines, delimiter=",", dtype=np.float64, ndmin=2)
     if arr.shape[1] != 618:
         raise ValueError(f"{path}: expected 618 columns, got {arr.shape[1]}")
     letters = np.rint(arr[:, 617]).astype(np.int64)
-    if not np.isin(letters, np.arange(1, 27)).all():
-        raise ValueError(f"{path}: labels must be 1..26")
     table = {c: arr[:, j] for j, c in enumerate(ISOLET_COLUMNS)}
-    if opts.get("binary", True):
-        return table, np.isin(letters, ISOLET_VOWELS).astype(np.int32)
-    return table, (letters - 1).astype(np.int32)
+    return table, _class_codes(path, letters, 26, ISOLET_VOWELS, opts)
 
 
 # --------------------------------------------------------------------------- credit
 CREDIT_COLUMNS = (*(f"V{i}" for i in range(1, 29)), "Amount")
 
 
-def _credit_schema(root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
+def _credit_columns(root: Path | None, opts: Mapping[str, Any]) -> list[ColumnSpec]:
     cols = [
         numeric(f"V{i}", -10, 10, note="anonymised PCA component; symmetric bound chosen a priori")
         for i in range(1, 29)
     ]
     cols.append(numeric("Amount", 0, 30_000, transform="log", note="euros; bound chosen a priori"))
-    return TabularSchema.from_columns(
-        "credit", cols, label="Class", description="Kaggle/ULB credit card fraud (Time dropped)"
-    )
+    return cols
 
 
 def _credit_read(
@@ -915,14 +909,26 @@ def _credit_read(
 # --------------------------------------------------------------------------- registry
 @dataclass(frozen=True)
 class TabularDef:
+    """One dataset: its files, split, public schema (``label``, ``description`` and the
+    ``columns`` function) and reader (``read(paths, which, opts) -> (table, (n,) int
+    labels)``)."""
+
     name: str
     files: tuple[str | tuple[str, ...], ...]
     official_split: bool
-    schema: Callable[[Path | None, Mapping[str, Any]], TabularSchema]
+    label: str
+    description: str
+    columns: Callable[[Path | None, Mapping[str, Any]], list[ColumnSpec]]
     read: Callable[[Sequence[Path], str, Mapping[str, Any]], tuple[Table, np.ndarray]]
     class_names: Callable[[Mapping[str, Any]], tuple[str, ...]]
     options: tuple[str, ...] = ()
     note: str = ""
+
+    def schema(self, root: Path | None, opts: Mapping[str, Any]) -> TabularSchema:
+        """The hand-written public `TabularSchema` (no data read; ``root`` for census' names)."""
+        return TabularSchema.from_columns(
+            self.name, self.columns(root, opts), label=self.label, description=self.description
+        )
 
 
 TABULAR: dict[str, TabularDef] = {
@@ -930,7 +936,9 @@ TABULAR: dict[str, TabularDef] = {
         "adult",
         ("tabular/adult/adult.data", "tabular/adult/adult.test"),
         True,
-        _adult_schema,
+        "income>50K",
+        "UCI Adult (Census Income), 14 attributes",
+        _adult_columns,
         _adult_read,
         lambda o: ("<=50K", ">50K"),
     ),
@@ -938,7 +946,9 @@ TABULAR: dict[str, TabularDef] = {
         "cervical",
         ("tabular/cervical/kag_risk_factors_cervical_cancer.csv",),
         False,
-        _cervical_schema,
+        "Biopsy",
+        "UCI Cervical cancer (Risk Factors)",
+        _cervical_columns,
         _cervical_read,
         lambda o: ("biopsy negative", "biopsy positive"),
         options=("include_other_tests",),
@@ -947,7 +957,9 @@ TABULAR: dict[str, TabularDef] = {
         "epileptic",
         ("tabular/epileptic/Epileptic Seizure Recognition.csv",),
         False,
-        _epileptic_schema,
+        "y",
+        "UCI Epileptic Seizure Recognition, 178 EEG samples",
+        partial(_bounded_columns, EPILEPTIC_COLUMNS, _EPILEPTIC_BOUNDS),
         _epileptic_read,
         lambda o: (
             ("no seizure", "seizure")
@@ -964,7 +976,9 @@ TABULAR: dict[str, TabularDef] = {
             "tabular/intrusion/training_attack_types.txt",
         ),
         True,
-        _intrusion_schema,
+        "attack category",
+        "KDD Cup 1999 (10% training data / corrected test)",
+        _intrusion_columns,
         _intrusion_read,
         lambda o: INTRUSION_CATEGORIES,
         options=("unknown_attack",),
@@ -977,7 +991,9 @@ TABULAR: dict[str, TabularDef] = {
             "tabular/census/census-income.names",
         ),
         True,
-        _census_schema,
+        "income 50000+",
+        "UCI KDD Census-Income (1994/95 CPS), 40 attributes",
+        _census_columns,
         _census_read,
         lambda o: ("- 50000", "50000+"),
         note="Files of the UCI 'Census-Income (KDD)' dataset (census-income.data.gz / .test.gz / .names).",
@@ -986,7 +1002,9 @@ TABULAR: dict[str, TabularDef] = {
         "covtype",
         (("tabular/covtype/covtype.data.gz", "tabular/covtype/covtype.data"),),
         False,
-        _covtype_schema,
+        "Cover_Type",
+        "UCI Covertype (Roosevelt National Forest)",
+        _covtype_columns,
         _covtype_read,
         lambda o: COVTYPE_CLASSES,
         note="covtype.data.gz of the UCI 'Covertype' dataset.",
@@ -998,7 +1016,9 @@ TABULAR: dict[str, TabularDef] = {
             ("tabular/isolet/isolet5.data", "tabular/isolet/isolet5.data.gz"),
         ),
         True,
-        _isolet_schema,
+        "letter",
+        "UCI ISOLET spoken letters",
+        partial(_bounded_columns, ISOLET_COLUMNS, _ISOLET_BOUNDS),
         _isolet_read,
         lambda o: (
             ("consonant", "vowel")
@@ -1012,7 +1032,9 @@ TABULAR: dict[str, TabularDef] = {
         "credit",
         (("tabular/credit/creditcard.csv", "tabular/credit/creditcard.csv.gz"),),
         False,
-        _credit_schema,
+        "Class",
+        "Kaggle/ULB credit card fraud (Time dropped)",
+        _credit_columns,
         _credit_read,
         lambda o: ("legitimate", "fraud"),
         note="creditcard.csv of the Kaggle 'Credit Card Fraud Detection' (ULB) dataset.",

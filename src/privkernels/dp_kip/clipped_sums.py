@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from privkernels.dp_kip.grads import adjoint_grads
+from privkernels.dp_kip.grads import adjoint_grads, vmap_grads
 from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.dp_kip.krr import krr_adjoint_terms, loss_one
 from privkernels.precision import full_precision
@@ -402,57 +402,47 @@ def gram_clipped_sum(
 
 
 @full_precision
-def _explicit_sum(
+def _autodiff_sum(
     work: dict[str, jax.Array],
     y_s: jax.Array,
     t: jax.Array,
     y_t: jax.Array,
     mask: jax.Array,
     grad_mask: jax.Array,
+    clip_norm: float,
     *,
     spec: KernelSpec,
+    space: str,
     ridge: float,
-    clip_norm: float,
     method: str,
 ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
-    """Per-example gradients (adjoint or vmap), frozen pixels excluded, clipped, masked sum."""
-    if method == "adjoint":
-        gx, losses = adjoint_grads(spec, work["x"], y_s, t, y_t, ridge)
-        g = {"x": gx}
-    else:
-        fn = partial(loss_one, spec=spec, space="input", ridge=ridge)
-        g = jax.vmap(jax.grad(fn), in_axes=(None, None, 0, 0))(work, y_s, t, y_t)
-        losses = jax.vmap(fn, in_axes=(None, None, 0, 0))(work, y_s, t, y_t)
-    g = {**g, "x": g["x"] * (1.0 - grad_mask)[None]}  # frozen pixels excluded before clipping
+    """The masked gradient sum by automatic differentiation of eq. 3's per-target loss.
+
+    ``method="exact"``: the non-private baseline, the gradient of the masked summed
+    loss (no clipping, no noise; ``clip_norm`` unused). ``"adjoint"`` / ``"vmap"``:
+    per-example gradients (`adjoint_grads` or `vmap_grads`), frozen pixels
+    (``grad_mask`` 1) excluded, clipped to ``clip_norm`` and summed over ``mask``
+    (Alg. 1 lines 5-7). ``work``: ``{"x": (m, *s)}`` (``"exact"`` in feature space:
+    ``{"phi": (m, f)}``); ``t (b, *s)``, ``y_t (b, c)``, ``mask (b,)``. Returns
+    ``(summed, loss_sum, n_clipped)`` (float32).
+    """
+    if method == "exact":
+        fn = partial(loss_one, spec=spec, space=space, ridge=ridge)
+        batch_loss = jax.vmap(fn, in_axes=(None, None, 0, 0))
+
+        def total(p: dict[str, jax.Array]) -> jax.Array:
+            return jnp.sum(jnp.where(mask > 0, batch_loss(p, y_s, t, y_t), 0.0))
+
+        value, grads = jax.value_and_grad(total)(work)
+        return grads, value, jnp.zeros((), jnp.float32)
+    per_example = adjoint_grads if method == "adjoint" else vmap_grads
+    gx, losses = per_example(spec, work["x"], y_s, t, y_t, ridge)
+    g = {"x": gx * (1.0 - grad_mask)[None]}  # frozen pixels excluded before clipping
     clipped, norms = clip_per_example(g, clip_norm)
     keep = (mask > 0) & jnp.isfinite(norms)
     summed = masked_sum(clipped, keep)  # clipped leaves are float32 already
     n_clipped = jnp.sum(keep * (norms > clip_norm))
     return summed, jnp.sum(jnp.where(keep, losses, 0.0)), n_clipped
-
-
-@full_precision
-def _exact_sum(
-    work: dict[str, jax.Array],
-    y_s: jax.Array,
-    t: jax.Array,
-    y_t: jax.Array,
-    mask: jax.Array,
-    grad_mask: jax.Array,
-    *,
-    spec: KernelSpec,
-    space: str,
-    ridge: float,
-) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
-    """Non-private baseline: gradient of the masked summed loss (no clipping, no noise)."""
-    fn = partial(loss_one, spec=spec, space=space, ridge=ridge)
-    batch_loss = jax.vmap(fn, in_axes=(None, None, 0, 0))
-
-    def total(p: dict[str, jax.Array]) -> jax.Array:
-        return jnp.sum(jnp.where(mask > 0, batch_loss(p, y_s, t, y_t), 0.0))
-
-    value, grads = jax.value_and_grad(total)(work)
-    return grads, value, jnp.zeros((), jnp.float32)
 
 
 def _feature_strategy(work, y_s, t, y_t, mask, grad_mask, clip_norm, *, ridge):  # type: ignore[no-untyped-def]
@@ -510,19 +500,12 @@ def clipped_sum_fn(name: str, spec: KernelSpec, *, space: str, ridge: float) -> 
 
     ``clip_norm`` may be traced (one compilation serves every clip norm).
     """
-    if name == "exact":
-        exact = partial(_exact_sum, spec=spec, space=space, ridge=ridge)
-        return lambda work, y_s, t, y_t, mask, grad_mask, clip_norm: exact(
-            work, y_s, t, y_t, mask, grad_mask
-        )
+    if name in ("exact", "adjoint", "vmap"):  # the explicit gradients are in input space
+        space = space if name == "exact" else "input"
+        return partial(_autodiff_sum, spec=spec, space=space, ridge=ridge, method=name)
     if name == "feature":
         return partial(_feature_strategy, ridge=ridge)
     if name == "gram":
         assert spec.gram_fn is not None
         return partial(_gram_strategy, gram_fn=spec.gram_fn, ridge=ridge)
-    if name in ("adjoint", "vmap"):
-        explicit = partial(_explicit_sum, spec=spec, ridge=ridge, method=name)
-        return lambda work, y_s, t, y_t, mask, grad_mask, clip_norm: explicit(
-            work, y_s, t, y_t, mask, grad_mask, clip_norm=clip_norm
-        )
     raise ValueError(f"unknown clipped-sum strategy {name!r}; one of {STRATEGIES}")

@@ -160,6 +160,31 @@ def _check_interval(value: Any) -> float:
     return v
 
 
+class _Run(NamedTuple):
+    """The public numbers a DP-SGD run is accounted from, validated (`_check_run`): target
+    ``delta``, Poisson rate ``q``, ``steps``, ``accountant`` (``"pld"``/``"rdp"``), PLD
+    ``interval`` and neighbouring ``relation``."""
+
+    delta: float
+    q: float
+    steps: int
+    accountant: str
+    interval: float
+    relation: str = "add-remove"
+
+
+def _check_run(
+    delta: Any, sampling_rate: Any, steps: Any, accountant: Any, interval: Any, relation: Any
+) -> _Run:
+    """Validate the accounting arguments every DP-SGD function takes (ValueError/TypeError)."""
+    d = check_delta(delta)
+    q = check_sampling_rate(sampling_rate)
+    t = check_int(steps, "steps", minimum=1)
+    acc = _check_accountant(accountant)
+    rel = check_relation(relation, acc)
+    return _Run(d, q, t, acc, _check_interval(interval), rel)
+
+
 # --------------------------------------------------------------------------- #
 # single Gaussian release
 # --------------------------------------------------------------------------- #
@@ -229,7 +254,7 @@ def dpsgd_event(noise_multiplier: float, *, sampling_rate: float, steps: int) ->
     return dp_accounting.SelfComposedDpEvent(sampled, int(steps))
 
 
-def _make_accountant(accountant: str, interval: float, relation: str = "add-remove") -> Any:
+def _make_accountant(accountant: str, interval: float, relation: str) -> Any:
     import dp_accounting  # heavy (seconds to import): loaded on first use
 
     rel = dp_accounting.NeighboringRelation
@@ -241,19 +266,12 @@ def _make_accountant(accountant: str, interval: float, relation: str = "add-remo
     return dp_accounting.rdp.RdpAccountant(neighboring_relation=neighbouring)
 
 
-def _epsilon(
-    sigma: float,
-    delta: float,
-    q: float,
-    steps: int,
-    accountant: str,
-    interval: float,
-    relation: str = "add-remove",
-) -> float:
-    acc = _make_accountant(accountant, interval, relation)
+def _epsilon(sigma: float, run: _Run) -> float:
+    """Epsilon of ``run.steps`` Poisson-subsampled Gaussian steps of noise multiplier ``sigma``."""
+    acc = _make_accountant(run.accountant, run.interval, run.relation)
     with _quiet_rdp():
-        acc.compose(dpsgd_event(sigma, sampling_rate=q, steps=steps))
-        return max(0.0, float(acc.get_epsilon(delta)))
+        acc.compose(dpsgd_event(sigma, sampling_rate=run.q, steps=run.steps))
+        return max(0.0, float(acc.get_epsilon(run.delta)))
 
 
 def dpsgd_epsilon(
@@ -281,13 +299,10 @@ def dpsgd_epsilon(
       epsilon (float >= 0; an upper bound, see the module docstring).
     """
     sigma = check_positive(noise_multiplier, "noise_multiplier")
-    d = check_delta(delta)
-    q = check_sampling_rate(sampling_rate)
-    t = check_int(steps, "steps", minimum=1)
-    acc = _check_accountant(accountant)
-    rel = check_relation(neighbouring, acc)
-    interval = _check_interval(value_discretization_interval)
-    return _epsilon(sigma, d, q, t, acc, interval, rel)
+    run = _check_run(
+        delta, sampling_rate, steps, accountant, value_discretization_interval, neighbouring
+    )
+    return _epsilon(sigma, run)
 
 
 def _bracket(gap: Callable[[float], float], guess: float, factor: float) -> tuple[float, float]:
@@ -346,21 +361,13 @@ def _solve(gap: Callable[[float], float], lo: float, hi: float, tol: float) -> f
     return float(min(feasible))
 
 
-def _make_gap(
-    epsilon: float,
-    delta: float,
-    q: float,
-    steps: int,
-    accountant: str,
-    interval: float,
-    relation: str = "add-remove",
-) -> tuple[Callable[[float], float], dict[float, float]]:
+def _make_gap(epsilon: float, run: _Run) -> tuple[Callable[[float], float], dict[float, float]]:
     """``gap(sigma) = epsilon(sigma) - target`` (decreasing), memoized per call."""
     memo: dict[float, float] = {}  # bracketing and Brent revisit endpoints
 
     def gap(s: float) -> float:
         if s not in memo:
-            memo[s] = _epsilon(s, delta, q, steps, accountant, interval, relation) - epsilon
+            memo[s] = _epsilon(s, run) - epsilon
         return memo[s]
 
     return gap, memo
@@ -406,15 +413,16 @@ def _refine(
     return _solve(gap, bracket[0], bracket[1], tol)
 
 
-def _rdp_start(
-    epsilon: float, delta: float, q: float, steps: int, guess: float, tol: float
-) -> float:
+def _rdp_start(epsilon: float, run: _Run, guess: float, tol: float) -> float:
     """Add-remove RDP calibration: a cheap starting point for the PLD search.
 
     RDP is looser than PLD, and replace-one needs more noise than add-remove,
     so it is only a start. Tiny targets below RDP's floor fall back to ``guess``.
     """
-    rdp_gap, _ = _make_gap(epsilon, delta, q, steps, "rdp", DEFAULT_PLD_INTERVAL)
+    add_remove = run._replace(
+        accountant="rdp", interval=DEFAULT_PLD_INTERVAL, relation="add-remove"
+    )
+    rdp_gap, _ = _make_gap(epsilon, add_remove)
     try:
         lo, hi = _bracket(rdp_gap, guess, 1.5)
     except ValueError:
@@ -423,25 +431,17 @@ def _rdp_start(
 
 
 @functools.lru_cache(maxsize=256)
-def _calibrate(
-    epsilon: float,
-    delta: float,
-    q: float,
-    steps: int,
-    accountant: str,
-    interval: float,
-    tol: float,
-    relation: str = "add-remove",
-) -> float:
+def _calibrate(epsilon: float, run: _Run, tol: float) -> float:
+    """`dpsgd_noise_multiplier` after validation (memoized on the public numbers)."""
     import dp_accounting  # heavy (seconds to import): loaded on first use
 
     # Starting guess: the single-release sigma scaled by sqrt(q^2 * steps)
     # (small-q central-limit heuristic), floored; only affects speed.
-    single = float(dp_accounting.get_sigma_gaussian(epsilon, delta))
-    guess = max(0.3, single * math.sqrt(min(1.0, q * q * steps)))
-    start = _rdp_start(epsilon, delta, q, steps, guess, tol)
-    if accountant == "rdp":
-        rdp_gap, _ = _make_gap(epsilon, delta, q, steps, "rdp", interval)
+    single = float(dp_accounting.get_sigma_gaussian(epsilon, run.delta))
+    guess = max(0.3, single * math.sqrt(min(1.0, run.q * run.q * run.steps)))
+    start = _rdp_start(epsilon, run, guess, tol)
+    if run.accountant == "rdp":  # add-remove (`check_relation`)
+        rdp_gap, _ = _make_gap(epsilon, run)
         lo, hi = _bracket(rdp_gap, start, 1.5)
         return _solve(rdp_gap, lo, hi, tol)
 
@@ -449,15 +449,15 @@ def _calibrate(
     # the local slope; pass 2 at the requested interval refines it.
     # The coarse interval never exceeds a tenth of the target (a pessimistic PLD
     # cannot resolve an epsilon below its own discretization).
-    coarse = min(0.1, interval * _COARSE_FACTOR, max(interval, epsilon / 10.0))
-    coarse_gap, coarse_memo = _make_gap(epsilon, delta, q, steps, "pld", coarse, relation)
+    coarse = min(0.1, run.interval * _COARSE_FACTOR, max(run.interval, epsilon / 10.0))
+    coarse_gap, coarse_memo = _make_gap(epsilon, run._replace(interval=coarse))
     lo, hi = _bracket(coarse_gap, start, 1.05)
     sigma_coarse = _solve(coarse_gap, lo, hi, tol)
     bracket = _closest_bracket(coarse_memo)
     slope = -1.0
     if bracket is not None and bracket[1] > bracket[0]:
         slope = (coarse_memo[bracket[1]] - coarse_memo[bracket[0]]) / (bracket[1] - bracket[0])
-    fine_gap, fine_memo = _make_gap(epsilon, delta, q, steps, "pld", interval, relation)
+    fine_gap, fine_memo = _make_gap(epsilon, run)
     return _refine(fine_gap, fine_memo, sigma_coarse, slope, tol)
 
 
@@ -507,14 +507,10 @@ def dpsgd_noise_multiplier(
       ``accountant`` and interval to report the spent epsilon.
     """
     eps = check_epsilon(epsilon)
-    d = check_delta(delta)
-    q = check_sampling_rate(sampling_rate)
-    t = check_int(steps, "steps", minimum=1)
-    acc = _check_accountant(accountant)
-    rel = check_relation(neighbouring, acc)
-    interval = _check_interval(value_discretization_interval)
-    tol_f = check_positive(tol, "tol")
-    return _calibrate(eps, d, q, t, acc, interval, tol_f, rel)
+    run = _check_run(
+        delta, sampling_rate, steps, accountant, value_discretization_interval, neighbouring
+    )
+    return _calibrate(eps, run, check_positive(tol, "tol"))
 
 
 def dpsgd_record(
@@ -538,28 +534,24 @@ def dpsgd_record(
     sensitivity recorded is ``clip_norm`` (per example).
     """
     sigma = check_positive(noise_multiplier, "noise_multiplier")
-    d = check_delta(delta)
-    q = check_sampling_rate(sampling_rate)
-    t = check_int(steps, "steps", minimum=1)
-    c = check_positive(clip_norm, "clip_norm")
-    acc = _check_accountant(accountant)
-    rel = check_relation(neighbouring, acc)
-    interval = _check_interval(value_discretization_interval)
-    eps = (
-        _epsilon(sigma, d, q, t, acc, interval, rel) if epsilon is None else check_epsilon(epsilon)
+    run = _check_run(
+        delta, sampling_rate, steps, accountant, value_discretization_interval, neighbouring
     )
-    extra: dict[str, Any] = {"value_discretization_interval": interval} if acc == "pld" else {}
+    c = check_positive(clip_norm, "clip_norm")
+    eps = _epsilon(sigma, run) if epsilon is None else check_epsilon(epsilon)
+    pld = run.accountant == "pld"
+    extra: dict[str, Any] = {"value_discretization_interval": run.interval} if pld else {}
     return MechanismRecord.make(
         "poisson_subsampled_gaussian",
         released,
         eps,
-        d,
+        run.delta,
         sensitivity=c,
-        accountant=acc,
+        accountant=run.accountant,
         noise_multiplier=sigma,
-        sampling_rate=q,
-        steps=t,
-        neighbouring=rel,
+        sampling_rate=run.q,
+        steps=run.steps,
+        neighbouring=run.relation,
         **extra,
         **params,
     )

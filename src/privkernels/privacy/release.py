@@ -21,6 +21,7 @@ value, `DPSGDPlan`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
@@ -53,6 +54,14 @@ def _budget(budget: Any) -> Budget:
     return budget
 
 
+def _record(
+    make: Callable[..., MechanismRecord], released: str, budget: Budget, **params: Any
+) -> MechanismRecord:
+    """``make(released, epsilon=..., delta=..., **params)``: a release's record carries its
+    own budget."""
+    return make(released, epsilon=budget.epsilon, delta=budget.delta, **params)
+
+
 def gaussian_release(
     key: Any, value: Any, *, budget: Budget, sensitivity: float, released: str, **params: Any
 ) -> tuple[Any, MechanismRecord]:
@@ -72,13 +81,8 @@ def gaussian_release(
     budget = _budget(budget)
     sigma = float(_privacy.gaussian_sigma(budget.epsilon, budget.delta))
     noisy = _privacy.gaussian_mechanism(key, value, sensitivity=sensitivity, sigma=sigma)
-    record = gaussian_record(
-        released,
-        epsilon=budget.epsilon,
-        delta=budget.delta,
-        sensitivity=sensitivity,
-        sigma=sigma,
-        **params,
+    record = _record(
+        gaussian_record, released, budget, sensitivity=sensitivity, sigma=sigma, **params
     )
     return noisy, record
 
@@ -129,13 +133,8 @@ def truncated_laplace_release(
         dtype=dtype,
     )
     bound = truncated_laplace_bound(sensitivity, budget.epsilon, budget.delta)
-    record = truncated_laplace_record(
-        released,
-        epsilon=budget.epsilon,
-        delta=budget.delta,
-        sensitivity=sensitivity,
-        **{"accountant_detail": accountant, "per_coordinate_bound": bound, **params},
-    )
+    details = {"accountant_detail": accountant, "per_coordinate_bound": bound, **params}
+    record = _record(truncated_laplace_record, released, budget, sensitivity=sensitivity, **details)
     return arr.astype(dtype) + noise, record
 
 
@@ -161,10 +160,10 @@ def gaussian_sampling_release(
     noisy = _privacy.gaussian_sampling_mechanism(
         key, kmat, k, epsilon=budget.epsilon, delta=budget.delta, shift=shift
     )
-    record = gaussian_sampling_record(
+    record = _record(
+        gaussian_sampling_record,
         released,
-        epsilon=budget.epsilon,
-        delta=budget.delta,
+        budget,
         k=k,
         accountant=accountant,
         sensitivity=sensitivity,
