@@ -304,3 +304,20 @@ def test_synthetic_tabular_schema():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         synthetic_tabular(1, 10)
+
+
+def test_an_unexpected_adult_label_is_not_echoed(tmp_path):
+    """A label outside the schema's two is refused without its value (it is data)."""
+    real = os.path.join(os.environ.get("PRIVKERNELS_DATA", ""), "tabular", "adult", "adult.data")
+    if not os.path.isfile(real):
+        pytest.skip("needs the adult file under PRIVKERNELS_DATA (shared/data)")
+    folder = tmp_path / "tabular" / "adult"
+    folder.mkdir(parents=True)
+    with open(real) as f:
+        rows = [next(f) for _ in range(20)]
+    rows[3] = rows[3].rsplit(",", 1)[0] + ", SECRET-LABEL-42\n"
+    (folder / "adult.data").write_text("".join(rows))
+    (folder / "adult.test").write_text("".join(rows[:2]))
+    with pytest.raises(ValueError) as err:
+        data.load("adult", data_dir=tmp_path)
+    assert "SECRET" not in str(err.value) and "not shown" in str(err.value)

@@ -329,7 +329,9 @@ def _read_census_file(
     found = [s.rstrip(".").strip() for s in cols[-1]]
     bad = sorted(set(found) - set(labels))
     if bad:
-        raise ValueError(f"{path}: unexpected income labels {bad[:5]}")
+        raise ValueError(
+            f"{path}: the label column holds values other than {labels} (not shown: they are data)"
+        )
     y = np.fromiter((lab == labels[1] for lab in found), dtype=np.int32, count=len(found))
     return table, y
 
@@ -689,10 +691,13 @@ def _intrusion_read(
     unknown = sorted(a for a, k in zip(names, codes.tolist(), strict=True) if k < 0)
     if unknown:
         if opts.get("unknown_attack", "drop") == "error":
-            raise ValueError(f"{path}: attack names without a category: {unknown}")
+            raise ValueError(
+                f"{path}: some attack names have no category (not shown: they are data)"
+            )
         keep = y >= 0
         warnings.warn(
-            f"intrusion: dropping {int((~keep).sum())} rows with uncategorised attacks {unknown}",
+            "intrusion: dropping the rows whose attack name has no category (names and counts "
+            "not shown: they are data; unknown_attack='error' refuses them instead)",
             UserWarning,
             stacklevel=5,
         )
