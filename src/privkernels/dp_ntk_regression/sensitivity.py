@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from privkernels._validation import check_delta, check_epsilon, check_int, check_positive
+from privkernels.privacy.accounting import gsm_divisor
 
 __all__ = ["sensitivity_bound", "max_k", "delta_branches", "shift_for_k"]
 
@@ -70,8 +71,7 @@ def sensitivity_bound(
 
 
 def delta_branches(epsilon_alpha: float, delta_alpha: float) -> tuple[float, float]:
-    log_term = math.log(1.0 / delta_alpha)
-    return 8.0 * log_term, epsilon_alpha / max(math.sqrt(8.0 * log_term), 8.0 * log_term)
+    return 8.0 * math.log(1.0 / delta_alpha), epsilon_alpha / gsm_divisor(1, delta_alpha)
 
 
 def _k_from_m(m_bound: float, epsilon_alpha: float, delta_alpha: float) -> float:
@@ -175,7 +175,6 @@ def shift_for_k(
     k = check_int(k, "k")
     epsilon_alpha = check_epsilon(epsilon_alpha, "epsilon_alpha")
     delta_alpha = check_delta(delta_alpha, "delta_alpha")
-    log_term = math.log(1.0 / delta_alpha)
-    denom = max(math.sqrt(8.0 * k * log_term), 8.0 * log_term)
+    denom = gsm_divisor(k, delta_alpha)
     scale = n * weight_std**2 * input_bound**4 * check_positive(beta, "beta")
     return scale * denom / epsilon_alpha

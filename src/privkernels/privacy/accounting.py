@@ -80,6 +80,7 @@ __all__ = [
     "DEFAULT_PLD_INTERVAL",
     "DEFAULT_SIGMA_TOL",
     "tlap_bound",
+    "gsm_divisor",
     "gsm_epsilon",
     "SelectionEvent",
     "candidate_rdp",
@@ -574,6 +575,13 @@ def tlap_bound(sens: float, eps: float, delta: float) -> float:
     return (sens / eps) * log_term
 
 
+def gsm_divisor(k: float, delta: float) -> float:
+    """``max(sqrt(8 k L), 8 L)`` with ``L = log(1/delta)``: Def. 5.2's
+    ``Delta(eps, delta, k) = eps / gsm_divisor(k, delta)`` (``k`` may be real)."""
+    log_term = math.log(1.0 / delta)
+    return max(math.sqrt(8.0 * k * log_term), 8.0 * log_term)
+
+
 def gsm_epsilon(m_bound: float, delta: float, k: int) -> float:
     """The smallest epsilon at which ``k`` Gaussian samples satisfy Condition 5.3.
 
@@ -581,9 +589,8 @@ def gsm_epsilon(m_bound: float, delta: float, k: int) -> float:
     the mechanism is (eps, delta)-DP when ``M <= Delta`` (Lemma 5.4), i.e. for every
     ``eps >= M max(sqrt(8 k L), 8 L)``.
     """
-    log_term = math.log(1.0 / check_delta(delta))
-    k = check_int(k, "k", minimum=1)
-    return float(m_bound) * max(math.sqrt(8.0 * k * log_term), 8.0 * log_term)
+    delta = check_delta(delta)
+    return float(m_bound) * gsm_divisor(check_int(k, "k", minimum=1), delta)
 
 
 # --------------------------------------------------------------------------- #
