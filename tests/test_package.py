@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +159,84 @@ def test_the_layering_checks_see_a_cycle_and_a_private_import() -> None:
     node = tree.body[0]
     assert isinstance(node, ast.ImportFrom)
     assert _owner(_source("privkernels.features.entk", node)) == "privacy"
+
+
+#: Comments that are tool directives (noqa, type: ignore, pragma, fmt), not a reason.
+PRAGMA = re.compile(r"^(noqa\b|type:\s*ignore|pragma:|fmt:)")
+
+
+def _reasons(source: str) -> dict[int, str]:
+    """Line number -> the text of its comment, tool directives left out."""
+    out = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            text = tok.string.lstrip("#").strip()
+            if text and not PRAGMA.match(text):
+                out[tok.start[0]] = text
+    return out
+
+
+def _deferred_imports(node: ast.AST, in_function: bool = False) -> list[list[ast.stmt]]:
+    """Each import inside a function body, as the run of adjacent imports that ends at it."""
+    out = []
+    inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        block = getattr(node, field, None)
+        if not isinstance(block, list):
+            continue
+        start = 0
+        for i, stmt in enumerate(block):
+            if not isinstance(stmt, ast.Import | ast.ImportFrom):
+                start = i + 1
+            elif inner:
+                out.append(block[start : i + 1])
+            out += _deferred_imports(stmt, inner)
+    return out
+
+
+def _uncommented_imports(source: str) -> list[int]:
+    """Lines of function-level imports with no reason: none on the import's own lines
+    and none in the comment lines right above its run of imports."""
+    runs = _deferred_imports(ast.parse(source))
+    lines, reasons = source.splitlines(), _reasons(source) if runs else {}
+    bad = []
+    for run in runs:
+        stmt = run[-1]
+        own = range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
+        above, k = [], run[0].lineno - 1
+        while k >= 1 and lines[k - 1].lstrip().startswith("#"):
+            above.append(k)
+            k -= 1
+        if not any(n in reasons for n in (*own, *above)):
+            bad.append(stmt.lineno)
+    return sorted(set(bad))
+
+
+def test_every_function_level_import_says_why() -> None:
+    """Issue 51: an import inside a function only for an optional or heavy dependency (or
+    an import cycle), each with a comment saying which; every other import is at the top."""
+    bad = [f"{module}:{line}" for module, path in MODULES.items()
+           for line in _uncommented_imports(path.read_text())]  # fmt: skip
+    assert not bad, bad
+
+
+def test_the_import_check_sees_an_uncommented_import() -> None:
+    source = (
+        "def f():\n"
+        "    import json  # noqa: PLC0415\n"
+        "    return json\n"
+        "\n"
+        "def g():\n"
+        "    # heavy: loaded on first use\n"
+        "    import scipy\n"
+        "    from scipy import stats\n"
+        "    try:\n"
+        "        import pandas  # optional\n"
+        "    except ImportError:\n"
+        "        import csv\n"
+        "    return scipy, stats, pandas, csv\n"
+    )
+    assert _uncommented_imports(source) == [2, 12]
 
 
 REPO = Path(__file__).resolve().parents[1]

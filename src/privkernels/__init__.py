@@ -50,19 +50,19 @@ def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"privkernels.{name}")
     if name == "PrivacyReport":
-        from privkernels.privacy.report import PrivacyReport
+        from privkernels.privacy.report import PrivacyReport  # lazy: loads jax (seconds)
 
         return PrivacyReport
     if name == "enable_compilation_cache":
-        from privkernels.runtime import enable_compilation_cache
+        from privkernels.runtime import enable_compilation_cache  # lazy: loads jax
 
         return enable_compilation_cache
     if name == "fresh_key":
-        from privkernels.privacy.keys import fresh_key
+        from privkernels.privacy.keys import fresh_key  # lazy: loads jax
 
         return fresh_key
     if name == "PrivacyLeakWarning":
-        from privkernels.privacy.warnings import PrivacyLeakWarning
+        from privkernels.privacy.warnings import PrivacyLeakWarning  # lazy: no submodule at import
 
         return PrivacyLeakWarning
     raise AttributeError(f"module 'privkernels' has no attribute {name!r}")

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier, is_regressor
+from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import ParameterGrid
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
@@ -113,9 +114,6 @@ class _EstimatorCandidate:
 
 def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
     """Train-on-synthetic: a logistic regression on synthetic rows, right (1) or not (0)."""
-    # heavy (seconds to import): loaded on first use
-    from sklearn.linear_model import LogisticRegression
-
     n = SYNTHETIC_ROWS  # a public count: a size read from the rows would tell them apart
     schema = getattr(gen, "schema_", None)
     if schema is not None:  # tables: both sides through the public schema
