@@ -13,12 +13,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from privkernels.data.schema import TabularSchema
+from privkernels.data.schema import TabularSchema
 
 __all__ = [
     "DATA_ENV_VAR",
