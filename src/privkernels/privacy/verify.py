@@ -24,7 +24,7 @@ import functools
 import json
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from privkernels.privacy.accounting import (
     dpsgd_epsilon,
@@ -34,10 +34,8 @@ from privkernels.privacy.accounting import (
     repeat_and_select_epsilon,
     tlap_bound,
 )
+from privkernels.privacy.record import MechanismRecord
 from privkernels.privacy.relations import BETA_CLOSE
-
-if TYPE_CHECKING:
-    from privkernels.privacy.record import MechanismRecord
 
 __all__ = ["check_record", "rederived_epsilon"]
 
