@@ -51,10 +51,12 @@ class DPSGDNoiseState(NamedTuple):
     the state of the next step, ``fold_in(key, NEXT_KEY_TAG)``.
     """
 
-    key: Any
+    key: jax.Array
 
 
-def dpsgd_noise(noise_std: Any, digest: Any, key: Any = None) -> optax.GradientTransformation:
+def dpsgd_noise(
+    noise_std: Any, digest: Any, key: jax.Array | None = None
+) -> optax.GradientTransformation:
     """The Gaussian noise of a DP-SGD step as an optax ``GradientTransformation``.
 
     ``update(summed, state, params=None)`` returns ``(summed + N(0, noise_std^2 I),
@@ -109,7 +111,7 @@ def _check_noise_args(noise_std: Any, digest: Any) -> None:
         raise ValueError(f"digest must be two uint32 words, got shape {np.shape(digest)}")
 
 
-def _add_noise(key: Any, summed: Any, noise_std: Any) -> Any:
+def _add_noise(key: jax.Array, summed: Any, noise_std: Any) -> Any:
     """``summed + noise_std * z`` per leaf, ``z ~ N(0, I)`` float32 from ``split(key, n_leaves)``."""
     leaves, treedef = jax.tree_util.tree_flatten(summed)
     keys = jax.random.split(key, len(leaves))
@@ -149,11 +151,11 @@ class DPSGDPlan(NamedTuple):
         """Standard deviation of the noise on the clipped sum: ``sigma * C``."""
         return self.noise_multiplier * self.clip_norm
 
-    def noise(self, key: Any = None) -> optax.GradientTransformation:
+    def noise(self, key: jax.Array | None = None) -> optax.GradientTransformation:
         """`dpsgd_noise` at this plan's ``noise_std`` and ``digest`` (``key``: for ``init``)."""
         return dpsgd_noise(self.noise_std, self.digest, key)
 
-    def add_noise(self, key: Any, summed: Any) -> Any:
+    def add_noise(self, key: jax.Array, summed: Any) -> Any:
         """``summed + N(0, (sigma C)^2 I)`` per leaf: one ``update`` of `noise` with ``key``.
 
         ``summed``: the clipped sum (pytree of float arrays); ``key`` may be traced.
@@ -255,7 +257,7 @@ def dpsgd_plan(
 
 
 def noisy_clipped_sum(
-    key: Any,
+    key: jax.Array,
     clipped: Any,
     mask: Any,
     *,
@@ -305,7 +307,7 @@ def noisy_clipped_sum(
 
 @jax.jit
 def _noisy_sum_impl(
-    key: Any, clipped: Any, mask: jax.Array, std: jax.Array, digest: jax.Array
+    key: jax.Array, clipped: Any, mask: jax.Array, std: jax.Array, digest: jax.Array
 ) -> Any:
     total = masked_sum(clipped, mask == 1)  # a traced mask's other values: not sampled
     return dpsgd_noise(std, digest).update(total, DPSGDNoiseState(key))[0]

@@ -84,12 +84,12 @@ def params_digest(mechanism: str, **params: Any) -> tuple[int, int]:
     return int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")
 
 
-def fold_digest(key: Any, digest: tuple[Any, Any]) -> Any:
+def fold_digest(key: jax.Array, digest: tuple[Any, Any]) -> jax.Array:
     """Fold a `params_digest` into ``key`` (jit-friendly: ``key`` may be traced)."""
     return jax.random.fold_in(jax.random.fold_in(key, digest[0]), digest[1])
 
 
-def mechanism_key(key: Any, mechanism: str, **params: Any) -> Any:
+def mechanism_key(key: jax.Array, mechanism: str, **params: Any) -> jax.Array:
     """``key`` with the digest of ``(mechanism, params)`` folded in (64 bits).
 
     Args:
@@ -118,7 +118,7 @@ def fresh_key() -> jax.Array:
     return jax.random.wrap_key_data(jax.numpy.asarray(bits))
 
 
-def looks_seeded(key: Any) -> bool:
+def looks_seeded(key: jax.Array) -> bool:
     """True when ``key`` visibly comes from a small int.
 
     ``jax.random.key(s)`` for ``0 <= s < 2**32`` is the key of its implementation seeded
@@ -140,16 +140,18 @@ def looks_seeded(key: Any) -> bool:
     return ref.shape == data.shape and bool(np.all(ref == data))
 
 
-def _typed(key: Any) -> bool:
+def _typed(key: jax.Array) -> bool:
     return bool(jax.numpy.issubdtype(key.dtype, jax.dtypes.prng_key))
 
 
-def _key_bits(key: Any) -> np.ndarray:
+def _key_bits(key: jax.Array) -> np.ndarray:
     """The raw bits of a typed or raw (uint32) key."""
     return np.asarray(jax.random.key_data(key) if _typed(key) else key)
 
 
-def release_key(key: Any, *, what: str = "key", stacklevel: int = 3) -> tuple[Any, tuple[str, ...]]:
+def release_key(
+    key: jax.Array, *, what: str = "key", stacklevel: int = 3
+) -> tuple[jax.Array, tuple[str, ...]]:
     """Check the key of a release and return it with the report notes it needs.
 
     A key that `looks_seeded` draws reproducible, not secret, noise: a
@@ -172,7 +174,7 @@ def release_key(key: Any, *, what: str = "key", stacklevel: int = 3) -> tuple[An
     return key, (SEEDED_KEY_NOTE,)
 
 
-def seed_keys(seed: Any, *, name: str = "random_state") -> tuple[Any, Any]:
+def seed_keys(seed: jax.Array | int | None, *, name: str = "random_state") -> tuple[Any, Any]:
     """``(key, public_key)`` of an estimator's or the CLI's ``random_state`` / ``--seed``.
 
     * None: two independent `fresh_key` s, one for the noise and the batches, one
@@ -221,7 +223,7 @@ def seeded_call() -> Iterator[None]:
         yield
 
 
-def sampling_key(key: Any, public_key: Any) -> Any:
+def sampling_key(key: jax.Array, public_key: jax.Array | None) -> jax.Array:
     """The base of a generator's sampling (post-processing) stream after a fit.
 
     The data-independent ``public_key`` when the fit had one (fresh entropy), else
@@ -230,7 +232,7 @@ def sampling_key(key: Any, public_key: Any) -> Any:
     return public_key if public_key is not None else jax.random.fold_in(key, SAMPLE_TAG)
 
 
-def sample_key(seed: Any) -> Any:
+def sample_key(seed: jax.Array | int | None) -> Any:
     """A key for sampling a fitted generator (post-processing, not a release key): fresh
     entropy for None, ``jax.random.key(seed)`` for an int, a JAX key as it is."""
     if seed is None:
@@ -240,7 +242,7 @@ def sample_key(seed: Any) -> Any:
     return seed
 
 
-def public_key_of(public_key: Any, key: Any) -> Any:
+def public_key_of(public_key: jax.Array, key: jax.Array) -> jax.Array:
     """``public_key`` checked as the key of a fit's data-independent draws: a JAX key, and
     not the release key itself (its draws would then be siblings of the noise keys).
 

@@ -81,7 +81,9 @@ def _release_dtype(dtype: Any) -> Any:
 # --------------------------------------------------------------------------- #
 
 
-def gaussian_mechanism(key: Any, value: Any, *, sensitivity: float, sigma: float) -> jax.Array:
+def gaussian_mechanism(
+    key: jax.Array, value: Any, *, sensitivity: float, sigma: float
+) -> jax.Array:
     """Release ``value + N(0, (sigma * sensitivity)^2 I)``.
 
     The normals are drawn from ``mechanism_key(key, "gaussian", sigma,
@@ -184,7 +186,9 @@ def truncated_laplace_cdf(
 
 
 @partial(jax.jit, static_argnames=("shape",))
-def _tlap_sample64(key: Any, shape: tuple[int, ...], lam: Any, c: Any, tail: Any) -> jax.Array:
+def _tlap_sample64(
+    key: jax.Array, shape: tuple[int, ...], lam: Any, c: Any, tail: Any
+) -> jax.Array:
     # Called under jax.enable_x64: float64 throughout. The sign is one fair bit
     # and the magnitude comes from an independent uniform v in (0, 1] (53-bit
     # resolution) through the exact inverse CDF of the truncated exponential on
@@ -200,7 +204,7 @@ def _tlap_sample64(key: Any, shape: tuple[int, ...], lam: Any, c: Any, tail: Any
 
 
 def _tlap_noise(
-    key: Any, shape: tuple[int, ...], dtype: Any, sens: float, eps: float, delta: float
+    key: jax.Array, shape: tuple[int, ...], dtype: Any, sens: float, eps: float, delta: float
 ) -> jax.Array:
     """Float64 truncated-Laplace draws, rounded to ``dtype`` inside ``[-B_f, B_f]``."""
     lam = sens / eps
@@ -218,7 +222,7 @@ def _tlap_noise(
 
 
 def truncated_laplace(
-    key: Any,
+    key: jax.Array,
     shape: tuple[int, ...] | int,
     *,
     sensitivity: float,
@@ -353,7 +357,7 @@ def _outer_mean(b: jax.Array, k: jax.Array) -> jax.Array:
 
 @partial(jax.jit, static_argnames=("width",))
 @full_precision
-def _gsm_explicit(key: Any, lfac: jax.Array, k: jax.Array, width: int) -> jax.Array:
+def _gsm_explicit(key: jax.Array, lfac: jax.Array, k: jax.Array, width: int) -> jax.Array:
     # k <= width <= n explicit samples: g_j = L z_j, K~ = (L Z)(L Z)^T / k with
     # Z (n, width) standard normal whose columns j >= k are zeroed, i.e. exactly
     # the k-column Z of Alg. 1. ``k`` is traced, so one compilation serves
@@ -365,7 +369,7 @@ def _gsm_explicit(key: Any, lfac: jax.Array, k: jax.Array, width: int) -> jax.Ar
 
 @jax.jit
 @full_precision
-def _gsm_wishart(key: Any, lfac: jax.Array, k: jax.Array) -> jax.Array:
+def _gsm_wishart(key: jax.Array, lfac: jax.Array, k: jax.Array) -> jax.Array:
     # k > n: Z Z^T ~ Wishart_n(k, I) = A A^T with A lower-triangular (Bartlett
     # decomposition): A_ii = sqrt(chi2_{k-i}) (i = 0..n-1), A_ij ~ N(0, 1) for
     # i > j, all independent. ``k`` is traced, so one compilation serves every
@@ -412,7 +416,7 @@ def _psd_factor(kmat: jax.Array, psd_tol: float) -> tuple[jax.Array, str]:
     return lfac, "eigh"
 
 
-def _gsm(key: Any, kmat: jax.Array, k: int, psd_tol: float) -> jax.Array:
+def _gsm(key: jax.Array, kmat: jax.Array, k: int, psd_tol: float) -> jax.Array:
     """Factor once (`_psd_factor`), then sample: explicit draws for
     ``k <= n``, Bartlett Wishart for ``k > n``."""
     lfac, _ = _psd_factor(kmat, psd_tol)
@@ -424,7 +428,7 @@ def _gsm(key: Any, kmat: jax.Array, k: int, psd_tol: float) -> jax.Array:
 
 
 def gaussian_sampling_mechanism(
-    key: Any,
+    key: jax.Array,
     K: Any,
     k: int,
     *,

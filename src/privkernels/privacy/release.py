@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 import privkernels.privacy as _privacy  # mechanisms looked up at call time (spies, audits)
@@ -63,7 +64,7 @@ def _record(
 
 
 def gaussian_release(
-    key: Any, value: Any, *, budget: Budget, sensitivity: float, released: str, **params: Any
+    key: jax.Array, value: Any, *, budget: Budget, sensitivity: float, released: str, **params: Any
 ) -> tuple[Any, MechanismRecord]:
     """``value + N(0, (sigma Delta_2)^2 I)`` with ``sigma = gaussian_sigma(epsilon, delta)``.
 
@@ -107,7 +108,7 @@ def matches_gaussian_release(record: MechanismRecord, sensitivity: float) -> boo
 
 
 def truncated_laplace_release(
-    key: Any,
+    key: jax.Array,
     value: Any,
     *,
     budget: Budget,
@@ -139,7 +140,7 @@ def truncated_laplace_release(
 
 
 def gaussian_sampling_release(
-    key: Any,
+    key: jax.Array,
     kmat: Any,
     *,
     budget: Budget,

@@ -80,7 +80,7 @@ def _threshold(q: float) -> int:
 
 
 @partial(jax.jit, static_argnames=("n", "threshold", "full"))
-def _inclusion(key: Any, n: int, threshold: int, full: bool) -> tuple[jax.Array, jax.Array]:
+def _inclusion(key: jax.Array, n: int, threshold: int, full: bool) -> tuple[jax.Array, jax.Array]:
     if full:
         include = jnp.ones((n,), bool)
     else:
@@ -105,7 +105,7 @@ def bucket_size(size: int, pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> int:
 
 
 def poisson_batch(
-    key: Any,
+    key: jax.Array,
     n: int,
     sampling_rate: float,
     *,
@@ -155,7 +155,7 @@ def poisson_batch(
 
 
 def poisson_batches(
-    key: Any, n: int, sampling_rate: float, steps: int, **kwargs: Any
+    key: jax.Array, n: int, sampling_rate: float, steps: int, **kwargs: Any
 ) -> Iterator[PoissonBatch]:
     """Yield ``steps`` independent `poisson_batch` samples.
 
@@ -247,7 +247,7 @@ def _schedule_compact(
     return jax.vmap(lambda i, s: _compact(i, s, pad, pad_index))(include, sizes)
 
 
-def poisson_inclusion(keys: Any, n: int, sampling_rate: float) -> tuple[jax.Array, jax.Array]:
+def poisson_inclusion(keys: jax.Array, n: int, sampling_rate: float) -> tuple[jax.Array, jax.Array]:
     """``(include (T, n) bool, sizes (T,) int32)``: who is in each of ``T`` Poisson samples.
 
     Row ``t`` is exactly the inclusion test of ``poisson_batch(keys[t], n, q)``.
@@ -269,7 +269,7 @@ def compact_indices(
 
 
 def poisson_schedule(
-    keys: Any,
+    keys: jax.Array,
     n: int,
     sampling_rate: float,
     *,

@@ -139,7 +139,7 @@ def plan_selection(
     )
 
 
-def draw_repetitions(key: Any, mean: float, shape: float) -> int:
+def draw_repetitions(key: jax.Array, mean: float, shape: float) -> int:
     """The number of runs ``K >= 1``, drawn from the truncated negative binomial the
     accountant assumes (inverse CDF in float64 on one uniform from ``key``).
 
