@@ -21,7 +21,7 @@ from privkernels.data.schema import TabularSchema, categorical, numeric
 __all__ = ["gaussian_blobs", "synthetic_images", "synthetic_tabular", "rng_from"]
 
 
-def rng_from(seed_or_key: Any) -> np.random.Generator:
+def rng_from(seed_or_key: int | jax.Array) -> np.random.Generator:
     """NumPy Generator from an int seed or a ``jax.random`` key."""
     if isinstance(seed_or_key, bool):
         raise TypeError("seed_or_key must be an int or a jax.random key, got a bool")
@@ -68,7 +68,7 @@ def _balanced_labels(rng: np.random.Generator, n: int, n_classes: int) -> np.nda
 
 
 def gaussian_blobs(
-    seed_or_key: Any,
+    seed_or_key: int | jax.Array,
     n: int,
     d: int,
     n_classes: int,
@@ -113,7 +113,7 @@ def _prototypes(shape2d: tuple[int, int], n_classes: int) -> np.ndarray:
 
 
 def synthetic_images(
-    seed_or_key: Any,
+    seed_or_key: int | jax.Array,
     n: int,
     shape: Sequence[int] = (28, 28),
     n_classes: int = 10,
@@ -159,7 +159,7 @@ def synthetic_images(
 
 
 def synthetic_tabular(
-    seed_or_key: Any,
+    seed_or_key: int | jax.Array,
     n: int,
     *,
     n_numeric: int = 4,
