@@ -201,7 +201,7 @@ def split_budget(budget: Budget | None, spec: DPNTKInit) -> tuple[Budget | None,
 
 
 def dp_ntk_start(
-    key: Any,
+    key: jax.Array,
     x: np.ndarray,
     y: np.ndarray,
     *,

@@ -87,7 +87,7 @@ PROGRESS_UPDATES = 10
 
 
 def fit(
-    key: Any,
+    key: jax.Array,
     x: Any,
     y: Any,
     *,
@@ -122,7 +122,7 @@ def fit(
     eval_every: int = 1,
     diagnostics: bool = False,
     max_steps: int | None = None,
-    public_key: Any = None,
+    public_key: jax.Array | None = None,
     budget_accountant: Any = None,
 ) -> DPKIPResult:
     """Distil ``(x, y)`` into ``support_per_class`` points per class with DP-KIP (Alg. 1).
@@ -182,8 +182,8 @@ def fit(
 
 
 def _fit_run(
-    key: Any, seeded: tuple[str, ...], x: Any, y: Any, settings: Settings, opts: RunOptions, *, n_classes: Any,
-    test: tuple[Any, Any], eval_every: Any, max_steps: Any, diagnostics: bool, public_key: Any,
+    key: jax.Array, seeded: tuple[str, ...], x: Any, y: Any, settings: Settings, opts: RunOptions, *, n_classes: Any,
+    test: tuple[Any, Any], eval_every: Any, max_steps: Any, diagnostics: bool, public_key: jax.Array | None,
 ) -> DPKIPResult:  # fmt: skip
     """`fit` after its settings: validate and plan (`_prepare`), start, train, report."""
     run = _prepare(x, y, settings, opts, n_classes=n_classes, test=test,
@@ -219,10 +219,10 @@ class RunKeys(NamedTuple):
     kernel: jax.Array
     train: jax.Array
     key: jax.Array
-    public_key: Any
+    public_key: jax.Array | None
 
 
-def _run_keys(key: jax.Array, public_key: Any) -> RunKeys:
+def _run_keys(key: jax.Array, public_key: jax.Array | None) -> RunKeys:
     """``key`` split into (init, corrupt, kernel, train); a ``public_key`` replaces the
     data-independent three (support, corrupt, kernel)."""
     k_init, k_corrupt, k_kernel, k_train = jax.random.split(key, 4)
@@ -392,7 +392,7 @@ def _saved_start_report(
 
 
 def _start(
-    cfg: DPKIPConfig, init: Any, k_corrupt: Any, k_kernel: Any, dp_init: Any
+    cfg: DPKIPConfig, init: Any, k_corrupt: jax.Array, k_kernel: jax.Array, dp_init: Any
 ) -> tuple[KernelSpec, np.ndarray, Any, str]:
     """The kernel, the frozen-pixel mask and the support's initialiser with its report line.
 
@@ -674,7 +674,7 @@ def _train(
     trainer: Trainer,
     state: State,
     data: tuple[jax.Array, jax.Array],
-    k_train: Any,
+    k_train: jax.Array,
     *,
     stop_at: int,
     history: dict[str, list[Any]],
@@ -811,7 +811,7 @@ def _save(
 KEY_CHECK_ROUNDS = 200_000
 
 
-def _key_check(key: Any, public_key: Any = None) -> str:
+def _key_check(key: jax.Array, public_key: jax.Array | None = None) -> str:
     """A deliberately slow one-way digest of ``key`` (and ``public_key`` when given; PBKDF2 over
     their bits, 16 hex digits): a checkpoint resumes only under the keys that wrote it, so a
     copy cannot be forked into runs with other noise. As secret as the key's entropy allows

@@ -51,7 +51,7 @@ def support_labels(n_classes: int, support_per_class: int) -> np.ndarray:
 
 
 def init_support(
-    key: Any, n_support: int, input_shape: tuple[int, ...], dtype: Any = jnp.float32
+    key: jax.Array, n_support: int, input_shape: tuple[int, ...], dtype: Any = jnp.float32
 ) -> jax.Array:
     """Support inputs ``(m, *input_shape)`` drawn i.i.d. from ``N(0, 1)`` (Alg. 1, step 1).
 
@@ -61,7 +61,7 @@ def init_support(
 
 
 def lowpass_support(
-    key: Any, n_support: int, input_shape: tuple[int, ...], dtype: Any = jnp.float32
+    key: jax.Array, n_support: int, input_shape: tuple[int, ...], dtype: Any = jnp.float32
 ) -> jax.Array:
     """Smooth random support images ``(m, H, W[, C])``: coarse ``N(0, 1)`` noise, upsampled.
 
@@ -108,7 +108,7 @@ def resolve_init(init: str | InitFn) -> tuple[str, InitFn, str]:
     return str(init), fn, line
 
 
-def corruption_mask(key: Any, shape: tuple[int, ...], fraction: float) -> np.ndarray:
+def corruption_mask(key: jax.Array, shape: tuple[int, ...], fraction: float) -> np.ndarray:
     """Boolean mask (True = corrupted/frozen) with exactly ``round(fraction * size)`` entries.
 
     Drawn from ``key`` only (data independent); paper Table 4.

@@ -65,7 +65,7 @@ def make_kernel(
     n_classes: int,
     *,
     options: Mapping[str, Any] | None = None,
-    key: Any = None,
+    key: jax.Array | None = None,
     params: Any = None,
 ) -> KernelSpec:
     """Build the kernel ``name`` for inputs of shape ``input_shape``.
@@ -160,7 +160,11 @@ def _scatternet_kernel(opts: dict[str, Any], input_shape: tuple[int, ...]) -> Ke
 
 
 def _entk_kernel(
-    opts: dict[str, Any], input_shape: tuple[int, ...], n_classes: int, key: Any, params: Any
+    opts: dict[str, Any],
+    input_shape: tuple[int, ...],
+    n_classes: int,
+    key: jax.Array | None,
+    params: Any,
 ) -> KernelSpec:
     """The e-NTK of a LeNet with random (data-independent) parameters."""
     full = {**_ENTK_DEFAULTS, **opts}

@@ -158,7 +158,7 @@ class Trainer(NamedTuple):
 
 
 def step_keys(
-    k_train: Any, start: int, count: int, digest: tuple[int, int] | None
+    k_train: jax.Array, start: int, count: int, digest: tuple[int, int] | None
 ) -> tuple[jax.Array, jax.Array]:
     """``(sampling keys, noise keys)`` ``(count,)`` of steps ``start .. start + count - 1``.
 
@@ -215,7 +215,7 @@ def _step_fn(
     space, chunk, private = config.clip_space, config.chunk_size, config.private
     clipped_sum = clipped_sum_fn(config.strategy, spec, space=space, ridge=config.ridge)
 
-    def step(state: State, batch: Batch, key: Any, hyper: _Hyper) -> tuple[State, StepInfo]:
+    def step(state: State, batch: Batch, key: jax.Array, hyper: _Hyper) -> tuple[State, StepInfo]:
         params = state.params
         if space == "feature":
             assert spec.feature_fn is not None
@@ -411,11 +411,11 @@ def make_trainer(
         run_mesh = _mesh_runner(scan, config, hyper, n, min_pad, mesh, digest)
         return Trainer(config, spec, plan, lambda s, b, k: step(s, b, k, hyper), run_mesh, targets)
 
-    def train_step(state: State, batch: Batch, key: Any) -> tuple[State, StepInfo]:
+    def train_step(state: State, batch: Batch, key: jax.Array) -> tuple[State, StepInfo]:
         return step(state, batch, key, hyper)
 
     def run_steps(
-        state: State, x: jax.Array, y: jax.Array, k_train: Any, count: int
+        state: State, x: jax.Array, y: jax.Array, k_train: jax.Array, count: int
     ) -> tuple[State, StepInfo]:
         k_batch, k_noise = step_keys(k_train, int(state.step), count, digest)
         sched = poisson_schedule(
@@ -444,7 +444,7 @@ def _mesh_runner(
     name, d = mesh_axis(mesh)
 
     def run_steps(
-        state: State, x: jax.Array, y: jax.Array, k_train: Any, count: int
+        state: State, x: jax.Array, y: jax.Array, k_train: jax.Array, count: int
     ) -> tuple[State, StepInfo]:
         k_batch, k_noise = step_keys(k_train, int(to_host(state.step)), count, digest)
         include, _ = poisson_inclusion(k_batch, n, config.sampling_rate)
