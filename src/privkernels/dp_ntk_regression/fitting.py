@@ -76,7 +76,7 @@ LABELS_NOT_PROTECTED = (
 
 
 def fit(
-    key: Any,
+    key: jax.Array,
     x: Any,
     y: Any,
     *,
@@ -105,7 +105,7 @@ def fit(
     chunk_size: int = 1024,
     dtype: Literal["float32", "float64"] | Any = "float32",
     allow_unproven: bool = False,
-    public_key: Any = None,
+    public_key: jax.Array | None = None,
     budget_accountant: Any = None,
 ) -> DPNTKRegressionModel:
     """Fit private quadratic-NTK ridge regression (Gu et al., Alg. 2).
@@ -231,7 +231,7 @@ class Inputs(NamedTuple):
     x: Any
     y: Any
     n_classes: int | None
-    public_key: Any
+    public_key: jax.Array | None
 
 
 def _fit(key: jax.Array, s: Settings, opts: RunOptions, inp: Inputs) -> DPNTKRegressionModel:
@@ -541,8 +541,8 @@ def _plan(
 
 
 def _release(
-    k_alpha: Any,
-    k_x: Any,
+    k_alpha: jax.Array,
+    k_x: jax.Array,
     kmat: jax.Array,
     xp: jax.Array,
     y_j: jax.Array,

@@ -39,7 +39,7 @@ __all__ = [
 
 
 def draw_weights(
-    key: Any, d: int, *, width: int = 256, weight_std: float = 1.0, dtype: Any = jnp.float32
+    key: jax.Array, d: int, *, width: int = 256, weight_std: float = 1.0, dtype: Any = jnp.float32
 ) -> jax.Array:
     """Random NTK weights ``w_r ~ N(0, weight_std^2 I_d)``, shape ``(width, d)`` (Def. 3.5).
 
@@ -173,7 +173,7 @@ def add_diagonal(k: jax.Array, value: jax.Array) -> jax.Array:
 
 
 def smallest_eigenvalue(
-    key: Any,
+    key: jax.Array,
     x: Any,
     *,
     width: int = 256,

@@ -33,7 +33,6 @@ The noise is added to the full matrices and symmetrised afterwards
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -84,7 +83,7 @@ def class_moments(
 
 
 def release_moments(
-    key: Any, m: jax.Array, *, budget: Budget, n: int
+    key: jax.Array, m: jax.Array, *, budget: Budget, n: int
 ) -> tuple[jax.Array, MechanismRecord]:
     """One Gaussian release of ``M`` (sensitivity `SENSITIVITY`), symmetrised afterwards."""
     noisy, record = gaussian_release(

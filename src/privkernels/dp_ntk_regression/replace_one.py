@@ -64,7 +64,7 @@ DEFAULT_RIDGE_FACTOR = 0.125
 
 
 def draw_sketch(
-    key: Any, d: int, width: int, features: int, dtype: Any
+    key: jax.Array, d: int, width: int, features: int, dtype: Any
 ) -> tuple[jax.Array, jax.Array]:
     """``(A (D, d), B (D, m))`` with i.i.d. ``N(0, 1)`` entries: data-independent."""
     ka, kb = jax.random.split(key)
@@ -136,7 +136,7 @@ def sufficient_statistics(
 
 
 def release_statistics(
-    key: Any, s: jax.Array, b: jax.Array, *, budget: Budget, target_bound: float, n: int
+    key: jax.Array, s: jax.Array, b: jax.Array, *, budget: Budget, target_bound: float, n: int
 ) -> tuple[jax.Array, jax.Array, MechanismRecord, float]:
     """One Gaussian release of ``(upper(S), b)``; returns ``(S~ symmetric, b~, record, noise std)``."""
     dim = s.shape[0]
