@@ -39,7 +39,7 @@ _INITS = ("torch", "flax")
 
 
 def _uniform(bound: float):
-    def init(key: Any, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
         return jax.random.uniform(key, shape, dtype, -bound, bound)
 
     return init
@@ -262,7 +262,7 @@ def lenet(
     )
 
 
-def init_params(key: Any, module: nn.Module, input_shape: Sequence[int]) -> Any:
+def init_params(key: jax.Array, module: nn.Module, input_shape: Sequence[int]) -> Any:
     """Initialise ``module`` for examples of shape ``input_shape`` (data-independent).
 
     Args:

@@ -36,7 +36,7 @@ __all__ = [
 
 
 def random_ntk_weights(
-    key: Any, m: int, d: int, *, sigma: float = 1.0, dtype: Any = jnp.float32
+    key: jax.Array, m: int, d: int, *, sigma: float = 1.0, dtype: Any = jnp.float32
 ) -> jax.Array:
     """Draw the ``m`` fixed neurons ``w_r ~ N(0, sigma^2 I_d)`` of Def. 3.5.
 
