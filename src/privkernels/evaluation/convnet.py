@@ -110,7 +110,7 @@ def _affine_one(key: jax.Array, img: jax.Array, aug: Augment) -> jax.Array:
     return jax.vmap(channel, in_axes=-1, out_axes=-1)(img)
 
 
-def augment_images(key: Any, x: Any, aug: Augment) -> jax.Array:
+def augment_images(key: jax.Array, x: Any, aug: Augment) -> jax.Array:
     """``x`` ``(b, h, w[, ch])`` float32, each image through its own random affine map."""
     aug = check_augment(aug)
     x = jnp.asarray(x, jnp.float32)
@@ -126,7 +126,7 @@ def ConvNet(n_classes: int, *, width: int = 128, depth: int = 3) -> Any:  # noqa
 
 
 def train_convnet(
-    key: Any,
+    key: jax.Array,
     x: Any,
     y: Any,
     n_classes: int,

@@ -34,7 +34,7 @@ from privkernels.evaluation.convnet import train_convnet
 __all__ = ["krr_teacher", "mixup_pool", "soft_targets", "train_convnet_from_teacher"]
 
 
-def mixup_pool(key: Any, x: Any, size: int) -> jax.Array:
+def mixup_pool(key: jax.Array, x: Any, size: int) -> jax.Array:
     """``size`` convex combinations of two random rows of ``x`` ``(m, ...)``.
 
     Row ``k`` is ``lam_k x[i_k] + (1 - lam_k) x[j_k]`` with ``i_k, j_k`` uniform
@@ -73,7 +73,7 @@ def krr_teacher(result: Any) -> Callable[[Any], np.ndarray]:
 
 
 def train_convnet_from_teacher(
-    key: Any,
+    key: jax.Array,
     x: Any,
     teacher: Callable[[Any], Any],
     n_classes: int,
