@@ -397,8 +397,12 @@ def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, b
     return max(int(_label_range(arr)[1]) + 1, minimum), True
 
 
-def check_key(key: Any, name: str = "key") -> Any:
-    """Require a JAX PRNG key (typed ``jax.random.key`` or raw uint32[2])."""
+def check_key(key: Any, name: str = "key") -> jax.Array:
+    """Require a JAX PRNG key (typed ``jax.random.key`` or raw uint32[2]).
+
+    ``key`` is typed ``Any`` on purpose: this is the check that turns an unchecked value
+    (an int, None, an array of the wrong dtype) into a key or a ``TypeError``.
+    """
     if isinstance(key, (int, np.integer)):
         raise TypeError(
             f"{name} must be a jax.random key (e.g. jax.random.key(0)), got an int; "

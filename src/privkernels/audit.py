@@ -316,7 +316,7 @@ def _flatten_outputs(out: Any, n: int) -> np.ndarray:
 
 
 def run_trials(
-    key: Any,
+    key: jax.Array,
     mechanism_fn: Callable[[Any, Any], Any],
     dataset: Any,
     trials: int,
@@ -354,7 +354,7 @@ def run_trials(
 
 
 def audit_gaussian_release(
-    key: Any,
+    key: jax.Array,
     mechanism_fn: Callable[[Any, Any], Any],
     d: Any,
     d_prime: Any,
@@ -441,7 +441,7 @@ def audit_gaussian_release(
 
 
 def audit_dpsgd_step(
-    key: Any,
+    key: jax.Array,
     *,
     clip_norm: float,
     noise_multiplier: float,

@@ -190,14 +190,14 @@ def dict_tree(arrays: Mapping[str, np.ndarray], prefix: str) -> Any:
     return root
 
 
-def key_to_array(key: Any) -> tuple[np.ndarray, bool]:
+def key_to_array(key: jax.Array) -> tuple[np.ndarray, bool]:
     """``(raw key data, typed)`` of a typed or raw PRNG key."""
     if _is_key(key):
         return np.asarray(jax.random.key_data(key)), True
     return np.asarray(key), False
 
 
-def key_from_array(data: Any, typed: bool) -> Any:
+def key_from_array(data: Any, typed: bool) -> jax.Array:
     """Inverse of `key_to_array`."""
     arr = jnp.asarray(data)
     return jax.random.wrap_key_data(arr) if typed else arr

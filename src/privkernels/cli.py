@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 import privkernels
@@ -586,7 +587,7 @@ def _cmd_synth(a: argparse.Namespace) -> int:
     return 0
 
 
-def _tuned_table(a: argparse.Namespace, schema: Any, table: Any, key: Any) -> tuple[Any, Any]:
+def _tuned_table(a: argparse.Namespace, schema: Any, table: Any, key: jax.Array) -> tuple[Any, Any]:
     """``synth --tune``: `PrivateSearchCV` over `DPNTKGenerator` s; the model and the search's report."""
     from privkernels.sklearn import PrivateSearchCV  # scikit-learn: see _table_estimator
 

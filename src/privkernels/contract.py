@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import jax
+
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = ["MethodFit", "Release", "SHARED_KEYWORDS"]
@@ -43,7 +45,7 @@ class MethodFit(Protocol):
 
     def __call__(
         self,
-        key: Any,
+        key: jax.Array,
         x: Any,
         y: Any,
         *,
@@ -55,7 +57,7 @@ class MethodFit(Protocol):
         resume: bool = False,
         progress: bool = True,
         neighbouring: Any = "replace-one",
-        public_key: Any = None,
+        public_key: jax.Array | None = None,
         budget_accountant: Any = None,
     ) -> Release: ...
 

@@ -134,7 +134,7 @@ def _read_bounds(
 
 
 def column_bounds(
-    key: Any,
+    key: jax.Array,
     X: Any,
     budget: Budget,
     *,
@@ -175,7 +175,7 @@ def column_bounds(
 
 
 def column_moments(
-    key: Any, X: Any, bounds: np.ndarray, budget: Budget, *, what: str = "column"
+    key: jax.Array, X: Any, bounds: np.ndarray, budget: Budget, *, what: str = "column"
 ) -> tuple[np.ndarray, np.ndarray, MechanismRecord]:
     """Private per-column mean and variance of ``X`` clipped to ``bounds`` (one release).
 
@@ -215,7 +215,7 @@ def standardize_budgets(budget: Budget) -> tuple[Budget, Budget]:
 
 
 def private_standardize(
-    key: Any, X: Any, budget: Budget, *, bounds: Any = None, what: str = "column"
+    key: jax.Array, X: Any, budget: Budget, *, bounds: Any = None, what: str = "column"
 ) -> tuple[np.ndarray, np.ndarray, tuple[MechanismRecord, ...]]:
     """Private ``(mean (d,), scale (d,), records)`` of the columns of ``X (n, d)``.
 
@@ -275,10 +275,12 @@ class PrivateStandardScaler(_PrivateScaler):
     half the budget finds per-column bounds on `LOG_GRID` (`column_bounds`), half the
     clipped moments (`column_moments`). Attributes after ``fit``: ``mean_``, ``scale_``,
     ``var_`` ``(d,)``, ``privacy_report_``, ``n_features_in_``.
+    ``random_state``: None (fresh OS entropy, for a release), an int or a JAX key
+    (reproducible, not secret: a `privkernels.privacy.SeededKeyWarning`).
     """
 
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, *, bounds: Any = None,
-                 random_state: Any = None, budget_accountant: Any = None) -> None:  # fmt: skip
+                 random_state: jax.Array | int | None = None, budget_accountant: Any = None) -> None:  # fmt: skip
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
@@ -316,11 +318,13 @@ class PrivateMinMaxScaler(_PrivateScaler):
     them), else on `LOG_GRID` (coarse, half-decade edges). ``clip=True`` clips the
     output to ``feature_range``. Attributes after ``fit``: ``data_min_``, ``data_max_``,
     ``scale_``, ``min_`` ``(d,)``, ``privacy_report_``, ``n_features_in_``.
+    ``random_state``: None (fresh OS entropy, for a release), an int or a JAX key
+    (reproducible, not secret: a `privkernels.privacy.SeededKeyWarning`).
     """
 
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, *, bounds: Any = None,
                  feature_range: tuple[float, float] = (0.0, 1.0), clip: bool = True,
-                 random_state: Any = None, budget_accountant: Any = None) -> None:  # fmt: skip
+                 random_state: jax.Array | int | None = None, budget_accountant: Any = None) -> None:  # fmt: skip
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds

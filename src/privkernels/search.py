@@ -25,6 +25,7 @@ import math
 import warnings
 from typing import Any
 
+import jax
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier, is_regressor
 from sklearn.linear_model import LogisticRegression
@@ -91,7 +92,9 @@ class _EstimatorCandidate:
         shape = tuple(np.shape(self.x)[1:]) if not isinstance(self.x, dict) else ()
         return self._estimator(budget)._privacy_events(budget, n_train, shape)
 
-    def fit(self, key: Any, public_key: Any, rows: np.ndarray, budget: Budget) -> Any:
+    def fit(
+        self, key: jax.Array, public_key: jax.Array | None, rows: np.ndarray, budget: Budget
+    ) -> Any:
         """The candidate's fit; any un-noised read inside it (a `PrivacyLeakWarning`) stops
         the search with nothing released, since its report could not cover it."""
         est = self._estimator(budget)
@@ -200,7 +203,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         score_share: float = 0.5,
         validation_fraction: float = 0.2,
         target_bound: float = 1.0,
-        random_state: Any = None,
+        random_state: jax.Array | int | None = None,
         budget_accountant: Any = None,
     ) -> None:
         self.estimator = estimator

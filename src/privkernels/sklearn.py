@@ -366,7 +366,7 @@ class _RegressionBase(_DPEstimator):
         beta: float = 1e-6,
         neighbouring: str = "replace-one",
         preprocessing: str | float | None = "auto",
-        random_state: Any = None,
+        random_state: jax.Array | int | None = None,
         fit_options: dict[str, Any] | None = None,
         budget_accountant: Any = None,
     ) -> None:
@@ -488,7 +488,7 @@ class _RegressionBase(_DPEstimator):
         main, pre = budget.split(1.0 - share, share)
         return [main, *(pre.split(1.0 - TARGET_SHARE, TARGET_SHARE) if regression else (pre,))]
 
-    def _preprocess(self, key: Any, X: Any, y: Any, share: float) -> tuple[Any, Any]:
+    def _preprocess(self, key: jax.Array, X: Any, y: Any, share: float) -> tuple[Any, Any]:
         """Learn the feature (and target) scales; return the model's (epsilon, delta).
 
         Private fit: `privkernels.preprocessing.private_standardize` on the features
@@ -655,7 +655,7 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
                  kernel_shift: float | str = "auto", input_bound: float = 1.0, beta: float = 1e-6,
                  neighbouring: str = "replace-one", preprocessing: str | float | None = "auto",
-                 random_state: Any = None, fit_options: dict[str, Any] | None = None,
+                 random_state: jax.Array | int | None = None, fit_options: dict[str, Any] | None = None,
                  budget_accountant: Any = None) -> None:  # fmt: skip
         super().__init__(epsilon, delta, width=width, reg=reg, fit_intercept=fit_intercept,
                          kernel_shift=kernel_shift, input_bound=input_bound, beta=beta,
@@ -710,7 +710,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
                  kernel: str = "fc_ntk", support_per_class: int | None = None, epochs: int = 10,
                  batch_size: int | None = None, learning_rate: float | None = None,
                  clip_norm: float | None = None, relative_reg: float | None = None,
-                 image_shape: tuple[int, ...] | None = None, random_state: Any = None,
+                 image_shape: tuple[int, ...] | None = None, random_state: jax.Array | int | None = None,
                  verbose: bool = False, fit_options: dict[str, Any] | None = None,
                  budget_accountant: Any = None) -> None:  # fmt: skip
         self.epsilon = epsilon
@@ -842,7 +842,7 @@ class DPNTKGenerator(_DPEstimator):
                  label: str | None = None, classes: Any = None, label_mode: str = "released",
                  iterations: int | None = None, batch_size: int | None = None,
                  d_code: int | None = None, image_shape: tuple[int, ...] | None = None,
-                 random_state: Any = None, verbose: bool = False,
+                 random_state: jax.Array | int | None = None, verbose: bool = False,
                  fit_options: dict[str, Any] | None = None,
                  budget_accountant: Any = None) -> None:  # fmt: skip
         self.epsilon = epsilon
@@ -897,7 +897,7 @@ class DPNTKGenerator(_DPEstimator):
         self._note_seed()
         return self
 
-    def _fit_arrays(self, key: Any, X: Any, y: Any, opts: dict[str, Any]) -> None:
+    def _fit_arrays(self, key: jax.Array, X: Any, y: Any, opts: dict[str, Any]) -> None:
         if y is None:
             raise ValueError("array input needs y (class labels)")
         X, y = checked_data(self, X, y, dtype=np.float32)
@@ -923,7 +923,7 @@ class DPNTKGenerator(_DPEstimator):
         parts = budget.split(*opts.get("split", (0.9, 0.1))) if two else (budget,)
         return [SelectionEvent("gaussian", gaussian_sigma(p.epsilon, p.delta)) for p in parts]
 
-    def _sample_key(self, random_state: Any) -> Any:
+    def _sample_key(self, random_state: jax.Array | int | None) -> jax.Array:
         """The key of one ``sample`` call: sampling is post-processing, drawn from a stream
         apart from the fit's noise keys. A given ``random_state`` is folded with
         `SAMPLE_TAG`; otherwise the fit's sampling stream (`_sample_base`) with a counter,
@@ -936,7 +936,9 @@ class DPNTKGenerator(_DPEstimator):
             base if base is not None else fresh_key(), 10_000 + self._n_sampled
         )
 
-    def sample(self, n: int, *, random_state: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    def sample(
+        self, n: int, *, random_state: jax.Array | int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``n`` synthetic rows ``(X, y)``: X ``(n, n_features)`` (tabular: raw values, object)."""
         check_is_fitted(self, "synth_")
         cols = self.synth_.sample(self._sample_key(random_state), n)
@@ -946,7 +948,7 @@ class DPNTKGenerator(_DPEstimator):
         feats = [c for c in cols if c != label]
         return np.column_stack([cols[c] for c in feats]).astype(object), cols[label]
 
-    def sample_df(self, n: int, *, random_state: Any = None) -> Any:
+    def sample_df(self, n: int, *, random_state: jax.Array | int | None = None) -> Any:
         """``n`` synthetic rows as a pandas DataFrame (tabular: the schema's columns and dtypes)."""
         check_is_fitted(self, "synth_")
         if isinstance(self.synth_, _ArraySynth):
@@ -978,7 +980,7 @@ class _ArraySynth:
     def report(self) -> PrivacyReport:
         return self.result.report
 
-    def sample(self, key: Any, n: int) -> dict[str, np.ndarray]:
+    def sample(self, key: jax.Array, n: int) -> dict[str, np.ndarray]:
         x, y = dp_ntk.sample(key, self.result, n)
         return {"x": x.reshape(n, -1), "y": y}
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
+import jax
 import numpy as np
 
 from privkernels import checkpoint, dp_ntk
@@ -70,12 +71,12 @@ class TableSynth:
     def report(self) -> PrivacyReport:
         return self.result.report
 
-    def sample(self, key: Any, n: int) -> dict[str, np.ndarray]:
+    def sample(self, key: jax.Array, n: int) -> dict[str, np.ndarray]:
         """``n`` synthetic rows as ``{column: array}`` (label column last)."""
         x, y = dp_ntk.sample(check_key(key), self.result, check_int(n, "n", minimum=1))
         return decoded_table(self.schema.project(x), y, self.schema)
 
-    def sample_df(self, key: Any, n: int) -> Any:
+    def sample_df(self, key: jax.Array, n: int) -> Any:
         """``n`` synthetic rows as a pandas DataFrame with the schema's columns and dtypes."""
         return to_frame(self.sample(key, n), self.schema)
 
@@ -112,7 +113,7 @@ def _a_column(table: Any) -> Any:
 
 
 def fit_table(
-    key: Any,
+    key: jax.Array,
     table: Any,
     schema: TabularSchema,
     *,

@@ -74,7 +74,9 @@ class Candidate(Protocol):
 
     def events(self, budget: Budget, n_train: int) -> Sequence[SelectionEvent]: ...
 
-    def fit(self, key: Any, public_key: Any, rows: np.ndarray, budget: Budget) -> Any: ...
+    def fit(
+        self, key: jax.Array, public_key: jax.Array | None, rows: np.ndarray, budget: Budget
+    ) -> Any: ...
 
     def scores(self, model: Any, rows: np.ndarray) -> np.ndarray: ...
 
@@ -146,7 +148,7 @@ def _n_validation(n: int, fraction: float) -> int:
 
 
 def _split(
-    public_key: Any, n: int, n_val: int, fraction: float, relation: str
+    public_key: jax.Array, n: int, n_val: int, fraction: float, relation: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(train rows, validation rows)``, from the public stream.
 
@@ -176,14 +178,14 @@ def _check_relation(events_of: Sequence[Any], budget: Budget, relation: str) -> 
 
 
 def select(
-    key: Any,
+    key: jax.Array,
     candidates: Sequence[Candidate],
     n_rows: int,
     *,
     epsilon: float,
     delta: float,
     relation: str,
-    public_key: Any = None,
+    public_key: jax.Array | None = None,
     mean: float | None = None,
     shape: float = 1.0,
     score_share: float = 0.5,
@@ -234,8 +236,8 @@ def select(
 
 
 def _search(
-    key: Any, candidates: Sequence[Candidate], n: int, n_val: int, frac: float,
-    plan: SelectionPlan, relation: str, public_key: Any, seeded: tuple[str, ...],
+    key: jax.Array, candidates: Sequence[Candidate], n: int, n_val: int, frac: float,
+    plan: SelectionPlan, relation: str, public_key: jax.Array | None, seeded: tuple[str, ...],
 ) -> SelectionResult:  # fmt: skip
     """`select` after its plan: split, draw ``K`` and the picks, run, keep the best."""
     pub = jax.random.fold_in(key, PUBLIC_TAG) if public_key is None else public_key
@@ -273,7 +275,7 @@ def _report_of(model: Any) -> PrivacyReport:
 
 
 def _run(
-    cand: Candidate, plan: SelectionPlan, key: Any, public_key: Any, train: np.ndarray,
+    cand: Candidate, plan: SelectionPlan, key: jax.Array, public_key: jax.Array | None, train: np.ndarray,
     val: np.ndarray, relation: str,
 ) -> tuple[Any, float]:  # fmt: skip
     """One run: fit on the training rows, check its events, release its noisy score."""
