@@ -11,6 +11,8 @@ import importlib.metadata
 import io
 import json
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -268,6 +270,12 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == (
         f"privkernels {importlib.metadata.version('privkernels')}"
     )
+
+
+def test_python_dash_m_privkernels_is_the_command():
+    out = subprocess.run([sys.executable, "-m", "privkernels", "--version"], capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("privkernels ")
 
 
 def test_the_cli_runs_from_a_checkout_without_package_metadata(monkeypatch, capsys):
