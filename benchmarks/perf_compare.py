@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -282,9 +283,18 @@ def _data_file(data_dir: str | None, out: Path) -> str:
     return str(path)
 
 
-def _run_child(src: str, case: str, data: str, reps: int) -> dict[str, Any]:
+#: XLA:CPU on one thread (``--one-thread``): no intra-op thread pool to hand work to
+ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def _run_child(
+    src: str, case: str, data: str, reps: int, one_thread: bool = False
+) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", case, "--data", data]
+    if one_thread:  # both sides on one core: the work, without the thread pool's hand-offs
+        env["XLA_FLAGS"] = ONE_THREAD_FLAGS
+        cmd = (["taskset", "-c", "0"] if shutil.which("taskset") else []) + cmd
     proc = subprocess.run(
         [*cmd, "--reps", str(reps)], env=env, capture_output=True, text=True, check=True
     )
@@ -292,7 +302,12 @@ def _run_child(src: str, case: str, data: str, reps: int) -> dict[str, Any]:
 
 
 def compare(
-    trees: dict[str, str], cases: list[str], rounds: int, reps: int, data: str
+    trees: dict[str, str],
+    cases: list[str],
+    rounds: int,
+    reps: int,
+    data: str,
+    one_thread: bool = False,
 ) -> dict[str, Any]:
     """``rounds`` rounds; in each, every case runs once per tree (order flipped each round)."""
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {c: {t: [] for t in trees} for c in cases}
@@ -300,12 +315,14 @@ def compare(
     for r in range(rounds):
         for case in cases:
             for name in names if r % 2 == 0 else names[::-1]:
-                runs[case][name].append(_run_child(trees[name], case, data, reps))
+                runs[case][name].append(_run_child(trees[name], case, data, reps, one_thread))
                 print(f"round {r + 1} {case} {name}: {runs[case][name][-1]}", file=sys.stderr)
     return runs
 
 
-def _summary(runs: dict[str, Any], trees: dict[str, str], rounds: int, reps: int) -> str:
+def _summary(
+    runs: dict[str, Any], trees: dict[str, str], rounds: int, reps: int, one_thread: bool
+) -> str:
     lines = [
         "| case | side | " + " | ".join(f"{t} median s (cpu s)" for t in trees) + " |",
         "|---|---|" + "---|" * len(trees),
@@ -319,19 +336,25 @@ def _summary(runs: dict[str, Any], trees: dict[str, str], rounds: int, reps: int
                 for rs in by_tree.values()
             ]
             lines.append(f"| {case} | {label} | " + " | ".join(cells) + " |")
-        ratios = [
-            statistics.median(r["base"] / nl * nb / r["fast"] for r in rs)
-            for rs in by_tree.values()
-        ]
-        lines.append(
-            f"| {case} | ratio (median of per-process ratios) | "
-            + " | ".join(f"{q:.3g}" for q in ratios)
-            + " |"
-        )
+        for label, sfx in (("wall", ""), ("cpu", "_cpu")):
+            ratios = [
+                statistics.median(r["base" + sfx] / nl * nb / r["fast" + sfx] for r in rs)
+                for rs in by_tree.values()
+            ]
+            lines.append(
+                f"| {case} | ratio, {label} time (median of per-process ratios) | "
+                + " | ".join(f"{q:.3g}" for q in ratios)
+                + " |"
+            )
     head = [
         "Trees: " + ", ".join(f"`{t}` = {p}" for t, p in trees.items()),
         f"{rounds} rounds x one process per tree and case (order alternating); "
-        f"each process: 1 warm-up + {reps} interleaved calls per side, medians.",
+        f"each process: 1 warm-up + {reps} interleaved calls per side, medians"
+        + (
+            f"; XLA on one thread, one core (`XLA_FLAGS={ONE_THREAD_FLAGS}`)."
+            if one_thread
+            else "."
+        ),
         "",
     ]
     return "\n".join(head + lines) + "\n"
@@ -344,10 +367,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--data-dir", default=os.environ.get("PRIVKERNELS_DATA"))
+    p.add_argument(
+        "--one-thread",
+        action="store_true",
+        help="children run XLA on one thread, pinned to one core (taskset): the work alone",
+    )
     p.add_argument("--out", default=None, help="markdown file for the summary table")
     p.add_argument(
         "--epoch", action="store_true", help="only the DP-KIP epoch host/step split (this tree)"
     )
+    p.add_argument("--from-json", help="re-print the summary of a saved --out .json")
     p.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -360,9 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     trees = dict(t.split("=", 1) for t in a.tree)
     if len(trees) < 1:
         p.error("give at least one --tree NAME=SRC")
+    if a.from_json:
+        runs = json.loads(Path(a.from_json).read_text())
+        print(_summary(runs, trees, a.rounds, a.reps, a.one_thread))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
-        runs = compare(trees, a.cases, a.rounds, a.reps, _data_file(a.data_dir, Path(tmp)))
-    text = _summary(runs, trees, a.rounds, a.reps)
+        data = _data_file(a.data_dir, Path(tmp))
+        runs = compare(trees, a.cases, a.rounds, a.reps, data, a.one_thread)
+    text = _summary(runs, trees, a.rounds, a.reps, a.one_thread)
     print(text)
     if a.out:
         Path(a.out).write_text(text)
