@@ -261,6 +261,52 @@ def epoch_split(data_dir: str | None, reps: int, steps: int = 12) -> dict[str, f
     return med
 
 
+# --------------------------------------------------------------------------- committed runs
+
+#: (label, section, case, variant prefix) of the rows `history` reads
+_HISTORY_ROWS = (
+    ("Gram loop", "dp_kip", "fc_ntk (b=500, m=100)", "per-example grad loop"),
+    ("Gram-form", "dp_kip", "fc_ntk (b=500, m=100)", "Gram-form"),
+    ("fc_2l loop", "entk", "fc_2l(800,800)", "per-example jax.grad loop"),
+    ("fc_2l structured", "entk", "fc_2l(800,800)", "structured vs loop"),
+    ("kymatio", "scatternet", "J=2,L=8 28x28", "kymatio"),
+    ("ScatterNet", "scatternet", "J=2,L=8 28x28", "jitted JAX (one batch)"),
+)
+
+
+def history(commits: list[str]) -> str:
+    """Both sides of the three ratios in the ``perf-quick.json`` committed at ``commits``:
+    per-example ms for the loops (wall, CPU), seconds for the rest, the ratios (wall, CPU)
+    and the run's matmul roof (how loaded the machine was)."""
+    head = "| commit | roof GFLOP/s | " + " | ".join(r[0] for r in _HISTORY_ROWS) + " |"
+    lines = [head, "|---|---|" + "---|" * len(_HISTORY_ROWS)]
+    for c in commits:
+        text = subprocess.run(
+            ["git", "show", f"{c}:benchmarks/results/perf-quick.json"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        rows = json.loads(text)["rows"]
+        roof = next(r["gflops"] for r in rows if r["section"] == "roof")
+        cells = []
+        for label, section, case, variant in _HISTORY_ROWS:
+            r = next(
+                r for r in rows
+                if r["section"] == section and r["case"] == case
+                and r["variant"].startswith(variant)
+            )  # fmt: skip
+            loop = label.endswith("loop")
+            if loop or label == "kymatio":
+                scale, unit = (1e3 / r["n"], " ms/ex") if loop else (1.0, " s")
+                cells.append(f"{r['median_s'] * scale:.3g}{unit} (cpu {r['cpu_s'] * scale:.3g})")
+            else:
+                cells.append(
+                    f"{r['median_s']:.3g} s (cpu {r['cpu_s']:.3g}); "
+                    f"ratio {r['ratio']:.3g} (cpu {r['ratio_cpu']:.3g})"
+                )
+        lines.append(f"| {c} | {roof:.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------- driver side
 
 
@@ -377,11 +423,17 @@ def main(argv: list[str] | None = None) -> int:
         "--epoch", action="store_true", help="only the DP-KIP epoch host/step split (this tree)"
     )
     p.add_argument("--from-json", help="re-print the summary of a saved --out .json")
+    p.add_argument(
+        "--history", nargs="+", metavar="COMMIT", help="both sides in committed perf-quick runs"
+    )
     p.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         print(json.dumps(child(a.child, a.data, a.reps)))
+        return 0
+    if a.history:
+        print(history(a.history))
         return 0
     if a.epoch:
         print(json.dumps(epoch_split(a.data_dir, a.reps)))
