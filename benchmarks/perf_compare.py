@@ -261,6 +261,40 @@ def epoch_split(data_dir: str | None, reps: int, steps: int = 12) -> dict[str, f
     return med
 
 
+# --------------------------------------------------------------------------- e-NTK plan cache
+
+
+def plan_cache_ab(reps: int, n: int = 2000) -> dict[str, dict[str, float]]:
+    """Structured e-NTK embedding of ``n`` uniform rows, with the memoized Dense-call plan vs
+    with the memo cleared before every call (the plan traced again, as before it existed);
+    medians of ``reps`` interleaved calls, per network. Runs in this process (this tree)."""
+    import jax
+
+    from privkernels import features
+    from privkernels.features import entk
+
+    jax.config.update("jax_platforms", "cpu")
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(n, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, n).astype(np.int32)
+    out = {}
+    for name, net in (
+        ("fc_1l(800)", features.fc_1l(800)),
+        ("fc_2l(800,800)", features.fc_2l(800, 800)),
+    ):
+        params = features.init_params(jax.random.key(0), net, (28, 28))
+
+        def cached(net: Any = net, params: Any = params) -> Any:
+            return features.entk_mean_embedding(net.apply, params, x, y, 10, method="structured")
+
+        def traced(cached: Callable[[], Any] = cached) -> Any:
+            entk._cached_dense_plan.cache_clear()
+            return cached()
+
+        out[name] = _interleaved(traced, cached, reps)
+    return out
+
+
 # --------------------------------------------------------------------------- committed runs
 
 #: (label, section, case, variant prefix) of the rows `history` reads
@@ -424,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--from-json", help="re-print the summary of a saved --out .json")
     p.add_argument(
+        "--plan-cache", action="store_true", help="e-NTK plan memo on vs off (this tree)"
+    )
+    p.add_argument(
         "--history", nargs="+", metavar="COMMIT", help="both sides in committed perf-quick runs"
     )
     p.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
@@ -434,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.history:
         print(history(a.history))
+        return 0
+    if a.plan_cache:
+        print(json.dumps(plan_cache_ab(a.reps)))
         return 0
     if a.epoch:
         print(json.dumps(epoch_split(a.data_dir, a.reps)))
