@@ -97,8 +97,8 @@ def _gram_case(x: np.ndarray, y: np.ndarray) -> tuple[Callable[[], Any], Callabl
     xt = jnp.asarray(x[:b])
     mask = jnp.ones((b,), jnp.float32)
     spec = dp_kip.make_kernel("fc_ntk", (28, 28), n_classes, key=jax.random.key(5))
-    sums = getattr(dp_kip, "clipped_sums", None)
-    gram_sum = sums.gram_clipped_sum if sums is not None else dp_kip._gram_clipped_sum
+    sums = getattr(dp_kip, "clipped_sums", None)  # the 2026-11-21 tree: dp_kip._gram_clipped_sum
+    gram_sum = getattr(sums, "gram_clipped_sum", None) or vars(dp_kip)["_gram_clipped_sum"]
 
     @jax.jit
     def step(xs: Any, ys: Any, xb: Any, yb: Any, key: Any) -> Any:
@@ -345,19 +345,11 @@ def history(commits: list[str]) -> str:
 
 
 def _data_file(data_dir: str | None, out: Path) -> str:
-    x = y = None
-    if data_dir:
-        try:
-            from privkernels.data import load
+    """2000 MNIST rows (``benchmarks.perf_timing.mnist_like``: synthetic uniform without
+    data) in a ``.npz`` every child reads."""
+    from benchmarks.perf_timing import mnist_like
 
-            ds = load("mnist", data_dir=data_dir, split="train")
-            x, y = np.asarray(ds.x[:2000], np.float32), np.asarray(ds.y[:2000], np.int32)
-        except Exception:  # noqa: BLE001 - fall back to synthetic data of the same shape
-            x = None
-    if x is None:
-        rng = np.random.default_rng(0)
-        x = rng.uniform(size=(2000, 28, 28)).astype(np.float32)
-        y = (np.arange(2000) % 10).astype(np.int32)
+    x, y, _ = mnist_like(2000, data_dir)
     path = out / "rows.npz"
     np.savez(path, x=x, y=y)
     return str(path)
