@@ -823,7 +823,7 @@ def bench_scatternet(
             n=n,
             throughput=n / t_jax["median_s"],
             ratio_cpu=t_np["cpu_s"] / t_jax["cpu_s"],
-            note="default chunk_size=None (whole batch at once); "
+            note="library default chunk_size=64 (chunks of 64 images); "
             + ratio_spread(timed["numpy"], timed["jax"]),
             **t_jax,
         ),
