@@ -629,3 +629,47 @@ def test_resume_keeps_the_relation_it_was_released_under(digits, net, tmp_path) 
     more = dp_ntk.fit(None, None, None, epsilon=1.0, neighbouring="add-remove", iterations=3,
                       checkpoint_path=path, resume=True, **kw)  # fmt: skip
     assert more.iteration == 3 and more.report.neighbouring == "add-remove"
+
+
+@pytest.mark.parametrize(
+    "relation, label_mode, kinds",
+    [
+        ("replace-one", "uniform", ("mean",)),
+        ("replace-one", "released", ("mean", "proportions")),
+        ("add-remove", "uniform", ("sums", "n")),
+    ],
+)
+def test_each_release_spends_the_share_the_plan_made(
+    digits, net, monkeypatch, relation, label_mode, kinds
+) -> None:
+    """The budget is split once, by `privkernels.dp_ntk.settings.plan`, and every Gaussian
+    release spends the very `Budget` the plan holds (no float round trip, no second split),
+    in the order embedding, then labels or n; the shares add up to the total."""
+    from privkernels.dp_ntk import fitting, release
+
+    plans, spent = [], []
+    real_plan, real_release = fitting.plan, release.gaussian_release
+
+    def plan(*a, **k):
+        plans.append(real_plan(*a, **k))
+        return plans[-1]
+
+    def gaussian_release(key, value, **kw):
+        spent.append((kw["budget"], kw["released"]))
+        return real_release(key, value, **kw)
+
+    monkeypatch.setattr(fitting, "plan", plan)
+    monkeypatch.setattr(release, "gaussian_release", gaussian_release)
+    x, y = digits
+    res = dp_ntk.fit(jax.random.key(5), x, y, epsilon=2.0, delta=1e-5, n_classes=C,
+                     neighbouring=relation, label_mode=label_mode, split=(0.75, 0.25),
+                     network=net, iterations=2, batch_size=12, progress=False)  # fmt: skip
+    (p,) = plans
+    shares = (p.releases.embedding, p.releases.labels)[: len(kinds)]
+    assert len(spent) == len(kinds)
+    assert all(b is share for (b, _), share in zip(spent, shares, strict=True))
+    assert all(isinstance(b, privacy.Budget) for b, _ in spent)
+    assert [r.released for r in res.report.mechanisms] == [what for _, what in spent]
+    assert sum(b.epsilon for b, _ in spent) <= 2.0
+    assert sum(b.epsilon for b, _ in spent) == pytest.approx(2.0)
+    assert (p.releases.labels is None) == (len(kinds) == 1)
