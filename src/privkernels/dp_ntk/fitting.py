@@ -153,9 +153,9 @@ def fit(
                        progress=progress, chunk_size=chunk_size)  # fmt: skip
     if checkpoint_every is not None:
         check_int(checkpoint_every, "checkpoint_every", minimum=1)
+    neighbouring = check_neighbouring(neighbouring, DP_NTK_RELATIONS)
     settings = Settings(
-        budget=as_budget(epsilon, delta),
-        neighbouring=check_neighbouring(neighbouring, DP_NTK_RELATIONS),
+        budget=as_budget(epsilon, delta), neighbouring=neighbouring,
         iterations=iterations, batch_size=batch_size, learning_rate=learning_rate, d_code=d_code,
         label_mode=label_mode, split=split, min_proportion=min_proportion, method=method,
         network=network, generator=generator, ntk_params=ntk_params, groups=groups,
