@@ -674,3 +674,21 @@ def test_each_release_spends_the_share_the_plan_made(
     assert sum(b.epsilon for b, _ in spent) <= 2.0
     assert sum(b.epsilon for b, _ in spent) == pytest.approx(2.0)
     assert (p.releases.labels is None) == (len(kinds) == 1)
+
+
+def test_the_fits_network_weights_are_the_ones_its_embedding_key_would_draw(
+    digits, net, monkeypatch
+) -> None:
+    """The key contract: `fit_keys` takes the e-NTK weights' key from `embedding_keys`, the
+    one split of the embedding key, so the weights a fit draws beforehand are those
+    `embedding_release` draws itself from ``FitKeys.emb``."""
+    from privkernels.dp_ntk import fitting, release, settings
+
+    monkeypatch.setattr(fitting, "_train", lambda result, *_: result)  # the release alone
+    x, y = digits
+    key = jax.random.key(6)
+    res = dp_ntk.fit(key, x, y, epsilon=None, n_classes=C, network=net, progress=False)
+    own, _ = release.embedding_release(
+        settings.fit_keys(key).emb, x, y, n_classes=C, budget=None, network=net
+    )
+    np.testing.assert_array_equal(np.asarray(res.noisy_embedding), np.asarray(own))
