@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import re
 import warnings
@@ -26,6 +27,7 @@ import pytest
 from privkernels import PrivacyLeakWarning, PrivacyReport, dp_kip, dp_ntk, features
 from privkernels import dp_ntk_regression as reg
 from privkernels.contract import SHARED_KEYWORDS, MethodFit, Release
+from privkernels.options import RunOptions
 from privkernels.privacy.warnings import SeededKeyWarning
 
 SHARED = SHARED_KEYWORDS
@@ -74,6 +76,27 @@ def test_shared_keywords_are_the_protocols():
     assert SHARED_KEYWORDS["neighbouring"] == "replace-one"
     assert SHARED_KEYWORDS["public_key"] is None and SHARED_KEYWORDS["delta"] == 1e-5
     assert list(params)[1:4] == ["key", "x", "y"]
+
+
+#: keywords of a fit that are neither its settings nor the shared run and budget keywords:
+#: DP-KIP's public test set and its un-noised diagnostics (what a run reports, not releases)
+REPORTING = {"dp_kip": {"x_test", "y_test", "eval_every", "diagnostics", "max_steps"}}
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_every_fit_states_its_settings_as_one_frozen_typed_value(name):
+    """Each method's keywords (but the data, the keys, the budget's accountant, the run
+    options and the reporting extras) are the fields of one frozen `Settings` in its
+    ``settings`` module, the typed value its fit is planned from."""
+    settings = importlib.import_module(f"privkernels.{name}.settings").Settings
+    assert dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen
+    fields = {f.name for f in dataclasses.fields(settings)}
+    params = inspect.signature(MODULES[name].fit).parameters
+    keywords = {k for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    shared = {"epsilon", "delta", "n_classes", "public_key", "budget_accountant"}
+    shared |= set(RunOptions._fields)
+    assert keywords - fields - shared - REPORTING.get(name, set()) == set()
+    assert "neighbouring" in fields
 
 
 @pytest.mark.parametrize("name", list(MODULES))

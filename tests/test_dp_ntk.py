@@ -629,3 +629,66 @@ def test_resume_keeps_the_relation_it_was_released_under(digits, net, tmp_path) 
     more = dp_ntk.fit(None, None, None, epsilon=1.0, neighbouring="add-remove", iterations=3,
                       checkpoint_path=path, resume=True, **kw)  # fmt: skip
     assert more.iteration == 3 and more.report.neighbouring == "add-remove"
+
+
+@pytest.mark.parametrize(
+    "relation, label_mode, kinds",
+    [
+        ("replace-one", "uniform", ("mean",)),
+        ("replace-one", "released", ("mean", "proportions")),
+        ("add-remove", "uniform", ("sums", "n")),
+    ],
+)
+def test_each_release_spends_the_share_the_plan_made(
+    digits, net, monkeypatch, relation, label_mode, kinds
+) -> None:
+    """The budget is split once, by `privkernels.dp_ntk.settings.plan`, and every Gaussian
+    release spends the very `Budget` the plan holds (no float round trip, no second split),
+    in the order embedding, then labels or n; the shares add up to the total."""
+    from privkernels.dp_ntk import fitting, release
+
+    plans, spent = [], []
+    real_plan, real_release = fitting.plan, release.gaussian_release
+
+    def plan(*a, **k):
+        plans.append(real_plan(*a, **k))
+        return plans[-1]
+
+    def gaussian_release(key, value, **kw):
+        spent.append((kw["budget"], kw["released"]))
+        return real_release(key, value, **kw)
+
+    monkeypatch.setattr(fitting, "plan", plan)
+    monkeypatch.setattr(release, "gaussian_release", gaussian_release)
+    monkeypatch.setattr(fitting, "_train", lambda result, *_: result)  # the releases alone
+    x, y = digits
+    res = dp_ntk.fit(jax.random.key(5), x, y, epsilon=2.0, delta=1e-5, n_classes=C,
+                     neighbouring=relation, label_mode=label_mode, split=(0.75, 0.25),
+                     network=net, iterations=2, batch_size=12, progress=False)  # fmt: skip
+    (p,) = plans
+    shares = (p.releases.embedding, p.releases.labels)[: len(kinds)]
+    assert len(spent) == len(kinds)
+    assert all(b is share for (b, _), share in zip(spent, shares, strict=True))
+    assert all(isinstance(b, privacy.Budget) for b, _ in spent)
+    assert [r.released for r in res.report.mechanisms] == [what for _, what in spent]
+    assert sum(b.epsilon for b, _ in spent) <= 2.0
+    assert sum(b.epsilon for b, _ in spent) == pytest.approx(2.0)
+    assert (p.releases.labels is None) == (len(kinds) == 1)
+
+
+def test_the_fits_network_weights_are_the_ones_its_embedding_key_would_draw(
+    digits, net, monkeypatch
+) -> None:
+    """The key contract: `fit_keys` takes the e-NTK weights' key from `embedding_keys`, the
+    one split of the embedding key, so the weights a fit draws beforehand are those
+    `embedding_release` draws itself from ``FitKeys.emb``."""
+    from privkernels.dp_ntk import fitting, release, settings
+
+    monkeypatch.setattr(fitting, "_train", lambda result, *_: result)  # the release alone
+    x, y = digits
+    key = jax.random.key(6)
+    res = dp_ntk.fit(key, x, y, epsilon=None, n_classes=C, network=net, progress=False)
+    own, _ = release.embedding_release(
+        settings.fit_keys(key).emb, x, y, n_classes=C, budget=None, network=net
+    )
+    np.testing.assert_array_equal(np.asarray(res.noisy_embedding), np.asarray(own))

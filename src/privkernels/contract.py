@@ -2,7 +2,8 @@
 `privkernels.dp_ntk_regression.fit` share, stated as two protocols.
 
 `MethodFit` is the call every method's ``fit`` accepts (each adds its own settings as
-further keyword-only arguments with defaults); `Release` is what it returns. The type
+further keyword-only arguments with defaults, the fields of one frozen ``Settings`` in the
+method's ``settings`` module, from which the fit is planned); `Release` is what it returns. The type
 checker holds the three fits to `MethodFit` (the assignment under ``TYPE_CHECKING``
 below), and ``tests/test_contract.py`` checks the signatures and results at run time
 from these protocols.

@@ -61,6 +61,7 @@ the unweighted embedding (4) is matched by a generator whose labels are drawn
 uniformly (Sec. 3), and `sample` draws labels uniformly.
 
 Modules: `release` (the only reads of private data),
+`settings` (the typed `Settings` and the run's `Plan`: budget shares, releases, keys),
 `train` (generator state + step + scan),
 `fitting` (`fit`, resume),
 `result` (`DPNTKResult`, save/`load`, `sample`).

@@ -8,7 +8,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -22,7 +22,6 @@ from privkernels._validation import (
     check_fit_rows,
     check_in_range,
     check_int,
-    check_positive,
     infer_n_classes,
 )
 from privkernels.dp_ntk.release import (
@@ -31,7 +30,6 @@ from privkernels.dp_ntk.release import (
     N_PUBLIC_NOTE,
     NTK_PARAMS_NOTE,
     counts_release,
-    embedding_keys,
     embedding_release,
     mean_embedding,
     normalise_sums,
@@ -39,19 +37,20 @@ from privkernels.dp_ntk.release import (
     validate_xy,
 )
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
-from privkernels.dp_ntk.train import (
-    LABEL_MODES,
-    DPNTKConfig,
-    TrainState,
-    run_steps,
-    target_embedding,
-)
+from privkernels.dp_ntk.settings import FitKeys, Plan, Settings, fit_keys, plan
+from privkernels.dp_ntk.train import DPNTKConfig, TrainState, run_steps, target_embedding
 from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
 from privkernels.options import RunOptions, run_options
 from privkernels.privacy.accountant import charged_release, outside_release
 from privkernels.privacy.budget import Budget, as_budget
-from privkernels.privacy.keys import public_key_of, release_key
-from privkernels.privacy.report import PrivacyReport, check_neighbouring, compose, with_notes
+from privkernels.privacy.keys import release_key
+from privkernels.privacy.report import (
+    ADD_REMOVE,
+    PrivacyReport,
+    check_neighbouring,
+    compose,
+    with_notes,
+)
 
 __all__ = ["fit", "fit_keys", "FitKeys", "default_generator", "CHECKPOINT_FORMAT"]
 
@@ -152,104 +151,68 @@ def fit(
     """
     opts = run_options(mesh=mesh, checkpoint_path=checkpoint_path, resume=resume,
                        progress=progress, chunk_size=chunk_size)  # fmt: skip
-    ck = opts.checkpoint_path
     if checkpoint_every is not None:
         check_int(checkpoint_every, "checkpoint_every", minimum=1)
     neighbouring = check_neighbouring(neighbouring, DP_NTK_RELATIONS)
-    if opts.resume:
-        return _resume(ck, x, y, epsilon, delta, network, generator, iterations, checkpoint_every,
-                       opts.progress, callback, neighbouring)  # fmt: skip
-    if ck is not None:  # before the release, not at the first save
-        checkpoint.check_new(ck, "continue it (nothing is released again)")
-    key, seeded = release_key(key)
-    fresh = functools.partial(
-        _fit_fresh, key, seeded, x, y, epsilon=epsilon, delta=delta, n_classes=n_classes, opts=opts,
-        network=network, generator=generator, iterations=iterations, batch_size=batch_size,
-        learning_rate=learning_rate, d_code=d_code, label_mode=label_mode, split=split,
-        min_proportion=min_proportion, ntk_params=ntk_params, groups=groups, method=method,
-        checkpoint_every=checkpoint_every, callback=callback, public_key=public_key,
-        neighbouring=neighbouring,
+    settings = Settings(
+        budget=as_budget(epsilon, delta), neighbouring=neighbouring,
+        iterations=iterations, batch_size=batch_size, learning_rate=learning_rate, d_code=d_code,
+        label_mode=label_mode, split=split, min_proportion=min_proportion, method=method,
+        network=network, generator=generator, ntk_params=ntk_params, groups=groups,
+        checkpoint_every=checkpoint_every, callback=callback,
     )  # fmt: skip
-    return charged_release(budget_accountant, epsilon, delta, neighbouring, fresh)
+    if opts.resume:
+        return _resume(x, y, settings, opts)
+    if opts.checkpoint_path is not None:  # before the release, not at the first save
+        checkpoint.check_new(opts.checkpoint_path, "continue it (nothing is released again)")
+    key, seeded = release_key(key)
+    fresh = functools.partial(_fit_fresh, key, seeded, x, y, n_classes, settings, opts, public_key)
+    return charged_release(budget_accountant, epsilon, delta, settings.neighbouring, fresh)
 
 
 def _fit_fresh(
-    key: jax.Array, seeded: tuple[str, ...], x: Any, y: Any, *, epsilon: float | None, delta: float,
-    n_classes: int | None, opts: RunOptions, network: nn.Module | None,
-    generator: nn.Module | None, iterations: int | None, batch_size: int, learning_rate: float,
-    d_code: int, label_mode: str, split: tuple[float, float], min_proportion: float,
-    ntk_params: Any, groups: tuple[ColumnGroup, ...] | None, method: str,
-    checkpoint_every: int | None, callback: Callable[[int, float], None] | None,
-    public_key: jax.Array | None, neighbouring: str,
+    key: jax.Array, seeded: tuple[str, ...], x: Any, y: Any, n_classes: int | None,
+    s: Settings, opts: RunOptions, public_key: jax.Array | None,
 ) -> DPNTKResult:  # fmt: skip
-    """A new fit (not a resume): validate, the release, then generator training."""
-    ck = opts.checkpoint_path
+    """A new fit (not a resume): validate the data, plan, release, then train the generator."""
     n_classes, inferred = infer_n_classes(y, n_classes)
     check_fit_rows(x, "x")  # the one minimum-rows rule of every fit
     x, y_np, n_classes = validate_xy(x, y, n_classes)
-    budget = as_budget(epsilon, delta)
-    cfg = _config(x, n_classes, budget, iterations, batch_size, learning_rate, d_code, label_mode,
-                  split, min_proportion, opts.chunk_size, method, neighbouring)  # fmt: skip
-    network, generator, groups = _models(x, cfg, network, generator, groups)
-    keys = fit_keys(key, public_key)
+    p = plan(s, data_shape=tuple(x.shape[1:]), n_classes=n_classes, chunk_size=opts.chunk_size,
+             key=key, public_key=public_key)  # fmt: skip
+    cfg = p.config
+    network, generator, groups = _models(x, cfg, s)
+    ntk_params = s.ntk_params
     if ntk_params is None:
-        ntk_params = _init_ntk(keys.ntk, network, cfg.data_shape)
-    gparams = _init_generator(keys.gen, generator, cfg, network, ntk_params)  # refuses before noise
-    noisy_emb, proportions, report = _release(
-        keys.emb, keys.labels, x, y_np, budget, cfg, network, ntk_params, inferred, opts.mesh,
-        neighbouring,
-    )  # fmt: skip
+        ntk_params = _init_ntk(p.keys.ntk, network, cfg.data_shape)
+    gparams = _init_generator(p.keys.gen, generator, cfg, network, ntk_params)  # refuses first
+    noisy_emb, proportions, report = _release(p, x, y_np, network, ntk_params, inferred, opts.mesh)
     report = with_notes(report, seeded)
     del x, y, y_np  # everything below is post-processing
-    state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), keys.train,
+    state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), p.keys.train,
                        jnp.int32(0))  # fmt: skip
     result = DPNTKResult(generator, gparams, network, ntk_params, noisy_emb, proportions, report,
                          np.zeros((0,), np.float32), cfg, groups, 0)  # fmt: skip
-    return _train(result, state, ck, checkpoint_every, opts.progress, callback)
-
-
-class FitKeys(NamedTuple):
-    """The keys of a DP-NTK fit: the two releases' (``emb``: the embedding, split again by
-    `privkernels.dp_ntk.release.embedding_keys`; ``labels``: proportions or counts) and the
-    data-independent draws' (``ntk``: e-NTK weights; ``gen``: generator init; ``train``:
-    latent codes and labels of generator training)."""
-
-    emb: jax.Array
-    labels: jax.Array
-    ntk: jax.Array
-    gen: jax.Array
-    train: jax.Array
-
-
-def fit_keys(key: jax.Array, public_key: jax.Array | None = None) -> FitKeys:
-    """``key`` split into (emb, labels, gen, train), ``ntk`` the weights' key the embedding
-    release would draw from ``emb``; a ``public_key`` is split into (ntk, gen, train)
-    instead: everything the result keeps then says nothing about ``key`` (without it they
-    are split siblings of the noise keys: one-way, but a guess of a seeded ``key`` can be
-    checked against them)."""
-    k_emb, k_lab, k_gen, k_train = jax.random.split(key, 4)
-    k_ntk = embedding_keys(k_emb).params
-    if public_key is not None:  # data-independent draws from their own stream
-        k_ntk, k_gen, k_train = jax.random.split(public_key_of(public_key, key), 3)
-    return FitKeys(k_emb, k_lab, k_ntk, k_gen, k_train)
+    return _train(result, state, s, opts)
 
 
 def _models(
-    x: Any, cfg: DPNTKConfig, network: nn.Module | None, generator: nn.Module | None,
-    groups: tuple[ColumnGroup, ...] | None,
-) -> tuple[nn.Module, nn.Module, tuple[ColumnGroup, ...]]:  # fmt: skip
+    x: Any, cfg: DPNTKConfig, s: Settings
+) -> tuple[nn.Module, nn.Module, tuple[ColumnGroup, ...]]:
     """The e-NTK network, the generator (defaults where None; a generator that cannot
     produce ``x`` refused before any noise) and the tabular column groups."""
-    network = default_network(cfg.n_classes) if network is None else network
+    network = default_network(cfg.n_classes) if s.network is None else s.network
+    generator = s.generator
     if generator is None:
         generator = default_generator(cfg.data_shape, cfg.n_classes)
     _check_generator_range(x, generator)
+    groups = s.groups
     groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else groups
     return network, generator, tuple(groups)
 
 
 def _init_generator(
-    key: Any, generator: nn.Module, cfg: DPNTKConfig, network: nn.Module, ntk_params: Any
+    key: jax.Array, generator: nn.Module, cfg: DPNTKConfig, network: nn.Module, ntk_params: Any
 ) -> Any:
     """The generator's initial parameters, refusing a generator whose samples the e-NTK
     network cannot embed as it embeds the data (eq. (6)); shapes only (`jax.eval_shape`)."""
@@ -289,85 +252,31 @@ def _check_generator_range(x: Any, generator: nn.Module) -> None:
     )  # fmt: skip
 
 
-def _init_ntk(key: Any, network: nn.Module, data_shape: tuple[int, ...]) -> Any:
+def _init_ntk(key: jax.Array, network: nn.Module, data_shape: tuple[int, ...]) -> Any:
     return features.init_params(key, network, data_shape)  # looked up at call time (spies)
-
-
-def _config(
-    x: Any,
-    n_classes: int,
-    budget: Budget | None,
-    iterations: Any,
-    batch_size: Any,
-    learning_rate: Any,
-    d_code: Any,
-    label_mode: Any,
-    split: Any,
-    min_proportion: Any,
-    chunk_size: Any,
-    method: Any,
-    neighbouring: str = "replace-one",
-) -> DPNTKConfig:
-    """Validate the training settings (before any randomness) into a config."""
-    if label_mode not in LABEL_MODES:
-        raise ValueError(f"label_mode must be one of {LABEL_MODES}, got {label_mode!r}")
-    if n_classes == 1:
-        label_mode = "uniform"  # one class: nothing to release about labels
-    split_t = tuple(float(f) for f in split)
-    if len(split_t) != 2:
-        raise ValueError(f"split must be (embedding, labels) fractions, got {split!r}")
-    if (label_mode == "released" or neighbouring == "add-remove") and budget is not None:
-        budget.split(*split_t)  # validates the fractions
-    return DPNTKConfig(
-        iterations=check_int(2000 if iterations is None else iterations, "iterations", minimum=1),
-        batch_size=check_int(batch_size, "batch_size", minimum=1),
-        learning_rate=check_positive(learning_rate, "learning_rate"),
-        n_classes=n_classes,
-        d_code=check_int(d_code, "d_code", minimum=1),
-        label_mode=label_mode,
-        split=split_t,  # type: ignore[arg-type]
-        min_proportion=check_positive(min_proportion, "min_proportion"),
-        chunk_size=chunk_size,
-        method=method,
-        data_shape=tuple(int(s) for s in x.shape[1:]),
-        epsilon=None if budget is None else budget.epsilon,
-        delta=None if budget is None else budget.delta,
-    )
 
 
 _Released = tuple[jax.Array, np.ndarray | None, PrivacyReport, tuple[str, ...], tuple[str, ...]]
 
 
 def _release(
-    k_emb: Any,
-    k_lab: Any,
-    x: Any,
-    y: np.ndarray,
-    budget: Budget | None,
-    cfg: DPNTKConfig,
-    network: nn.Module,
-    ntk_params: Any,
-    inferred: bool,
+    p: Plan, x: Any, y: np.ndarray, network: nn.Module, ntk_params: Any, inferred: bool,
     mesh: Any,
-    neighbouring: str = "replace-one",
-) -> tuple[jax.Array, np.ndarray | None, PrivacyReport]:
-    """The only reads of private data: the embedding, and the proportions in released mode.
-
-    Under add-remove (private): the class sums and the class counts, the sums
-    divided by the counts' total (`privkernels.dp_ntk.release.normalise_sums`).
-    """
+) -> tuple[jax.Array, np.ndarray | None, PrivacyReport]:  # fmt: skip
+    """The only reads of private data, as ``p.releases`` says: the embedding, and the
+    proportions (``"released"`` labels) or, under add-remove (private), the class sums
+    and the class counts or their total, the sums divided by the counts' total
+    (`privkernels.dp_ntk.release.normalise_sums`)."""
     emb_release = functools.partial(
-        embedding_release, n_classes=cfg.n_classes, network=network, params=ntk_params,
-        chunk_size=cfg.chunk_size, method=cfg.method, mesh=mesh,
+        embedding_release, p.keys.emb, x, y, n_classes=p.config.n_classes, network=network,
+        params=ntk_params, chunk_size=p.config.chunk_size, method=p.config.method, mesh=mesh,
     )  # fmt: skip
-    if neighbouring == "add-remove" and budget is not None:
-        emb, props, report, public, n_note = _release_sums(k_emb, k_lab, x, y, budget, cfg,
-                                                           emb_release)  # fmt: skip
-    elif cfg.label_mode == "released":
-        released = _release_with_proportions(k_emb, k_lab, x, y, budget, cfg, emb_release)
-        emb, props, report, public, n_note = released
+    if p.releases.sums:
+        emb, props, report, public, n_note = _release_sums(p, y, emb_release)
+    elif p.releases.labels_kind == "proportions":
+        emb, props, report, public, n_note = _release_with_proportions(p, y, emb_release)
     else:
-        emb, report = emb_release(k_emb, x, y, budget=budget)
+        emb, report = emb_release(budget=p.releases.embedding)
         props, public, n_note = None, (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
     if report.private:
         notes = n_note + ((N_CLASSES_INFERRED_NOTE,) if inferred else ())
@@ -380,47 +289,41 @@ def _release(
 
 
 def _release_sums(
-    k_emb: jax.Array, k_lab: jax.Array, x: Any, y: np.ndarray, budget: Budget,
-    cfg: DPNTKConfig, emb_release: Callable[..., tuple[jax.Array, PrivacyReport]],
-) -> _Released:  # fmt: skip
-    """Add-remove: class sums (share ``split[0]``) and a noisy n (``split[1]``), divided."""
-    part_e, part_c = budget.split(*cfg.split)
-    sums, rep_e = emb_release(k_emb, x, y, budget=part_e, neighbouring="add-remove")
-    released = cfg.label_mode == "released"  # uniform labels need only the total n
-    counts, rep_c = counts_release(k_lab, y, n_classes=cfg.n_classes, budget=part_c,
-                                   per_class=released)  # fmt: skip
+    p: Plan, y: np.ndarray, emb_release: Callable[..., tuple[jax.Array, PrivacyReport]]
+) -> _Released:
+    """Add-remove: class sums (share ``split[0]``) and a noisy n (``split[1]``: the class
+    counts in released mode, else the total alone), divided."""
+    rel = p.releases
+    assert rel.labels is not None  # the plan's second share, by `Releases.sums`
+    sums, rep_e = emb_release(budget=rel.embedding, neighbouring=ADD_REMOVE)
+    per_class = rel.labels_kind == "counts"  # uniform labels need only the total n
+    counts, rep_c = counts_release(p.keys.labels, y, n_classes=p.config.n_classes,
+                                   budget=rel.labels, per_class=per_class)  # fmt: skip
     emb, props_ar = normalise_sums(sums, counts)
-    props = props_ar if released else None
+    props = props_ar if per_class else None
     return emb, props, compose(rep_e, rep_c), (NTK_PARAMS_NOTE, GEN_NOTE), (N_PRIVATE_NOTE,)
 
 
 def _release_with_proportions(
-    k_emb: jax.Array, k_lab: jax.Array, x: Any, y: np.ndarray, budget: Budget | None,
-    cfg: DPNTKConfig, emb_release: Callable[..., tuple[jax.Array, PrivacyReport]],
-) -> _Released:  # fmt: skip
+    p: Plan, y: np.ndarray, emb_release: Callable[..., tuple[jax.Array, PrivacyReport]]
+) -> _Released:
     """Released labels, except a private add-remove run: the mean embedding and the class
-    proportions."""
-    part_e, part_l = (None, None) if budget is None else budget.split(*cfg.split)
-    emb, rep_e = emb_release(k_emb, x, y, budget=part_e)
-    props, rep_l = proportions_release(k_lab, y, n_classes=cfg.n_classes, budget=part_l)
+    proportions, each at its share (both None without a budget)."""
+    emb, rep_e = emb_release(budget=p.releases.embedding)
+    props, rep_l = proportions_release(p.keys.labels, y, n_classes=p.config.n_classes,
+                                       budget=p.releases.labels)  # fmt: skip
     public = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE)
     return emb, props, compose(rep_e, rep_l), public, ()
 
 
-def _train(
-    result: DPNTKResult,
-    state: TrainState,
-    path: Path | None,
-    checkpoint_every: int | None,
-    progress: bool,
-    callback: Callable[[int, float], None] | None,
-) -> DPNTKResult:
-    """Scan the generator steps in segments; history, progress and checkpoints in between."""
-    cfg = result.config
+def _train(result: DPNTKResult, state: TrainState, s: Settings, opts: RunOptions) -> DPNTKResult:
+    """Scan the generator steps in segments; history, progress (``opts``), the callback and
+    checkpoints (``s``) in between."""
+    cfg, path, every, callback = result.config, opts.checkpoint_path, s.checkpoint_every, s.callback
     target = target_embedding(result.noisy_embedding, result.noisy_proportions, cfg.min_proportion)
-    segment = checkpoint_every or max(1, min(100, cfg.iterations))
+    segment = every or max(1, min(100, cfg.iterations))
     losses = [np.asarray(result.loss_history, np.float32)]
-    bar = _bar(progress, cfg.iterations, int(state.step))
+    bar = _bar(opts.progress, cfg.iterations, int(state.step))
     try:
         while int(state.step) < cfg.iterations:
             count = min(segment, cfg.iterations - int(state.step))
@@ -435,7 +338,7 @@ def _train(
             if bar is not None:
                 bar.update(count)
                 bar.set_postfix(loss=f"{float(losses[-1][-1]):.4g}")
-            if checkpoint_every is not None and done % checkpoint_every == 0:
+            if every is not None and done % every == 0:
                 _save(path, _with(result, state, losses), state)
     except KeyboardInterrupt:
         _save(path, _with(result, state, losses), state)
@@ -474,22 +377,11 @@ def _save(path: Path | None, result: DPNTKResult, state: TrainState) -> None:
     checkpoint.save(path, arrays, meta)
 
 
-def _resume(
-    path: Path | None,
-    x: Any,
-    y: Any,
-    epsilon: Any,
-    delta: Any,
-    network: nn.Module | None,
-    generator: nn.Module | None,
-    iterations: int | None,
-    checkpoint_every: int | None,
-    progress: bool,
-    callback: Callable[[int, float], None] | None,
-    neighbouring: str = "replace-one",
-) -> DPNTKResult:
-    """Continue a checkpointed run from the saved release alone (the data is never read).
-    A checkpoint that could not be saved again is refused before any training."""
+def _resume(x: Any, y: Any, s: Settings, opts: RunOptions) -> DPNTKResult:
+    """Continue a checkpointed run from the saved release alone (the data is never read),
+    with its budget and relation (``s.budget``, ``s.neighbouring``: checked against the
+    file). A checkpoint that could not be saved again is refused before any training."""
+    path = opts.checkpoint_path
     if path is None or not path.exists():
         raise ValueError(f"resume=True needs an existing checkpoint_path, got {path}")
     checkpoint.check_writable(path)  # not at the first save after the training
@@ -499,15 +391,16 @@ def _resume(
         )
     arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
     saved = PrivacyReport.from_dict(meta["report"])
-    _check_resume_budget(saved, epsilon, delta)
-    if saved.private and saved.neighbouring != neighbouring:
+    _check_resume_budget(saved, s.budget)
+    if saved.private and saved.neighbouring != s.neighbouring:
         raise ValueError(
             f"the checkpoint's release is under {saved.neighbouring}; got "
-            f"neighbouring={neighbouring!r}. Pass the relation it was released under."
+            f"neighbouring={s.neighbouring!r}. Pass the relation it was released under."
         )
-    result = result_from(arrays, meta, generator=generator, network=network, generator_params={})
-    if iterations is not None:
-        cfg = dataclasses.replace(result.config, iterations=check_int(iterations, "iterations"))
+    result = result_from(arrays, meta, generator=s.generator, network=s.network,
+                         generator_params={})  # fmt: skip
+    if s.iterations is not None:
+        cfg = dataclasses.replace(result.config, iterations=check_int(s.iterations, "iterations"))
         result = dataclasses.replace(result, config=cfg)
     z0, oh0 = make_code(jax.random.key(0), jnp.zeros((2,), jnp.int32), d_code=result.d_code,
                         n_classes=result.n_classes)  # fmt: skip
@@ -519,25 +412,26 @@ def _resume(
     key = checkpoint.key_from_array(arrays["train_key"], bool(meta["typed_key"]))
     state = TrainState(gparams, opt_state, key, jnp.int32(result.iteration))
     result = dataclasses.replace(result, generator_params=gparams)
-    return _train(result, state, path, checkpoint_every, progress, callback)
+    return _train(result, state, s, opts)
 
 
-def _check_resume_budget(saved: PrivacyReport, epsilon: Any, delta: Any) -> None:
+def _check_resume_budget(saved: PrivacyReport, budget: Budget | None) -> None:
     """A resumed run keeps the budget it was released with; refuse anything else."""
     if not saved.private:
-        if epsilon is not None:
+        if budget is not None:
             raise ValueError(
-                f"the checkpointed run is non-private; epsilon={epsilon!r} cannot be added on "
-                "resume (start a new fit instead)"
+                f"the checkpointed run is non-private; epsilon={budget.epsilon!r} cannot be "
+                "added on resume (start a new fit instead)"
             )
         return
     if (
-        epsilon is None
-        or not math.isclose(float(epsilon), saved.epsilon, rel_tol=1e-9)
-        or (delta is not None and not math.isclose(float(delta), saved.delta, rel_tol=1e-9))
+        budget is None
+        or not math.isclose(budget.epsilon, saved.epsilon, rel_tol=1e-9)
+        or not math.isclose(budget.delta, saved.delta, rel_tol=1e-9)
     ):
+        got = "epsilon=None" if budget is None else f"epsilon={budget.epsilon!r}, delta={budget.delta!r}"  # fmt: skip
         raise ValueError(
             f"the checkpoint's release was made at (epsilon={saved.epsilon:g}, "
-            f"delta={saved.delta:g}); got (epsilon={epsilon!r}, delta={delta!r}). The budget of a "
-            "release cannot change on resume: pass the original values."
+            f"delta={saved.delta:g}); got ({got}). The budget of a release cannot change on "
+            "resume: pass the original values."
         )

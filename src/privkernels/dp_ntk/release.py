@@ -157,23 +157,15 @@ def private_embedding(
     x: Any,
     y: Any,
     *,
-    n_classes: int,
     epsilon: float | None,
     delta: float | None = 1e-5,
-    network: nn.Module,
-    params: Any = None,
-    chunk_size: int | None = None,
-    method: str = "auto",
-    mesh: Any = None,
-    neighbouring: str = REPLACE_ONE,
+    **options: Any,
 ) -> tuple[jax.Array, PrivacyReport]:
-    """`embedding_release` at ``(epsilon, delta)`` (``epsilon=None``: no noise); the
+    """`embedding_release` at ``(epsilon, delta)`` (``epsilon=None``: no noise), for callers
+    holding floats; ``options`` are its other keywords (``n_classes`` and ``network``
+    required; ``params``, ``chunk_size``, ``method``, ``mesh``, ``neighbouring``), and the
     arguments and the result are documented there."""
-    return embedding_release(
-        key, x, y, n_classes=n_classes, budget=as_budget(epsilon, delta), network=network,
-        params=params, chunk_size=chunk_size, method=method, mesh=mesh,
-        neighbouring=neighbouring,
-    )  # fmt: skip
+    return embedding_release(key, x, y, budget=as_budget(epsilon, delta), **options)
 
 
 def embedding_release(

@@ -56,7 +56,9 @@ class DPNTKConfig(ConfigMixin):
         `privkernels.privacy.Budget.split`).
       min_proportion: floor of the noisy proportion when dividing the embedding.
       n_classes, data_shape: the public shapes; chunk_size, method: the feature core's.
-      epsilon, delta: the run's total budget (None: non-private).
+      epsilon, delta: the run's total budget (None: non-private), as the file records it;
+        the releases spend the `privkernels.dp_ntk.settings.Plan`'s `Budget` shares, never
+        these floats.
     """
 
     iterations: int
