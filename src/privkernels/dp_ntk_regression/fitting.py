@@ -252,7 +252,7 @@ def _fit_beta_close(
     key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
 ) -> DPNTKRegressionModel:
     """Alg. 2: data-independent weights, the kernel matrix, then the two releases."""
-    cfg, x_arr, y_mat, inferred = _validate(s, opts, inp)
+    cfg, x_arr, y_mat, inferred, shares = _validate(s, opts, inp, budget)
     dt = jnp.float64 if cfg.dtype == "float64" else jnp.float32
     n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
     d_in = d + int(cfg.fit_intercept)
@@ -262,7 +262,7 @@ def _fit_beta_close(
             k_w = public_key_of(inp.public_key, key)
         # Data-independent weights first: the fixed-weights sensitivity bound needs them.
         weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
-        plan = None if budget is None else _plan(cfg, budget, n, weights, s.allow_unproven)
+        plan = None if shares is None else _plan(cfg, shares, n, weights, s.allow_unproven)
         warn_projected(x_arr, cfg.input_bound, cfg.fit_intercept, stacklevel=5)
         xp = input_map(
             jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=dt),
@@ -403,24 +403,29 @@ def _replace_one_config(s: Settings, opts: RunOptions, n_classes: int | None, ta
 
 
 def _validate(
-    s: Settings, opts: RunOptions, inp: Inputs
-) -> tuple[RegressionConfig, Any, np.ndarray, bool]:
-    """All checks before any randomness; the config, inputs and target matrix."""
+    s: Settings, opts: RunOptions, inp: Inputs, budget: Budget | None
+) -> tuple[RegressionConfig, Any, np.ndarray, bool, tuple[Budget, Budget] | None]:
+    """All checks before any randomness; the config, inputs, target matrix, whether the
+    labels were read for ``n_classes``, and the budget's (inputs, kernel) shares, split
+    here once (None: non-private)."""
     name = np.dtype(s.dtype).name if not isinstance(s.dtype, str) else s.dtype
     if name not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {s.dtype!r}")
-    private = s.epsilon is not None
+    private = budget is not None
     split = tuple(float(f) for f in s.split)
     if len(split) != 2:
         raise ValueError(f"split must be (kernel, inputs) fractions, got {s.split!r}")
-    if s.epsilon is not None:
+    shares = None
+    if budget is not None:
         for f in split:
             check_fraction(f, "split")
         if abs(sum(split) - 1.0) > 1e-9:
             raise ValueError(f"split fractions must sum to 1, got {s.split!r}")
-        if s.epsilon * split[0] >= 1.0 and not s.allow_unproven:
+        inputs, kernel = budget.split(split[1], split[0])
+        shares = (inputs, kernel)
+        if kernel.epsilon >= 1.0 and not s.allow_unproven:
             raise ValueError(
-                f"eps_alpha = epsilon * split[0] = {s.epsilon * split[0]:.4g} >= 1: the "
+                f"eps_alpha = epsilon * split[0] = {kernel.epsilon:.4g} >= 1: the "
                 "Gaussian sampling mechanism's guarantee (Gu et al. Lemma D.1, Def. 5.2) is stated "
                 "for eps_alpha in (0, 1) only. Lower epsilon or the kernel share of split, or pass "
                 "allow_unproven=True to release anyway with a report marked unproven"
@@ -433,7 +438,7 @@ def _validate(
         )
     if int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x has no features (shape {tuple(x_arr.shape)})")
-    kernel_shift = _kernel_shift(s, private, split, int(x_arr.shape[0]))
+    kernel_shift = _kernel_shift(s, None if shares is None else shares[1], int(x_arr.shape[0]))
     eta_min = s.eta_min
     if private and eta_min is None:
         if kernel_shift <= 0:
@@ -464,19 +469,19 @@ def _validate(
         delta=None,
         fit_intercept=check_bool(s.fit_intercept, "fit_intercept"),
     )
-    return cfg, x_arr, y_mat, inferred
+    return cfg, x_arr, y_mat, inferred, shares
 
 
-def _kernel_shift(s: Settings, private: bool, split: tuple[float, ...], n: int) -> float:
-    """The numeric kernel shift: as given, or ``"auto"`` resolved from public quantities."""
+def _kernel_shift(s: Settings, kernel: Budget | None, n: int) -> float:
+    """The numeric kernel shift: as given, or ``"auto"`` resolved from public quantities
+    (``kernel``: the kernel release's share of the budget; None: non-private)."""
     shift = s.kernel_shift
     if not (isinstance(shift, str) and shift == "auto"):
         if isinstance(shift, str):
             raise ValueError(f"kernel_shift must be a number >= 0 or 'auto', got {shift!r}")
         return check_nonnegative(shift, "kernel_shift")
-    if not private or s.eta_min is not None:  # an explicit eta_min is the user's bound
+    if kernel is None or s.eta_min is not None:  # an explicit eta_min is the user's bound
         return 0.0
-    kernel = as_budget(s.epsilon, s.delta).split(split[1], split[0])[1]  # type: ignore[union-attr]
     return shift_for_k(
         max(n, 1), AUTO_SHIFT_SAMPLES, epsilon_alpha=kernel.epsilon, delta_alpha=kernel.delta,
         beta=check_positive(s.beta, "beta"),
@@ -514,10 +519,15 @@ class _Plan(NamedTuple):
 
 
 def _plan(
-    cfg: RegressionConfig, budget: Budget, n: int, weights: jax.Array, allow_unproven: bool
+    cfg: RegressionConfig,
+    shares: tuple[Budget, Budget],
+    n: int,
+    weights: jax.Array,
+    allow_unproven: bool,
 ) -> _Plan:
-    """Split the budget and choose k (Condition 5.3, eq. (1)); refuse k above the maximum."""
-    inputs, kernel = budget.split(cfg.split[1], cfg.split[0])
+    """Choose k for the kernel's share (Condition 5.3, eq. (1)); refuse k above the maximum.
+    ``shares``: the (inputs, kernel) budgets `_validate` split."""
+    inputs, kernel = shares
     assert cfg.eta_min is not None
     kw: dict[str, Any] = dict(
         eta_min=cfg.eta_min,
