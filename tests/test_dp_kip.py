@@ -507,9 +507,12 @@ def test_checkpoint_resume_keeps_accountant_state(tmp_path):
 
 @pytest.mark.parametrize("kern", ["scatternet", pytest.param("entk", marks=pytest.mark.slow)])
 def test_feature_clip_space_runs(kern):
+    # a small ScatterNet (J=1, L=4: 5 maps of 4 x 4) compiles in half the default's time;
+    # the feature-space path is the same for any features kernel
+    opts = {"J": 1, "L": 4} if kern == "scatternet" else None
     rng = np.random.default_rng(0)
     y = np.arange(60, dtype=np.int32) % 2
-    x = rng.normal(size=(60, 12, 12)).astype(np.float32) + y[:, None, None]
+    x = rng.normal(size=(60, 8, 8)).astype(np.float32) + y[:, None, None]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         res = dp_kip.fit(
@@ -523,10 +526,11 @@ def test_feature_clip_space_runs(kern):
                 "clip_space": "feature",
                 "batch_size": 15,
                 "support_per_class": 1,
+                "kernel_options": opts,
             },
         )
     assert np.all(np.isfinite(res.support_x))
-    assert res.support_x.shape == (2, 12, 12)
+    assert res.support_x.shape == (2, 8, 8)
     assert any("feature" in n for n in res.report.notes)
     assert np.all(np.isfinite(dp_kip.predict(res, x[:5])))
 
@@ -666,7 +670,9 @@ def test_convnet_downstream_smoke(digits):
     from privkernels import evaluation
 
     x, y, xt, yt = digits
-    mod, params = evaluation.train_convnet(jax.random.key(0), x[:40], y[:40], 10, steps=3, width=8)
+    mod, params = evaluation.train_convnet(
+        jax.random.key(0), x[:40], y[:40], 10, steps=3, width=8, depth=1
+    )
     logits = mod.apply(params, jnp.asarray(xt[:4]))
     assert logits.shape == (4, 10)
     assert 0.0 <= evaluation.convnet_accuracy(mod, params, xt[:50], yt[:50]) <= 1.0
