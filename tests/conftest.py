@@ -23,9 +23,10 @@ if _DETERMINISTIC not in os.environ.get("XLA_FLAGS", ""):
 # Compile fast on the CPU: most of the suite's time is XLA:CPU compiling small programs
 # that then run for milliseconds, and LLVM's optimisation passes are most of that
 # compilation (level 0 measured 30-45% less CPU time, e.g. tests/test_dp_kip.py 133 ->
-# 93 s). HLO-level passes (fusion, algebraic rewrites) still run, so the programs
-# compute what they compute at the default level; only the machine code is less
-# optimised. Matrix products call Eigen either way. Only where no accelerator plugin is
+# 93 s). HLO-level passes (fusion, algebraic rewrites) still run; the machine code is
+# less optimised and may round differently in the last bits (bit-equality tests compare
+# runs within one process, one level). Matrix products call Eigen at either level. Only
+# where no accelerator plugin is
 # installed (or JAX_PLATFORMS=cpu): the same level would apply to the GPU's kernels.
 # ``PRIVKERNELS_TEST_XLA_OPT=1`` (or a level the user already gave) keeps XLA's default.
 _OPT_LEVEL = "--xla_backend_optimization_level"
