@@ -508,11 +508,11 @@ def test_checkpoint_resume_keeps_accountant_state(tmp_path):
 @pytest.mark.parametrize("kern", ["scatternet", pytest.param("entk", marks=pytest.mark.slow)])
 def test_feature_clip_space_runs(kern):
     # a small ScatterNet (J=1, L=4: 5 maps of 4 x 4) compiles in half the default's time;
-    # the feature-space path is the same for any features kernel
-    opts = {"J": 1, "L": 4} if kern == "scatternet" else None
+    # the feature-space path is the same for any features kernel (the LeNet needs 12 x 12)
+    opts, side = ({"J": 1, "L": 4}, 8) if kern == "scatternet" else (None, 12)
     rng = np.random.default_rng(0)
     y = np.arange(60, dtype=np.int32) % 2
-    x = rng.normal(size=(60, 8, 8)).astype(np.float32) + y[:, None, None]
+    x = rng.normal(size=(60, side, side)).astype(np.float32) + y[:, None, None]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         res = dp_kip.fit(
@@ -530,7 +530,7 @@ def test_feature_clip_space_runs(kern):
             },
         )
     assert np.all(np.isfinite(res.support_x))
-    assert res.support_x.shape == (2, 8, 8)
+    assert res.support_x.shape == (2, side, side)
     assert any("feature" in n for n in res.report.notes)
     assert np.all(np.isfinite(dp_kip.predict(res, x[:5])))
 
