@@ -125,8 +125,13 @@ def test_adjoint_grads_equal_vmap_grads_x64(kernel, f):
         xt = xt.at[0].set(xs[2])  # a target equal to a support point (kernel kink)
         yt = jnp.asarray(rng.normal(size=(b, c)))
         kw = dict(reg=1e-3, jitter=1e-4)
-        adj = dp_kip.per_example_grads(spec, xs, ys, xt, yt, method="adjoint", **kw)
-        ref = dp_kip.per_example_grads(spec, xs, ys, xt, yt, method="vmap", **kw)
+        # jitted: one compilation each instead of an eager dispatch of every operation
+        adj = jax.jit(
+            lambda a: dp_kip.per_example_grads(spec, a, ys, xt, yt, method="adjoint", **kw)
+        )(xs)
+        ref = jax.jit(lambda a: dp_kip.per_example_grads(spec, a, ys, xt, yt, method="vmap", **kw))(
+            xs
+        )
         assert adj.dtype == jnp.float64 and adj.shape == (b, m, 3, 4)
         # fc_ntk's capped kappa0 slope at c = 1 (diagonal of K_ss, x_t == x_s) amplifies
         # float64 rounding to ~1e-9 relative; anything structural would be O(1).
@@ -135,8 +140,10 @@ def test_adjoint_grads_equal_vmap_grads_x64(kernel, f):
         )
         # losses from the adjoint path are the KRR losses of eq. 3
         t = dp_kip.krr.support_repr(spec, xt)
-        _, losses = dp_kip.grads.adjoint_grads(spec, xs, ys, t, yt, 1e-3 + 1e-4)
-        ref_l = dp_kip.krr_loss(spec, xs, ys, xt, yt, **kw)
+        _, losses = jax.jit(lambda a: dp_kip.grads.adjoint_grads(spec, a, ys, t, yt, 1e-3 + 1e-4))(
+            xs
+        )
+        ref_l = jax.jit(lambda a: dp_kip.krr_loss(spec, a, ys, xt, yt, **kw))(xs)
         # (fc_ntk's diagonal kappa1(c ~ 1) carries sqrt(eps64) ~ 1e-8 rounding noise)
         np.testing.assert_allclose(np.asarray(losses), np.asarray(ref_l), rtol=1e-7)
     with pytest.raises(ValueError, match="method"):
@@ -500,9 +507,12 @@ def test_checkpoint_resume_keeps_accountant_state(tmp_path):
 
 @pytest.mark.parametrize("kern", ["scatternet", pytest.param("entk", marks=pytest.mark.slow)])
 def test_feature_clip_space_runs(kern):
+    # a small ScatterNet (J=1, L=4: 5 maps of 4 x 4) compiles in half the default's time;
+    # the feature-space path is the same for any features kernel (the LeNet needs 12 x 12)
+    opts, side = ({"J": 1, "L": 4}, 8) if kern == "scatternet" else (None, 12)
     rng = np.random.default_rng(0)
     y = np.arange(60, dtype=np.int32) % 2
-    x = rng.normal(size=(60, 12, 12)).astype(np.float32) + y[:, None, None]
+    x = rng.normal(size=(60, side, side)).astype(np.float32) + y[:, None, None]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         res = dp_kip.fit(
@@ -516,10 +526,11 @@ def test_feature_clip_space_runs(kern):
                 "clip_space": "feature",
                 "batch_size": 15,
                 "support_per_class": 1,
+                "kernel_options": opts,
             },
         )
     assert np.all(np.isfinite(res.support_x))
-    assert res.support_x.shape == (2, 12, 12)
+    assert res.support_x.shape == (2, side, side)
     assert any("feature" in n for n in res.report.notes)
     assert np.all(np.isfinite(dp_kip.predict(res, x[:5])))
 
@@ -567,21 +578,24 @@ def test_gram_form_clipped_sum_matches_vmap(m, d, opts):
     xt = jnp.asarray(0.7 * rng.normal(size=(b, d)), jnp.float32)
     yt = dp_kip.encode_labels(jnp.asarray(rng.integers(0, c, b)), c)
     mask = jnp.asarray(rng.random(b) < 0.7, jnp.float32)
-    g = dp_kip.per_example_grads(spec, xs, ys, xt, yt, reg=1e-3, method="vmap")
+    g = jax.jit(lambda a: dp_kip.per_example_grads(spec, a, ys, xt, yt, reg=1e-3, method="vmap"))(
+        xs
+    )
+    losses = jax.jit(lambda a: dp_kip.krr_loss(spec, a, ys, xt, yt, reg=1e-3))(xs)
     norms = np.sqrt(np.sum(np.asarray(g).reshape(b, -1) ** 2, 1))
     srt = np.sort(norms)
+    clipped_sum = jax.jit(  # one compilation for both clips (the norm is an argument)
+        lambda a, t, mk, clip: dp_kip.clipped_sums.gram_clipped_sum(
+            spec.gram_fn, a, ys, t, yt, mk, 1e-3, clip
+        )
+    )
     for clip in (float(0.5 * (srt[b // 2] + srt[b // 2 + 1])), 1e6):  # no ties at the clip
         clipped, _ = clip_per_example(g, clip)
         ref = np.tensordot(np.asarray(mask), np.asarray(clipped), axes=1)
-        got, loss_sum, n_clipped = jax.jit(
-            lambda a, t, mk, clip=clip: dp_kip.clipped_sums.gram_clipped_sum(
-                spec.gram_fn, a, ys, t, yt, mk, 1e-3, clip
-            )
-        )(xs, xt, mask)
+        got, loss_sum, n_clipped = clipped_sum(xs, xt, mask, clip)
         # float32: the NTK's kink at c = 1 makes both sides carry ~sqrt(eps) rounding noise
         np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
         assert int(n_clipped) == int(np.sum(np.asarray(mask) * (norms > clip)))
-        losses = dp_kip.krr_loss(spec, xs, ys, xt, yt, reg=1e-3)
         assert float(loss_sum) == pytest.approx(float(jnp.sum(losses * mask)), rel=1e-4)
 
 
@@ -656,7 +670,9 @@ def test_convnet_downstream_smoke(digits):
     from privkernels import evaluation
 
     x, y, xt, yt = digits
-    mod, params = evaluation.train_convnet(jax.random.key(0), x[:40], y[:40], 10, steps=3, width=8)
+    mod, params = evaluation.train_convnet(
+        jax.random.key(0), x[:40], y[:40], 10, steps=3, width=8, depth=1
+    )
     logits = mod.apply(params, jnp.asarray(xt[:4]))
     assert logits.shape == (4, 10)
     assert 0.0 <= evaluation.convnet_accuracy(mod, params, xt[:50], yt[:50]) <= 1.0

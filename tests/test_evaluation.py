@@ -201,15 +201,17 @@ def test_train_convnet_soft_targets():
 
     d = load_digits()
     x, y = (d.images[:40] / 8.0 - 1.0).astype(np.float32), d.target[:40]
+    # a depth-1 ConvNet: the loss on soft targets does not depend on the depth
+    kw = dict(steps=3, width=8, depth=1)
     leaves = lambda p: np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(p)])  # noqa: E731
-    mod, hard = evaluation.train_convnet(jax.random.key(0), x, y, 10, steps=3, width=8)
+    mod, hard = evaluation.train_convnet(jax.random.key(0), x, y, 10, **kw)
     onehot = np.eye(10, dtype=np.float32)[y]
-    soft = evaluation.train_convnet(jax.random.key(0), x, onehot, 10, steps=3, width=8)[1]
+    soft = evaluation.train_convnet(jax.random.key(0), x, onehot, 10, **kw)[1]
     # the same loss up to rounding (Adam's first steps amplify rounding in ~0 gradients,
     # so compare what the networks compute)
     np.testing.assert_allclose(mod.apply(soft, x), mod.apply(hard, x), atol=2e-3)
     smooth = 0.9 * onehot + 0.01
-    other = evaluation.train_convnet(jax.random.key(0), x, smooth, 10, steps=3, width=8)[1]
+    other = evaluation.train_convnet(jax.random.key(0), x, smooth, 10, **kw)[1]
     assert not np.allclose(leaves(other), leaves(hard), atol=1e-3)
     bad_rows = {
         "soft targets y must have shape": (onehot[:, :9], onehot[:39]),
@@ -219,7 +221,7 @@ def test_train_convnet_soft_targets():
     for message, bads in bad_rows.items():
         for bad in bads:
             with pytest.raises(ValueError, match=message):
-                evaluation.train_convnet(jax.random.key(0), x, bad, 10, steps=1, width=8)
+                evaluation.train_convnet(jax.random.key(0), x, bad, 10, steps=1, width=8, depth=1)
 
 
 def test_mixup_pool_is_convex_and_keyed():
@@ -269,7 +271,7 @@ def test_train_convnet_from_teacher_sees_only_support_and_mixups():
         seen.append(np.asarray(batch))
         return 3.0 * np.eye(10, dtype=np.float32)[np.arange(len(batch)) % 10]
 
-    kw = {"pool_size": 30, "temperature": 0.5, "steps": 2, "width": 8}
+    kw = {"pool_size": 30, "temperature": 0.5, "steps": 2, "width": 8, "depth": 1}
     _, p1 = evaluation.train_convnet_from_teacher(jax.random.key(3), x, teacher, 10, **kw)
     (inputs,) = seen
     assert inputs.shape == (50, 8, 8)
@@ -277,7 +279,7 @@ def test_train_convnet_from_teacher_sees_only_support_and_mixups():
     k_pool, k_train = jax.random.split(jax.random.key(3))
     np.testing.assert_array_equal(inputs[20:], evaluation.mixup_pool(k_pool, x, 30))
     targets = evaluation.soft_targets(teacher(inputs), 0.5)
-    _, p2 = evaluation.train_convnet(k_train, inputs, targets, 10, steps=2, width=8)
+    _, p2 = evaluation.train_convnet(k_train, inputs, targets, 10, steps=2, width=8, depth=1)
     leaves = lambda p: np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(p)])  # noqa: E731
     np.testing.assert_array_equal(leaves(p1), leaves(p2))
     with pytest.raises(ValueError, match="teacher must return"):
