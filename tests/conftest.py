@@ -41,12 +41,18 @@ def _cpu_only() -> bool:
     return all(importlib.util.find_spec(name) is None for name in _ACCELERATOR_PLUGINS)
 
 
-if (
-    not os.environ.get("PRIVKERNELS_TEST_XLA_OPT")
-    and _OPT_LEVEL not in os.environ["XLA_FLAGS"]
-    and _cpu_only()
-):
-    os.environ["XLA_FLAGS"] = f"{os.environ['XLA_FLAGS']} {_OPT_LEVEL}=0"
+def pytest_configure(config: pytest.Config) -> None:
+    """Level 0 for the default run only (``-m 'not slow'``, the addopts): ``-m slow`` and
+    any other selection compile at XLA's default level, as users' programs do, and
+    ``.ci/run`` runs the privacy tests once more at that level. Runs before any backend
+    starts (collection and the tests come after), in each xdist worker too."""
+    if (
+        (config.option.markexpr or "").strip() == "not slow"
+        and not os.environ.get("PRIVKERNELS_TEST_XLA_OPT")
+        and _OPT_LEVEL not in os.environ["XLA_FLAGS"]
+        and _cpu_only()
+    ):
+        os.environ["XLA_FLAGS"] = f"{os.environ['XLA_FLAGS']} {_OPT_LEVEL}=0"
 
 
 @pytest.fixture(scope="session")
