@@ -17,6 +17,7 @@ import optax
 import pytest
 from scipy import stats
 
+import privkernels.checkpoint
 from privkernels import dp_kip
 from privkernels.privacy.clipping import NORM_MARGIN
 from privkernels.privacy.warnings import PrivacyLeakWarning
@@ -485,6 +486,8 @@ def test_checkpoint_resume_keeps_accountant_state(tmp_path):
     assert part.steps_done == 5
     assert part.report.mechanisms[0].param_dict["steps"] == 5
     assert part.report.epsilon < full.report.epsilon
+    _, meta = privkernels.checkpoint.load(ck, format=dp_kip.fitting.CHECKPOINT_FORMAT)
+    assert "seconds" not in meta["history"] and meta["history"]["step"] == part.history["step"]
     with pytest.raises(ValueError, match="exists"):  # a fresh run would reset the budget
         dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck)
     with pytest.raises(ValueError, match=r"differs from this call \(epsilon, noise_multiplier\)"):
@@ -493,6 +496,8 @@ def test_checkpoint_resume_keeps_accountant_state(tmp_path):
         )
     done = dp_kip.fit(jax.random.key(2), x, y, **kw, checkpoint_path=ck, resume=True)
     assert done.steps_done == full.steps_done == 2 * round(120 / 20)
+    assert len(done.history["seconds"]) == len(done.history["step"])  # NaN before the resume
+    assert np.isnan(done.history["seconds"][0]) and np.isfinite(done.history["seconds"][-1])
     np.testing.assert_allclose(done.support_x, full.support_x, rtol=1e-6, atol=1e-7)
     assert done.report.epsilon == pytest.approx(full.report.epsilon, rel=1e-9)
     assert (

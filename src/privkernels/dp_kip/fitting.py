@@ -40,7 +40,7 @@ from privkernels.dp_kip.dp_ntk_init import (
 from privkernels.dp_kip.init import corruption_mask, resolve_init, support_labels
 from privkernels.dp_kip.kernels import KERNELS, KernelSpec, make_kernel
 from privkernels.dp_kip.krr import encode_labels, repr_width, target_repr
-from privkernels.dp_kip.result import DPKIPResult, predictor
+from privkernels.dp_kip.result import DPKIPResult, predictor, restored_history, saved_history
 from privkernels.dp_kip.settings import (
     DEFAULT_BATCH_SIZE,
     KERNEL_DEFAULTS,
@@ -253,7 +253,7 @@ def _run(
     if start is not None:  # the DP-NTK report says where the support starts
         init_fn, init_line = (lambda *_: jnp.asarray(start)), ""
     if saved is not None:  # the checkpoint's state and history, restored by _read_checkpoint
-        state, history = saved[0], saved[1]["history"]
+        state, history = saved[0], restored_history(saved[1]["history"])
     else:
         params = {"x": init_fn(keys.support, cfg.n_support, cfg.input_shape)}
         state = initial_state(cfg, params, run.optimizer, corrupted)
@@ -799,7 +799,7 @@ def _save(
         "fingerprint": cfg.fingerprint(),
         "config": cfg.to_dict(),
         "key_check": key_check,
-        "history": history,
+        "history": saved_history(history),  # no running times (`UNSAVED_HISTORY`)
         "steps_done": int(state.step),
         "init_report": None if init_report is None else init_report.to_dict(),
     }
@@ -843,12 +843,11 @@ def _read_checkpoint(
             "the checkpoint was written by a run with another key: resume with the key of "
             "the run that wrote it (each key gives other noise; a resume continues one run)"
         )
-    saved_history = meta.get("history") or {}
-    if sorted(saved_history) != sorted(history):
+    saved, wanted = sorted(saved_history(meta.get("history") or {})), sorted(saved_history(history))
+    if saved != wanted:
         raise ValueError(
-            f"the checkpoint's history records {sorted(saved_history)}, this call would record "
-            f"{sorted(history)}: resume with the diagnostics and x_test/y_test of the run "
-            "that wrote it"
+            f"the checkpoint's history records {saved}, this call would record {wanted}: resume "
+            "with the diagnostics and x_test/y_test of the run that wrote it"
         )
     shape = (cfg.n_support, *cfg.input_shape)
     template = initial_state(

@@ -43,6 +43,18 @@ FORMAT = "privkernels.dp_kip.result/1"
 UNSAVED_HISTORY = ("seconds",)
 
 
+def saved_history(history: Mapping[str, Any]) -> dict[str, Any]:
+    """``history`` as files hold it (a release or a checkpoint): without `UNSAVED_HISTORY`."""
+    return {k: v for k, v in history.items() if k not in UNSAVED_HISTORY}
+
+
+def restored_history(saved: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A checkpoint's history, with NaN ``seconds`` for the epochs run before the resume."""
+    history = {k: list(v) for k, v in saved.items()}
+    history["seconds"] = [math.nan] * len(history.get("step", []))
+    return history
+
+
 @dataclasses.dataclass(frozen=True)
 class DPKIPResult:
     """Output of `privkernels.dp_kip.fit`.
@@ -87,7 +99,7 @@ class DPKIPResult:
             "format": FORMAT,
             "config": self.config.to_dict(),
             "report": self.report.to_dict(),
-            "history": {k: v for k, v in self.history.items() if k not in UNSAVED_HISTORY},
+            "history": saved_history(self.history),
             "steps_done": self.steps_done,
         }
         return checkpoint.save(path, arrays, meta)
