@@ -473,3 +473,22 @@ def test_generic_leaf_norms_of_large_leaves_are_summed_in_blocks():
     g = np.random.default_rng(0).normal(size=(3, 48_000)).astype(np.float32)
     exact = np.sum(g.astype(np.float64) ** 2, axis=1)
     np.testing.assert_allclose(np.asarray(E._row_sqnorm(jnp.asarray(g))), exact, rtol=1e-6)
+
+
+class _Bf16MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = nn.relu(nn.Dense(8, param_dtype=jnp.bfloat16)(x.reshape(x.shape[0], -1)))
+        return nn.Dense(2, param_dtype=jnp.bfloat16)(h)
+
+
+def test_structured_plan_of_bfloat16_parameters():
+    """The plan cache keys dtypes as objects: bfloat16 parameters keep the structured path
+    (their ``dtype.str`` is the void "<V2" of every 2-byte ml_dtype)."""
+    net = _Bf16MLP()
+    x = jnp.asarray(np.random.default_rng(0).uniform(size=(6, 4)), jnp.float32)
+    params = net.init(jax.random.key(0), x[:1])
+    y = jnp.asarray([0, 1, 0, 1, 0, 1])
+    emb = E.entk_mean_embedding(net.apply, params, x, y, n_classes=2, method="structured")
+    ref = E.entk_mean_embedding(net.apply, params, x, y, n_classes=2, method="generic")
+    np.testing.assert_allclose(np.asarray(emb), np.asarray(ref), rtol=2e-2, atol=2e-3)

@@ -138,3 +138,13 @@ def test_diagnostics_must_be_a_bool(monkeypatch):
     with pytest.raises(TypeError, match="diagnostics"):
         dp_kip.fit(jax.random.key(0), x, y, epsilon=1.0, kernel="fc_ntk", batch_size=10,
                    progress=False, diagnostics="x")  # fmt: skip
+
+
+def test_dp_ntk_refuses_an_unknown_e_ntk_method_before_any_draw(monkeypatch):
+    """Adversary C3 (2026-11-28): ``method`` was not checked by the plan, so the e-NTK
+    weights were drawn and the refusal blamed the generator's output shape."""
+    x, y = _images()
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="method must be one of"):
+        dp_ntk.fit(jax.random.key(0), x, y, epsilon=1.0, n_classes=2, iterations=1,
+                   batch_size=4, method="nope", progress=False)  # fmt: skip

@@ -21,6 +21,7 @@ import jax
 from privkernels._validation import check_int, check_positive
 from privkernels.dp_ntk.release import embedding_keys
 from privkernels.dp_ntk.train import LABEL_MODES, DPNTKConfig
+from privkernels.features.entk import check_method
 from privkernels.generators import ColumnGroup
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import public_key_of
@@ -159,7 +160,7 @@ def plan(
         split=split,  # type: ignore[arg-type]
         min_proportion=check_positive(s.min_proportion, "min_proportion"),
         chunk_size=chunk_size,
-        method=s.method,
+        method=check_method(s.method),
         data_shape=tuple(int(d) for d in data_shape),
         epsilon=None if s.budget is None else s.budget.epsilon,  # the file's record of it
         delta=None if s.budget is None else s.budget.delta,

@@ -94,6 +94,7 @@ __all__ = [
     "entk_mean_embedding",
     "entk_kernel",
     "is_dense_mlp",
+    "check_method",
     "make_entk_embedding_chunk_fn",
 ]
 
@@ -676,7 +677,9 @@ def _check_chunk(chunk_size: Any) -> int | None:
     return None if chunk_size is None else check_int(chunk_size, "chunk_size", minimum=1)
 
 
-def _check_method(method: Any) -> str:
+def check_method(method: Any) -> str:
+    """``method`` if it names an e-NTK core (``"auto"``, ``"generic"``, ``"structured"``),
+    else ``ValueError`` (public: fits check it before any draw)."""
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     return str(method)
@@ -687,12 +690,12 @@ def _abstract_params_key(params: Any) -> tuple[Any, ...] | None:
     leaves, treedef = jax.tree_util.tree_flatten(params)
     if not all(hasattr(a, "shape") and hasattr(a, "dtype") for a in leaves):
         return None
-    return treedef, tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in leaves)
+    return treedef, tuple((tuple(a.shape), np.dtype(a.dtype)) for a in leaves)
 
 
 @functools.lru_cache(maxsize=64)
 def _cached_dense_plan(
-    apply_fn: ApplyFn, params_key: tuple[Any, ...], input_shape: tuple[int, ...], dtype: str
+    apply_fn: ApplyFn, params_key: tuple[Any, ...], input_shape: tuple[int, ...], dtype: np.dtype
 ) -> tuple[_DenseCall, ...] | str:
     """`_dense_plan` of abstract params (shapes and dtypes only), memoized.
 
@@ -704,9 +707,9 @@ def _cached_dense_plan(
     """
     treedef, avals = params_key
     abstract = jax.tree_util.tree_unflatten(
-        treedef, [jax.ShapeDtypeStruct(shape, np.dtype(dt)) for shape, dt in avals]
+        treedef, [jax.ShapeDtypeStruct(shape, dt) for shape, dt in avals]
     )
-    return _dense_plan(apply_fn, abstract, input_shape, np.dtype(dtype))
+    return _dense_plan(apply_fn, abstract, input_shape, dtype)
 
 
 def _plan_of(apply_fn: ApplyFn, params: Any, x: jax.Array) -> tuple[_DenseCall, ...] | str:
@@ -718,7 +721,8 @@ def _plan_of(apply_fn: ApplyFn, params: Any, x: jax.Array) -> tuple[_DenseCall, 
         key = None
     if key is None:
         return _dense_plan(apply_fn, params, tuple(x.shape[1:]), x.dtype)
-    return _cached_dense_plan(apply_fn, key, tuple(x.shape[1:]), np.dtype(x.dtype).str)
+    # dtypes as objects, not ``.str``: bfloat16 and the float8 types all read "<V2"/"<V1"
+    return _cached_dense_plan(apply_fn, key, tuple(x.shape[1:]), np.dtype(x.dtype))
 
 
 def _resolve_plan(method: str, apply_fn: ApplyFn, params: Any, x: jax.Array) -> Any:
@@ -787,7 +791,11 @@ def entk_features(
     """e-NTK features ``phi(x_i) = grad_theta sum_k f(x_i)_k`` (DP-NTK Sec. 2.3 / 3).
 
     Args:
-        apply_fn: ``apply_fn(params, x_batch) -> (b, k)``.
+        apply_fn: ``apply_fn(params, x_batch) -> (b, k)``, a fixed function: compiled
+          programs and the structured path's plan are cached by its identity (with the
+          parameters' shapes), so a function whose body reads a module that is later
+          rebound (a notebook cell run again) reuses the old network's programs; pass
+          a new function (e.g. ``new_model.apply``) for a new network.
         params: parameter pytree (every leaf is differentiated).
         x: ``(n, *input_shape)`` float inputs.
         normalize: divide each row by its L2 norm (zero rows stay zero).
@@ -865,7 +873,7 @@ def entk_mean_embedding(
     _check_apply(apply_fn)
     x = _check_x(x, "x")
     n = x.shape[0]
-    method = _check_method(method)
+    method = check_method(method)
     chunk = _check_chunk(chunk_size)
     if total and sample_weights is not None:
         raise ValueError("total=True sums with unit weights; it takes no sample_weights")
@@ -982,7 +990,7 @@ def entk_kernel(
         raise ValueError(
             f"x1 and x2 must have the same example shape, got {x1.shape[1:]} and {x2.shape[1:]}"
         )
-    method = _check_method(method)
+    method = check_method(method)
     chunk = _check_chunk(chunk_size)
     plan = _resolve_plan(method, apply_fn, params, x1)
     if chunk is None:
@@ -1014,7 +1022,7 @@ def make_entk_embedding_chunk_fn(
     shapes only); the returned function takes params as an argument.
     """
     _check_apply(apply_fn)
-    method = _check_method(method)
+    method = check_method(method)
     shape = tuple(check_int(s, "input_shape entries") for s in input_shape)
     plan = _resolve_plan(method, apply_fn, params, jnp.zeros((1, *shape), jnp.float32))
     norm = bool(normalize)
