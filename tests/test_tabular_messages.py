@@ -104,6 +104,14 @@ def _adult_bad_cell(root: Path) -> str:
     return SECRET
 
 
+def _intrusion_bad_cell(root: Path) -> str:
+    row = ",".join([SECRET, "tcp", "http", "SF", *(["0"] * 37), "normal."])
+    _put(root, "intrusion/kddcup.data_10_percent.gz", row + "\n")
+    _put(root, "intrusion/corrected.gz", row + "\n")
+    _put(root, "intrusion/training_attack_types.txt", "smurf dos\n")
+    return SECRET
+
+
 CASES = {
     "epileptic_no_header": ("epileptic", _epileptic_no_header),
     "epileptic_bad_cell": ("epileptic", _epileptic_bad_cell),
@@ -113,6 +121,7 @@ CASES = {
     "covtype_bad_cell": ("covtype", _covtype_bad_cell),
     "isolet_bad_cell": ("isolet", _isolet_bad_cell),
     "adult_bad_cell": ("adult", _adult_bad_cell),
+    "intrusion_bad_cell": ("intrusion", _intrusion_bad_cell),
 }
 
 
