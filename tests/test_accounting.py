@@ -8,6 +8,8 @@ table of /work/shared/notes/dependencies.md is checked to 1e-3.
 from __future__ import annotations
 
 import math
+import signal
+import time
 
 import dp_accounting
 import pytest
@@ -130,6 +132,31 @@ def test_dpsgd_pld_round_trip_small_run(eps):
     assert dpsgd_epsilon(sigma, DELTA, **kw) <= eps
     assert dpsgd_epsilon(sigma - 2 * TOL, DELTA, **kw) > eps
     assert dpsgd_noise_multiplier(eps, DELTA, accountant="rdp", **kw) >= sigma
+
+
+def _interrupt(signum, frame):
+    raise TimeoutError("dpsgd_noise_multiplier did not return within the limit")
+
+
+@pytest.mark.parametrize(
+    "neighbouring", ["add-remove", pytest.param("replace-one", marks=pytest.mark.slow)]
+)
+def test_pld_calibration_returns_when_every_sigma_meets_the_target(neighbouring):
+    """q = 1e-9, 5 steps: a record is in a batch with probability ~5e-9 <= delta, so the
+    PLD epsilon is 0 for every sigma; the search used to head to sigma -> 0 (> 90 s)."""
+    kw = dict(sampling_rate=1e-9, steps=5, neighbouring=neighbouring)
+    limit = 20
+    old = signal.signal(signal.SIGALRM, _interrupt)
+    signal.alarm(limit)
+    try:
+        start = time.perf_counter()
+        sigma = dpsgd_noise_multiplier(1.0, DELTA, **kw)
+        elapsed = time.perf_counter() - start
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert elapsed < limit and sigma > 0
+    assert dpsgd_epsilon(sigma, DELTA, **kw) <= 1.0
 
 
 def test_full_batch_equals_composed_analytic_gaussian():

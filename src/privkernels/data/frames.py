@@ -92,7 +92,8 @@ def _numeric_values(col: np.ndarray, name: str) -> np.ndarray:
     try:
         return np.array([np.nan if v in MISSING_TOKENS else float(v) for v in col], np.float64)
     except ValueError:
-        raise ValueError(f"numeric column {name!r} holds non-numeric values") from None
+        pass  # refused below, outside the handler: float's error repeats the value
+    raise ValueError(f"numeric column {name!r} holds non-numeric values") from None
 
 
 def split_table(
@@ -177,6 +178,8 @@ def _label_codes(col: np.ndarray, schema: TabularSchema) -> np.ndarray:
     try:
         codes = np.array([int(t) for t in tokens], np.int64)
     except ValueError:
+        codes = None  # refused below, outside the handler: int's error repeats the value
+    if codes is None:
         raise ValueError(
             f"label column {schema.label!r} is not integer-coded: give the public classes in "
             "the schema ('classes')"

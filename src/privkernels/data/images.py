@@ -92,7 +92,7 @@ def read_idx(path: str | Path, *, expect_ndim: int | None = None) -> np.ndarray:
     path = Path(path)
     raw = _open_maybe_gzip(path)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path}: not an IDX file (magic bytes {raw[:4]!r})")
+        raise ValueError(f"{path}: not an IDX file (bad magic number; bytes not shown)")
     dtype = np.dtype(_IDX_DTYPES[raw[2]])
     ndim = raw[3]
     if expect_ndim is not None and ndim != expect_ndim:
@@ -127,7 +127,7 @@ def load_idx_dataset(
     if images.shape[0] != labels.shape[0] or images.shape[1:] != (28, 28):
         raise ValueError(f"{name}: images {images.shape} do not match labels {labels.shape}")
     if labels.max(initial=0) >= 10:
-        raise ValueError(f"{name}: label {labels.max()} outside 0..9")
+        raise ValueError(f"{name}: labels outside 0..9 (not shown: they are data)")
     x = images.astype(np.float32) / np.float32(255.0)
     return Dataset(
         x=x,

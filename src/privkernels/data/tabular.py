@@ -50,6 +50,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import re
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -85,11 +86,50 @@ def _read_text(path: Path) -> str:
     return path.read_bytes().decode("latin-1")
 
 
-def _to_float(tokens: Sequence[str] | np.ndarray) -> np.ndarray:
-    """Strings -> float64 with NaN for '?' / '' (missing)."""
+_NOT_SHOWN = "(the value is not shown: it is data)"
+_LOADTXT_AT = re.compile(r"at row (\d+), column (\d+)")
+
+
+def _first_bad_float(tokens: np.ndarray) -> int:
+    """1-based index of the first token of ``tokens`` (``(n,)`` str) ``float`` refuses."""
+    for i, t in enumerate(tokens.tolist()):
+        try:
+            float(t)
+        except ValueError:
+            return i + 1
+    return 0  # pragma: no cover (only called after numpy refused one)
+
+
+def _to_float(tokens: Sequence[str] | np.ndarray, path: Path, column: str) -> np.ndarray:
+    """Strings (``(n,)``) of ``column`` of ``path`` -> ``(n,)`` float64, NaN for '?' / ''.
+
+    A cell that is no number is refused with the file, the column and the data row only:
+    numpy's own message repeats the cell, so it is dropped (no cause, no context).
+    """
     arr = np.char.strip(np.asarray(tokens, dtype=str))
     arr = np.where((arr == "?") | (arr == ""), "nan", arr)
-    return arr.astype(np.float64)
+    try:
+        return arr.astype(np.float64)
+    except ValueError:
+        pass  # raised below, outside the handler, so numpy's error is not the context
+    row = _first_bad_float(arr)
+    raise ValueError(
+        f"{path}: column {column!r} has a non-numeric cell in data row {row} {_NOT_SHOWN}"
+    ) from None
+
+
+def _loadtxt(path: Path, lines: Sequence[str], **kwargs: Any) -> np.ndarray:
+    """``np.loadtxt(lines, delimiter=",", ndmin=2, **kwargs)`` (a 2-D array) whose refusal
+    names ``path`` and, when numpy gives it, the data row and field, but no cell value."""
+    try:
+        return np.loadtxt(lines, delimiter=",", ndmin=2, **kwargs)
+    except ValueError as err:
+        at = _LOADTXT_AT.search(str(err))
+    where = f" in data row {int(at[1]) + 1}, field {int(at[2])}" if at else ""
+    raise ValueError(
+        f"{path}: a malformed or non-numeric cell{where} {_NOT_SHOWN}; expected a "
+        "comma-separated numeric table"
+    ) from None
 
 
 def _head(rows: list[Any], opts: Mapping[str, Any]) -> list[Any]:
@@ -322,7 +362,7 @@ def _read_census_file(
     rows = _split_fields(_head(lines, opts), n_fields, path)
     cols = list(zip(*rows, strict=True)) if rows else [()] * n_fields
     table: Table = {
-        f: _to_float(cols[j]) if f in numeric_fields else np.asarray(cols[j], dtype=str)
+        f: _to_float(cols[j], path, f) if f in numeric_fields else np.asarray(cols[j], dtype=str)
         for j, f in enumerate(fields)
         if f not in skip
     }
@@ -430,8 +470,10 @@ def _cervical_read(
     table: Table = {}
     for c in CERVICAL_COLUMNS:
         tokens = [r[idx[c]] for r in rows]
-        table[c] = _to_float(tokens) if c in CERVICAL_NUMERIC else np.asarray(tokens, dtype=str)
-    y = _to_float([r[idx["Biopsy"]] for r in rows])
+        table[c] = (
+            _to_float(tokens, path, c) if c in CERVICAL_NUMERIC else np.asarray(tokens, dtype=str)
+        )
+    y = _to_float([r[idx["Biopsy"]] for r in rows], path, "Biopsy")
     if np.isnan(y).any() or not np.isin(y, (0, 1)).all():
         raise ValueError(f"{path}: Biopsy must be 0/1")
     return table, y.astype(np.int32)
@@ -455,10 +497,11 @@ def _epileptic_read(
     text = _read_text(path).splitlines()
     header = [h.strip().strip('"') for h in text[0].split(",")]
     if header[1:180] != [*EPILEPTIC_COLUMNS, "y"]:
-        raise ValueError(f"{path}: unexpected header {header[:3]}...{header[-2:]}")
-    arr = np.loadtxt(
-        _head(text[1:], opts), delimiter=",", usecols=range(1, 180), dtype=np.float64, ndmin=2
-    )
+        raise ValueError(
+            f"{path}: the first line is not the expected header (an unnamed id column, "
+            f"{EPILEPTIC_COLUMNS[0]}..{EPILEPTIC_COLUMNS[-1]}, y); its cells are not shown: they are data"
+        )
+    arr = _loadtxt(path, _head(text[1:], opts), usecols=range(1, 180), dtype=np.float64)
     table = {c: arr[:, j] for j, c in enumerate(EPILEPTIC_COLUMNS)}
     return table, _class_codes(path, arr[:, 178].astype(np.int64), 5, (1,), opts)
 
@@ -675,8 +718,8 @@ def _intrusion_read(
     lines = _head([ln for ln in _read_text(path).splitlines() if ln], opts)
     sym_idx = [KDD_FIELDS.index(f) for f in ("protocol_type", "service", "flag")]
     num_idx = [j for j in range(41) if j not in sym_idx]
-    nums = np.loadtxt(lines, delimiter=",", usecols=num_idx, dtype=np.float64, ndmin=2)
-    strs = np.loadtxt(lines, delimiter=",", usecols=(*sym_idx, 41), dtype="S32", ndmin=2)
+    nums = _loadtxt(path, lines, usecols=num_idx, dtype=np.float64)
+    strs = _loadtxt(path, lines, usecols=(*sym_idx, 41), dtype="S32")
     table: Table = {}
     for j, c in enumerate(num_idx):
         f = KDD_FIELDS[c]
@@ -847,7 +890,7 @@ def _covtype_read(
     paths: Sequence[Path], which: str, opts: Mapping[str, Any]
 ) -> tuple[Table, np.ndarray]:
     text = _read_text(paths[0]).splitlines()
-    arr = np.loadtxt(_head([ln for ln in text if ln], opts), delimiter=",", dtype=np.int64, ndmin=2)
+    arr = _loadtxt(paths[0], _head([ln for ln in text if ln], opts), dtype=np.int64)
     if arr.shape[1] != 55:
         raise ValueError(f"{paths[0]}: expected 55 columns, got {arr.shape[1]}")
     table: Table = {n: arr[:, j].astype(np.float64) for j, (n, *_r) in enumerate(COVTYPE_NUMERIC)}
@@ -872,7 +915,7 @@ def _isolet_read(
 ) -> tuple[Table, np.ndarray]:
     path = _pick(paths, which)
     lines = _head([ln for ln in _read_text(path).splitlines() if ln.strip()], opts)
-    arr = np.loadtxt(lines, delimiter=",", dtype=np.float64, ndmin=2)
+    arr = _loadtxt(path, lines, dtype=np.float64)
     if arr.shape[1] != 618:
         raise ValueError(f"{path}: expected 618 columns, got {arr.shape[1]}")
     letters = np.rint(arr[:, 617]).astype(np.int64)
@@ -901,9 +944,12 @@ def _credit_read(
     header = [h.strip().strip('"') for h in lines[0].split(",")]
     want = ["Time", *CREDIT_COLUMNS, "Class"]
     if header != want:
-        raise ValueError(f"{path}: unexpected header {header[:3]}...")
+        raise ValueError(
+            f"{path}: the first line is not the expected header ({', '.join(want[:3])}, ..., "
+            f"{', '.join(want[-2:])}; {len(want)} columns); its cells are not shown: they are data"
+        )
     body = _head([ln.replace('"', "") for ln in lines[1:] if ln.strip()], opts)
-    arr = np.loadtxt(body, delimiter=",", dtype=np.float64, ndmin=2)
+    arr = _loadtxt(path, body, dtype=np.float64)
     table = {c: arr[:, j + 1] for j, c in enumerate(CREDIT_COLUMNS)}
     y = arr[:, 30]
     if not np.isin(y, (0, 1)).all():

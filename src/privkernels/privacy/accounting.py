@@ -432,6 +432,16 @@ def _rdp_start(epsilon: float, run: _Run, guess: float, tol: float) -> float:
 
 
 @functools.lru_cache(maxsize=256)
+def _touch_probability(run: _Run) -> float:
+    """``1 - (1 - q)^T``: the chance that one record enters at least one of ``T`` Poisson
+    batches of rate ``q``. Outside that event the output distributions of neighbouring
+    datasets coincide, so when it is ``<= delta`` the run is (0, delta)-DP whatever the
+    noise (the total-variation bound: ``P[M(D) in S] <= P[M(D') in S] + TV``)."""
+    if run.q >= 1.0:
+        return 1.0
+    return float(-math.expm1(run.steps * math.log1p(-run.q)))
+
+
 def _calibrate(epsilon: float, run: _Run, tol: float) -> float:
     """`dpsgd_noise_multiplier` after validation (memoized on the public numbers)."""
     import dp_accounting  # heavy (seconds to import): loaded on first use
@@ -446,6 +456,10 @@ def _calibrate(epsilon: float, run: _Run, tol: float) -> float:
         lo, hi = _bracket(rdp_gap, start, 1.5)
         return _solve(rdp_gap, lo, hi, tol)
 
+    if _touch_probability(run) <= run.delta and _epsilon(start, run) <= epsilon:
+        # Every sigma meets the target (see `_touch_probability`): the PLD search would
+        # head to sigma -> 0 through ever slower evaluations. Keep the checked RDP start.
+        return start
     # PLD pass 1 at a 10x coarser interval (~10x cheaper) locates the root and
     # the local slope; pass 2 at the requested interval refines it.
     # The coarse interval never exceeds a tenth of the target (a pessimistic PLD
@@ -499,6 +513,10 @@ def dpsgd_noise_multiplier(
       accountant: ``"pld"`` or ``"rdp"``.
       value_discretization_interval: PLD discretization (ignored by RDP).
       tol: absolute tolerance on sigma (> 0).
+
+    When a record is in any batch with probability ``1 - (1 - q)^T <= delta``, every
+    sigma meets every target (the run is (0, delta)-DP without noise); no smallest sigma
+    exists, and the PLD search returns its RDP starting point once the PLD has checked it.
 
     Very large budgets (sigma below ~0.3) make every PLD evaluation slow
     (e.g. ~30 s for eps=50, q=0.01, 10 steps); ``accountant="rdp"`` stays fast.
