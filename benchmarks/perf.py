@@ -1283,7 +1283,9 @@ def run_perf(*, quick: bool, out: Path, data_dir: str | None, device: str = "cpu
         "both sides in turn, round by round (note: per-round ratio range)",
         "failed_sections": failures,
     }
-    jpath, mpath = write_results(out, name, rows, meta=meta, columns=COLUMNS)
+    command = "python -m benchmarks perf" + (" --quick" if quick else "") + f" --device {device}"
+    command += f" --out {out}"
+    jpath, mpath = write_results(out, name, rows, meta=meta, columns=COLUMNS, command=command)
     try:
         _plot(Path(out) / f"{name}.png", entk_plot, scat_sweep, gsm_plot)
     except Exception:  # noqa: BLE001
