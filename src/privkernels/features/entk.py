@@ -792,10 +792,10 @@ def entk_features(
 
     Args:
         apply_fn: ``apply_fn(params, x_batch) -> (b, k)``, a fixed function: compiled
-          programs and the structured path's plan are cached by its identity (with the
-          parameters' shapes), so a function whose body reads a module that is later
-          rebound (a notebook cell run again) reuses the old network's programs; pass
-          a new function (e.g. ``new_model.apply``) for a new network.
+            programs and the structured path's plan are cached by its identity (with the
+            parameters' shapes), so a function whose body reads a module that is later
+            rebound (a notebook cell run again) reuses the old network's programs; pass
+            a new function (e.g. ``new_model.apply``) for a new network.
         params: parameter pytree (every leaf is differentiated).
         x: ``(n, *input_shape)`` float inputs.
         normalize: divide each row by its L2 norm (zero rows stay zero).
