@@ -260,3 +260,15 @@ def test_rejects_bad_steps_sigma_accountant():
         dpsgd_noise_multiplier(1.0, DELTA, sampling_rate=0.1, steps=10, tol=0.0)
     with pytest.raises(TypeError, match="epsilon"):
         gaussian_sigma("1", DELTA)
+
+
+def test_dp_sgd_calibration_is_memoized():
+    """A second calibration of the same public numbers is a cache hit (PLD costs seconds;
+    the cache was once lost when a helper was inserted under its decorator)."""
+    from privkernels.privacy import accounting
+
+    kw = dict(sampling_rate=0.37, steps=3, accountant="rdp")
+    accounting.dpsgd_noise_multiplier(1.3, 1e-5, **kw)
+    hits = accounting._calibrate.cache_info().hits
+    accounting.dpsgd_noise_multiplier(1.3, 1e-5, **kw)
+    assert accounting._calibrate.cache_info().hits == hits + 1

@@ -431,7 +431,6 @@ def _rdp_start(epsilon: float, run: _Run, guess: float, tol: float) -> float:
     return _solve(rdp_gap, lo, hi, tol)
 
 
-@functools.lru_cache(maxsize=256)
 def _touch_probability(run: _Run) -> float:
     """``1 - (1 - q)^T``: the chance that one record enters at least one of ``T`` Poisson
     batches of rate ``q``. Outside that event the output distributions of neighbouring
@@ -442,6 +441,7 @@ def _touch_probability(run: _Run) -> float:
     return float(-math.expm1(run.steps * math.log1p(-run.q)))
 
 
+@functools.lru_cache(maxsize=256)
 def _calibrate(epsilon: float, run: _Run, tol: float) -> float:
     """`dpsgd_noise_multiplier` after validation (memoized on the public numbers)."""
     import dp_accounting  # heavy (seconds to import): loaded on first use
