@@ -61,62 +61,17 @@ def _regression(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _dp_ntk_images(tmp: Path) -> Path:
-    x, y = _images(60, 0)
-    res = dp_ntk.fit(jax.random.key(11), x, y, epsilon=1.0, n_classes=3, iterations=4,
-                     batch_size=24, progress=False)  # fmt: skip
-    return res.save(tmp / "a.npz")
+def _fit_case(
+    method: Any, data: Callable[[], tuple[np.ndarray, np.ndarray]], seed: int, **kw: Any
+) -> Callable[[Path], Path]:
+    """A case: ``method.fit(key(seed), *data(), progress=False, **kw)``, saved."""
 
+    def run(tmp: Path) -> Path:
+        x, y = data()
+        res = method.fit(jax.random.key(seed), x, y, progress=False, **kw)
+        return res.save(tmp / "a.npz")
 
-def _dp_ntk_add_remove(tmp: Path) -> Path:
-    x, y = _tabular(80, 1)
-    res = dp_ntk.fit(jax.random.key(12), x, y, epsilon=2.0, n_classes=2, iterations=4,
-                     batch_size=20, neighbouring="add-remove", label_mode="released",
-                     progress=False)  # fmt: skip
-    return res.save(tmp / "a.npz")
-
-
-def _dp_ntk_released(tmp: Path) -> Path:
-    x, y = _tabular(80, 2)
-    res = dp_ntk.fit(jax.random.key(13), x, y, epsilon=1.0, n_classes=2, iterations=3,
-                     batch_size=20, label_mode="released", progress=False)  # fmt: skip
-    return res.save(tmp / "a.npz")
-
-
-def _dp_kip_fc_ntk(tmp: Path) -> Path:
-    x, y = _images(60, 3)
-    res = dp_kip.fit(jax.random.key(21), x, y, epsilon=1.0, n_classes=3, kernel="fc_ntk",
-                     support_per_class=2, batch_size=20, epochs=2, progress=False)  # fmt: skip
-    return res.save(tmp / "a.npz")
-
-
-def _dp_kip_add_remove(tmp: Path) -> Path:
-    x, y = _images(60, 4)
-    res = dp_kip.fit(jax.random.key(22), x, y, epsilon=2.0, n_classes=3, kernel="fc_ntk",
-                     support_per_class=2, batch_size=20, epochs=1, progress=False,
-                     neighbouring="add-remove", sampling_rate=0.3)  # fmt: skip
-    return res.save(tmp / "a.npz")
-
-
-def _dp_kip_scatternet(tmp: Path) -> Path:
-    x, y = _images(45, 5)
-    res = dp_kip.fit(jax.random.key(23), x, y, epsilon=1.0, n_classes=3, kernel="scatternet",
-                     support_per_class=1, batch_size=15, epochs=1, progress=False)  # fmt: skip
-    return res.save(tmp / "a.npz")
-
-
-def _regression_gsm(tmp: Path) -> Path:
-    x, y = _regression(200, 6)
-    res = dp_ntk_regression.fit(jax.random.key(31), x, y, epsilon=1.0, width=64,
-                                neighbouring="beta-close", progress=False)  # fmt: skip
-    return res.save(tmp / "a.npz")
-
-
-def _regression_replace_one(tmp: Path) -> Path:
-    x, y = _regression(200, 7)
-    res = dp_ntk_regression.fit(jax.random.key(32), x, y, epsilon=1.0, width=64,
-                                progress=False)  # fmt: skip
-    return res.save(tmp / "a.npz")
+    return run
 
 
 def _scaler(tmp: Path) -> Path:
@@ -128,16 +83,28 @@ def _scaler(tmp: Path) -> Path:
 
 
 CASES: dict[str, Callable[[Path], Path]] = {
-    "dp_ntk_images": _dp_ntk_images,
-    "dp_ntk_add_remove": _dp_ntk_add_remove,
-    "dp_ntk_released": _dp_ntk_released,
-    "dp_kip_fc_ntk": _dp_kip_fc_ntk,
-    "dp_kip_add_remove": _dp_kip_add_remove,
-    "dp_kip_scatternet": _dp_kip_scatternet,
-    "regression_gsm": _regression_gsm,
-    "regression_replace_one": _regression_replace_one,
+    "dp_ntk_images": _fit_case(dp_ntk, lambda: _images(60, 0), 11, epsilon=1.0, n_classes=3,
+                               iterations=4, batch_size=24),
+    "dp_ntk_add_remove": _fit_case(dp_ntk, lambda: _tabular(80, 1), 12, epsilon=2.0,
+                                   n_classes=2, iterations=4, batch_size=20,
+                                   neighbouring="add-remove", label_mode="released"),
+    "dp_ntk_released": _fit_case(dp_ntk, lambda: _tabular(80, 2), 13, epsilon=1.0, n_classes=2,
+                                 iterations=3, batch_size=20, label_mode="released"),
+    "dp_kip_fc_ntk": _fit_case(dp_kip, lambda: _images(60, 3), 21, epsilon=1.0, n_classes=3,
+                               kernel="fc_ntk", support_per_class=2, batch_size=20, epochs=2),
+    "dp_kip_add_remove": _fit_case(dp_kip, lambda: _images(60, 4), 22, epsilon=2.0,
+                                   n_classes=3, kernel="fc_ntk", support_per_class=2,
+                                   batch_size=20, epochs=1, neighbouring="add-remove",
+                                   sampling_rate=0.3),
+    "dp_kip_scatternet": _fit_case(dp_kip, lambda: _images(45, 5), 23, epsilon=1.0,
+                                   n_classes=3, kernel="scatternet", support_per_class=1,
+                                   batch_size=15, epochs=1),
+    "regression_gsm": _fit_case(dp_ntk_regression, lambda: _regression(200, 6), 31,
+                                epsilon=1.0, width=64, neighbouring="beta-close"),
+    "regression_replace_one": _fit_case(dp_ntk_regression, lambda: _regression(200, 7), 32,
+                                        epsilon=1.0, width=64),
     "private_standard_scaler": _scaler,
-}
+}  # fmt: skip
 
 
 def fingerprint(path: Path) -> dict[str, Any]:

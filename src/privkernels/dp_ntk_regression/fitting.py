@@ -262,7 +262,7 @@ def _fit_beta_close(
             k_w = public_key_of(inp.public_key, key)
         # Data-independent weights first: the fixed-weights sensitivity bound needs them.
         weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
-        plan = None if shares is None else _plan(cfg, shares, n, weights, s.allow_unproven)
+        plan = None if shares is None else _plan(cfg, shares, n, weights)
         warn_projected(x_arr, cfg.input_bound, cfg.fit_intercept, stacklevel=5)
         xp = input_map(
             jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=dt),
@@ -523,7 +523,6 @@ def _plan(
     shares: tuple[Budget, Budget],
     n: int,
     weights: jax.Array,
-    allow_unproven: bool,
 ) -> _Plan:
     """Choose k for the kernel's share (Condition 5.3, eq. (1)); refuse k above the maximum.
     ``shares``: the (inputs, kernel) budgets `_validate` split."""
