@@ -27,7 +27,9 @@ once per fit and choose by un-noised scores; no report composes them. A
 `privkernels.privacy.BudgetAccountant` does: pass it as ``budget_accountant=`` (it survives
 ``clone``, so every fit of a ``GridSearchCV(n_jobs=1)`` is charged to it) or open it as the
 default in a ``with`` block; a fit that does not fit in what remains is refused before
-any noise.
+any noise. A plain ``Pipeline`` fits (and charges) its private scaler before the step
+after it can refuse; `PrivatePipeline` (`make_private_pipeline`, `privkernels.pipeline`)
+checks every step's settings and the summed budget first.
 ``verbose=False`` silences progress bars.
 """
 
@@ -44,7 +46,6 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.exceptions import NotFittedError
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -63,6 +64,7 @@ from privkernels.dp_kip.estimator_defaults import (
     warn_small_data,
 )
 from privkernels.dp_ntk_regression.kernel import check_input_bound
+from privkernels.pipeline import PrivatePipeline, make_private_pipeline, pipeline_report
 from privkernels.preprocessing import (
     N_PUBLIC,
     PrivateMinMaxScaler,
@@ -95,9 +97,11 @@ __all__ = [
     "DPNTKGenerator",
     "DPNTKRegressor",
     "PrivateMinMaxScaler",
+    "PrivatePipeline",
     "PrivateSearchCV",
     "PrivateStandardScaler",
     "load",
+    "make_private_pipeline",
     "pipeline_report",
 ]
 
@@ -200,6 +204,17 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         """The neighbouring relation of this estimator's release."""
         return str((self.fit_options or {}).get("neighbouring", "replace-one"))
 
+    def _planned_charge(self) -> tuple[Any, float | None, float, str]:
+        """``(accountant, epsilon, delta, relation)`` a fit will charge (no data read;
+        `privkernels.pipeline.PrivatePipeline` sums them before any step's noise)."""
+        return self._accountant(), self.epsilon, self.delta, self._relation()
+
+    def _check_fit_settings(self, row_shape: tuple[int, ...] | None) -> None:
+        """Refuse, before any noise, the settings a fit refuses without reading data (here
+        the budget; subclasses check more). ``row_shape``: one row's shape, or None."""
+        if self.epsilon is not None:
+            Budget(self.epsilon, self.delta)
+
     def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
         """The `privkernels.privacy.accounting.SelectionEvent` s a fit at ``budget`` on
         ``n_train`` rows of ``row_shape`` records (planning a `PrivateSearchCV`; no data)."""
@@ -271,56 +286,6 @@ def load(path: str | os.PathLike[str]) -> Any:
     est = cls[block["class"]](**block["params"])
     est._restore(arrays, meta, est._load_result(path))
     return est
-
-
-#: Pipeline steps that read no data when fitted (no report needed).
-_STATELESS = ("FunctionTransformer", "Normalizer")
-
-
-def _fitted(step: Any) -> bool:
-    """Whether a pipeline's step has been fitted ("passthrough"/None: nothing to fit)."""
-    if step is None or step == "passthrough":
-        return True
-    try:
-        check_is_fitted(step)
-    except NotFittedError:
-        return False
-    return True
-
-
-def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> PrivacyReport:
-    """The composed `PrivacyReport` of every private step of a fitted ``Pipeline``.
-
-    Basic sequential composition (`privkernels.privacy.compose`) of the steps'
-    ``privacy_report_`` in order: each step reads the same private rows (transformed by
-    the steps before it, post-processing of their releases). A step that fitted on the
-    data without a report is refused (``ValueError``, naming the step), unless it is
-    ``"passthrough"``/None, a stateless ``FunctionTransformer`` or ``Normalizer`` (a per-row
-    map that learns nothing), or named in
-    ``public_steps`` (the caller vouches it read nothing private).
-    """
-    steps = getattr(pipeline, "steps", None)
-    if steps is None:
-        raise TypeError("pipeline_report takes a fitted sklearn.pipeline.Pipeline")
-    if not _fitted(steps[-1][1]):
-        raise ValueError("the pipeline is not fitted: fit it first, then ask for its report")
-    reports = []
-    for name, step in steps:
-        if step is None or step == "passthrough" or name in public_steps:
-            continue
-        if type(step).__name__ in _STATELESS:
-            continue
-        try:
-            reports.append(step.privacy_report_)
-        except AttributeError:
-            raise ValueError(
-                f"pipeline step {name!r} ({type(step).__name__}) fitted on the data without a "
-                "privacy report: use a private step (e.g. PrivateStandardScaler) or name it in "
-                "public_steps if it read nothing private"
-            ) from None
-    if not reports:
-        raise ValueError("the pipeline has no private step: nothing to report")
-    return compose(*reports)
 
 
 # --------------------------------------------------------------------------- regression
@@ -416,16 +381,22 @@ class _RegressionBase(_DPEstimator):
                     beta=self.beta, neighbouring=self.neighbouring,
                     **(self.fit_options or {}))  # fmt: skip
 
-    def _check_settings(self, share: float | None) -> None:
+    def _check_settings(self, share: float | None, *, whole: bool = False) -> None:
         """Every setting the model's fit would refuse, checked before the preprocessing's
         noise (`privkernels.dp_ntk_regression.check_replace_one_settings`): a typo must
-        not cost the scaling's budget."""
+        not cost the scaling's budget. ``whole``: check them even when this fit releases
+        nothing before the model's (a pipeline step released before it)."""
         if self.epsilon is not None:
             Budget(self.epsilon, self.delta)
-        if share is None:  # nothing is released before the model's fit, which checks all
+        if share is None and not whole:  # nothing is released before the model's fit
             return
+        if share is None and self.neighbouring == "beta-close":
+            return  # beta-close settings are checked by its fit (refused by accountants)
         check_input_bound(self.input_bound)
         R.check_replace_one_settings(epsilon=self.epsilon, delta=self.delta, **self._settings())
+
+    def _check_fit_settings(self, row_shape: tuple[int, ...] | None) -> None:
+        self._check_settings(self._share(), whole=True)
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
         """One fit, charged whole (the private scales and the model) to the accountant
