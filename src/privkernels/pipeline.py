@@ -101,10 +101,10 @@ def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> Pri
     return compose(*reports)
 
 
-def _row_shape(X: Any) -> tuple[int, ...] | None:
-    """The shape of one row of ``X`` (None when ``X`` has no array shape: a mapping)."""
+def _data_shape(X: Any) -> tuple[int, ...] | None:
+    """``(n, *row)``, the shape of ``X`` (None when it has no array shape: a mapping)."""
     shape = getattr(X, "shape", None)
-    return None if shape is None or len(shape) < 2 else tuple(int(s) for s in shape[1:])
+    return None if shape is None or len(shape) < 2 else tuple(int(s) for s in shape)
 
 
 class PrivatePipeline(Pipeline):
@@ -193,7 +193,7 @@ class PrivatePipeline(Pipeline):
         sums each accountant is to reserve (each step's charge checked by
         `privkernels.privacy.BudgetAccountant.check`: relation, ``epsilon=None``)."""
         private = dict(self._private_steps())  # a step without a report: refused first
-        shape = _row_shape(X)
+        shape = _data_shape(X)
         totals: dict[Any, tuple[float, float]] = {}
         for name, step in self.steps:
             if name in private:

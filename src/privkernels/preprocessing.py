@@ -242,19 +242,19 @@ class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, AccountedMixin, Bas
         """``(accountant, epsilon, delta, relation)`` a fit will charge (no data read)."""
         return self._accountant(), self.epsilon, self.delta, REPLACE_ONE
 
-    def _check_fit_settings(self, row_shape: tuple[int, ...] | None) -> Budget:
-        """Refuse the settings ``fit`` refuses before its noise (``row_shape``: one row's
-        shape, None when unknown, then the public ``bounds`` are checked at fit)."""
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> Budget:
+        """Refuse the settings ``fit`` refuses before its noise (``shape``: the data's
+        ``(n, d)``, None when unknown, then the public ``bounds`` are checked at fit)."""
         budget = Budget(self.epsilon, self.delta)  # refuses eps <= 0, delta outside (0, 1)
-        if self.bounds is not None and row_shape is not None:
-            _public_bounds(self.bounds, int(np.prod(row_shape)))
+        if self.bounds is not None and shape is not None:
+            _public_bounds(self.bounds, int(np.prod(shape[1:])))
         return budget
 
     def _start(self, X: Any) -> tuple[np.ndarray, Budget, Any]:
         self._check_fit_settings(None)
         X = checked_data(self, X, dtype=np.float64)  # no input value in a message
         x = _rows(X)
-        budget = self._check_fit_settings(x.shape[1:])
+        budget = self._check_fit_settings(x.shape)
         key, _ = seed_keys(self.random_state)  # an int seed: warned by name here
         seed = self.random_state
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
@@ -351,9 +351,9 @@ class PrivateMinMaxScaler(_PrivateScaler):
             raise ValueError("feature_range must be finite with min < max")
         return a, b
 
-    def _check_fit_settings(self, row_shape: tuple[int, ...] | None) -> Budget:
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> Budget:
         self._range()
-        return super()._check_fit_settings(row_shape)
+        return super()._check_fit_settings(shape)
 
     def fit(self, X: Any, y: Any = None) -> PrivateMinMaxScaler:
         a, b = self._range()

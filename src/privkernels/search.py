@@ -276,7 +276,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             self._relation(self._candidates(None, None)),
         )
 
-    def _check_fit_settings(self, row_shape: tuple[int, ...] | None) -> None:
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         """Refuse, before any data is read, what `fit` refuses on its settings alone."""
         Budget(self.epsilon, self.delta)
         self._relation(self._candidates(None, None))

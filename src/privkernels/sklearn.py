@@ -36,6 +36,7 @@ checks every step's settings and the summed budget first.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -63,6 +64,7 @@ from privkernels.dp_kip.estimator_defaults import (
     public_row_count,
     warn_small_data,
 )
+from privkernels.dp_kip.settings import Settings as KIPSettings
 from privkernels.dp_ntk_regression.kernel import check_input_bound
 from privkernels.pipeline import PrivatePipeline, make_private_pipeline, pipeline_report
 from privkernels.preprocessing import (
@@ -209,9 +211,9 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         `privkernels.pipeline.PrivatePipeline` sums them before any step's noise)."""
         return self._accountant(), self.epsilon, self.delta, self._relation()
 
-    def _check_fit_settings(self, row_shape: tuple[int, ...] | None) -> None:
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         """Refuse, before any noise, the settings a fit refuses without reading data (here
-        the budget; subclasses check more). ``row_shape``: one row's shape, or None."""
+        the budget; subclasses check more). ``shape``: the data's ``(n, *row)``, or None."""
         if self.epsilon is not None:
             Budget(self.epsilon, self.delta)
 
@@ -395,7 +397,7 @@ class _RegressionBase(_DPEstimator):
         check_input_bound(self.input_bound)
         R.check_replace_one_settings(epsilon=self.epsilon, delta=self.delta, **self._settings())
 
-    def _check_fit_settings(self, row_shape: tuple[int, ...] | None) -> None:
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         self._check_settings(self._share(), whole=True)
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
@@ -742,17 +744,43 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
         shape = tuple(self.image_shape) if self.image_shape is not None else tuple(row_shape)
         keep = ("neighbouring", "sampling_rate", "accountant", "kernel_options", "learn_labels",
                 "clip_space", "chunk_size", "grad_method", "jitter")  # fmt: skip
-        _, hp = self._defaults(n_train, len(self.classes or ()))
-        _, plan, _ = dp_kip.configure(
-            n=n_train, input_shape=shape, n_classes=len(self.classes or ()), epsilon=budget.epsilon,
-            delta=budget.delta, kernel=self.kernel, support_per_class=hp.support_per_class,
-            batch_size=self.batch_size, epochs=hp.epochs, learning_rate=hp.learning_rate,
-            clip_norm=self.clip_norm, relative_reg=self.relative_reg,
-            **{k: v for k, v in opts.items() if k in keep},
+        _, plan, _ = self._configure(
+            n_train, shape, len(self.classes or ()), budget.epsilon, budget.delta,
+            {k: v for k, v in opts.items() if k in keep},
         )  # fmt: skip
         if plan is None:  # pragma: no cover - a search always has a budget
             raise ValueError("a search needs a private fit (epsilon is None)")
         return [SelectionEvent("dpsgd", plan.noise_multiplier, plan.sampling_rate, plan.steps)]
+
+    def _configure(self, n: int, shape: tuple[int, ...], n_classes: int, epsilon: float | None,
+                   delta: float, opts: dict[str, Any]) -> Any:  # fmt: skip
+        """`privkernels.dp_kip.configure` of a fit at ``(epsilon, delta)`` on ``n`` records
+        of ``shape``: this estimator's settings and its defaults, plus ``opts`` (no data)."""
+        _, hp = self._defaults(n, n_classes)
+        return dp_kip.configure(
+            n=n, input_shape=shape, n_classes=n_classes, epsilon=epsilon, delta=delta,
+            kernel=self.kernel, support_per_class=hp.support_per_class,
+            batch_size=self.batch_size, epochs=hp.epochs, learning_rate=hp.learning_rate,
+            clip_norm=self.clip_norm, relative_reg=self.relative_reg, **opts,
+        )  # fmt: skip
+
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
+        """The settings `dp_kip.fit` refuses before its noise, run by `dp_kip.configure`
+        (an unknown ``fit_options`` key is the ``TypeError`` the call would raise). Without
+        ``classes`` the class count is read from ``y`` at fit: 2, the least a fit takes,
+        stands in (the settings checks do not depend on it)."""
+        super()._check_fit_settings(shape)
+        opts = dict(self.fit_options or {})
+        unknown = sorted(set(opts) - set(inspect.signature(dp_kip.fit).parameters))
+        if unknown:
+            raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")
+        if shape is None:
+            return
+        row = self._shape(np.zeros((1, int(np.prod(shape[1:]))), np.float32)).shape[1:]
+        c = 2 if self.classes is None else len(np.unique(np.asarray(self.classes)))
+        fields = {f.name for f in dataclasses.fields(KIPSettings)} | {"chunk_size"}
+        self._configure(shape[0], tuple(row), c, self.epsilon, self.delta,
+                        {k: v for k, v in opts.items() if k in fields})  # fmt: skip
 
     def _defaults(self, n: int, n_classes: int) -> tuple[float | None, Any]:
         """``(public row count, EstimatorDefaults)`` of a fit on ``n`` rows (public numbers

@@ -15,6 +15,7 @@ from sklearn.preprocessing import StandardScaler
 from privkernels.privacy import BudgetAccountant, BudgetExceededError
 from privkernels.privacy.warnings import ProjectionWarning, SmallSampleWarning
 from privkernels.sklearn import (
+    DPKIPClassifier,
     DPNTKClassifier,
     DPNTKRegressor,
     PrivateMinMaxScaler,
@@ -65,6 +66,30 @@ def test_a_refit_the_estimator_refuses_costs_the_scaler_nothing(params, error, m
         pipe.fit(*_data())
     assert acc.spent() == spent
     assert pipe[0].mean_ is mean  # the scaler was not refitted
+
+
+@pytest.mark.parametrize(
+    ("params", "error"),
+    [
+        ({"fit_options": {"kernel_optionz": {}}}, TypeError),  # a typo
+        ({"epochs": 0}, ValueError),
+        ({"image_shape": (2, 2)}, ValueError),  # 4 values per row, X has 3 columns
+        ({"fit_options": {"neighbouring": "add-remove"}}, ValueError),  # no sampling_rate
+    ],
+)
+def test_a_dp_kip_fit_refused_for_its_settings_costs_the_scaler_nothing(params, error, monkeypatch):
+    """The DP-KIP step's settings are checked by `dp_kip.configure` before the scaler's noise."""
+    acc = BudgetAccountant(3.0, 1e-4)
+    scaler = _scaler(acc)
+    scaler.fit(_data()[0])  # type: ignore[attr-defined]
+    kip = DPKIPClassifier(1.0, 1e-6, classes=[0, 1], kernel="fc_ntk", budget_accountant=acc)
+    pipe = make_private_pipeline(scaler, kip.set_params(**params))
+    spent, mean = acc.spent(), scaler.mean_  # type: ignore[attr-defined]
+    forbid_noise(monkeypatch)
+    with pytest.raises(error):
+        pipe.fit(_data()[0], (_data()[1] > 0).astype(int))
+    assert acc.spent() == spent
+    assert pipe[0].mean_ is mean
 
 
 @pytest.mark.parametrize("cls", [PrivateStandardScaler, PrivateMinMaxScaler])
