@@ -10,7 +10,8 @@ and leaves the scaler refitted beside the old model (issue #52, finding D).
 
 1. refuses a step that would fit on the data without a privacy report, by the rule of
    `pipeline_report` (``"passthrough"``/None, ``FunctionTransformer``, ``Normalizer`` and
-   the steps named in ``public_steps`` are let through);
+   the steps named in ``public_steps`` are let through, unless they hold a private
+   estimator or an accountant; a private step is counted even when named there);
 2. runs each private step's own settings checks (``_check_fit_settings``: the checks its
    ``fit`` runs before its noise, reused, not copied);
 3. reserves on each accountant the sum of its steps' planned ``(epsilon, delta)``
@@ -38,7 +39,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.utils.validation import check_is_fitted
 
 from privkernels._sklearn_accounting import DetachedAccountantWarning
-from privkernels.privacy.accountant import charged_release, resolve
+from privkernels.privacy.accountant import BudgetAccountant, charged_release, resolve
 from privkernels.privacy.report import PrivacyReport, compose
 
 __all__ = ["PrivatePipeline", "make_private_pipeline", "pipeline_report"]
@@ -101,6 +102,13 @@ def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> Pri
     return compose(*reports)
 
 
+def _holds_private(step: Any) -> bool:
+    """Whether a step's parameters hold a private estimator or a budget accountant."""
+    params = step.get_params(deep=True) if hasattr(step, "get_params") else {}
+    return any(hasattr(v, "_planned_charge") or isinstance(v, BudgetAccountant)
+               for v in params.values())  # fmt: skip
+
+
 def _data_shape(X: Any) -> tuple[int, ...] | None:
     """``(n, *row)``, the shape of ``X`` (None when it has no array shape: a mapping)."""
     shape = getattr(X, "shape", None)
@@ -131,8 +139,11 @@ class PrivatePipeline(Pipeline):
 
     @property
     def privacy_report_(self) -> PrivacyReport:
-        """The composed report of the fitted private steps (`pipeline_report`)."""
-        return pipeline_report(self, public_steps=tuple(self.public_steps))
+        """The composed report of the fitted private steps (`pipeline_report`; a private
+        step is counted even when ``public_steps`` names it)."""
+        private = {name for name, _ in self._private_steps()}
+        vouched = tuple(name for name in self.public_steps if name not in private)
+        return pipeline_report(self, public_steps=vouched)
 
     def fit(self, X: Any, y: Any = None, **params: Any) -> PrivatePipeline:
         """``Pipeline.fit`` after the checks of the class docstring."""
@@ -172,20 +183,28 @@ class PrivatePipeline(Pipeline):
                 step.__dict__.update(state)
 
     def _private_steps(self) -> list[tuple[str, Any]]:
-        """The steps that need a report; a step that would read the data without noise
-        and is not named in ``public_steps`` is refused (`pipeline_report`'s rule)."""
+        """The private steps, each counted whether or not ``public_steps`` names it. A step
+        that would read the data without noise and is not named in ``public_steps`` is
+        refused (`pipeline_report`'s rule), and so is a named one holding a private
+        estimator or an accountant (its fits would run inside the pipeline's reservation,
+        uncounted)."""
         out = []
         for name, step in self.steps:
-            if _public(name, step, tuple(self.public_steps)):
-                continue
-            if not hasattr(step, "_planned_charge"):
+            if hasattr(step, "_planned_charge"):
+                out.append((name, step))
+            elif not _public(name, step, tuple(self.public_steps)):
                 raise ValueError(
                     f"PrivatePipeline step {name!r} ({type(step).__name__}) would fit on the "
                     "data without a privacy report: use a private step (e.g. "
                     "PrivateStandardScaler) or name it in public_steps if it reads nothing "
                     "private. Nothing was fitted"
                 )
-            out.append((name, step))
+            elif _holds_private(step):
+                raise ValueError(
+                    f"PrivatePipeline step {name!r} ({type(step).__name__}) holds a private "
+                    "estimator or a budget accountant: its fits cannot be planned (use "
+                    "PrivateSearchCV for a search). Nothing was fitted"
+                )
         return out
 
     def _plan(self, X: Any) -> dict[Any, tuple[float, float]]:

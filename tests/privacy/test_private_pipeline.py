@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 from _privacy_helpers import forbid_noise
+from sklearn.model_selection import GridSearchCV
 from sklearn.preprocessing import StandardScaler
 
 from privkernels.privacy import BudgetAccountant, BudgetExceededError
@@ -127,6 +128,28 @@ def test_a_step_without_a_report_is_refused_before_any_fit(monkeypatch):
         pipe.fit(*_data())
     assert acc.spent().epsilon == 0.0
     assert not hasattr(pipe[0], "mean_")
+
+
+def test_a_private_step_named_in_public_steps_is_still_charged():
+    """Naming a private step in public_steps does not take it out of the ledger (its fit
+    runs inside the pipeline's reservation, which must count it)."""
+    acc = BudgetAccountant(3.0, 1e-4)
+    pipe = make_private_pipeline(
+        _scaler(acc), _scaler(acc, PrivateMinMaxScaler), public_steps=("privatestandardscaler",)
+    )
+    pipe.fit(_data()[0])
+    assert acc.spent().epsilon == pytest.approx(1.0)
+    assert pipe.privacy_report_.epsilon == pytest.approx(1.0)
+
+
+def test_a_public_step_holding_a_private_estimator_is_refused(monkeypatch):
+    acc = BudgetAccountant(3.0, 1e-4)
+    search = GridSearchCV(DPNTKRegressor(0.5, budget_accountant=acc, **SMALL), {"reg": [0.1, 1.0]})  # type: ignore[arg-type]
+    pipe = make_private_pipeline(_scaler(acc), search, public_steps=("gridsearchcv",))
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="holds a private estimator"):
+        pipe.fit(*_data())
+    assert acc.spent().epsilon == 0.0
 
 
 @pytest.mark.slow
