@@ -49,13 +49,14 @@ from __future__ import annotations
 
 import math
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.stats
 
-from benchmarks.common import Timer, public_key, release_key, resolve_data_dir, save_image_grid
+from benchmarks.common import public_key, release_key, resolve_data_dir, save_image_grid
 from benchmarks.registry import RunContext, register
 
 TABLE = "dp-ntk-images"
@@ -187,6 +188,30 @@ def _load(ctx: RunContext, dataset: str, s: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ stages
+class Clock:
+    """Wall-clock and CPU seconds of a ``with`` block (``seconds``, ``cpu_seconds``).
+
+    On a shared machine the wall time grows with the other processes' load; the CPU time
+    (user + system, all threads of this process, `time.process_time`) much less, so each
+    stage records both.
+    """
+
+    seconds = math.nan
+    cpu_seconds = math.nan
+
+    def __enter__(self) -> Clock:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._wall
+        self.cpu_seconds = time.process_time() - self._cpu
+
+    def fields(self, stage: str) -> dict[str, float]:
+        """``{stage_seconds, stage_cpu_seconds}``."""
+        return {f"{stage}_seconds": self.seconds, f"{stage}_cpu_seconds": self.cpu_seconds}
+
+
 def _modules(recipe: dict[str, Any], c: int, shape: tuple[int, ...]) -> tuple[Any, Any]:
     """The recipe's e-NTK network and conditional CNN generator."""
     from benchmarks.dp_ntk_tables import _network
@@ -198,11 +223,11 @@ def _modules(recipe: dict[str, Any], c: int, shape: tuple[int, ...]) -> tuple[An
 
 def release_and_train(
     seed: int, dataset: str, eps: float, d: dict[str, Any], recipe: dict[str, Any]
-) -> tuple[Any, float, float]:
+) -> tuple[Any, Clock, Clock]:
     """DP-NTK (Yang et al., Alg. 1) in two timed parts: the fit to iteration 1 (the release,
     checkpointed), then its resume to ``recipe["iterations"]`` (post-processing).
 
-    Returns ``(result, release_seconds, generator_seconds)``.
+    Returns ``(result, release clock, generator clock)``.
     """
     from privkernels import dp_ntk
 
@@ -214,14 +239,14 @@ def release_and_train(
                   neighbouring=recipe["neighbouring"])  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "release.npz"
-        with Timer() as t_rel:
+        with Clock() as t_rel:
             dp_ntk.fit(key, d["x"], d["y"], n_classes=d["c"], iterations=1,
                        checkpoint_path=path, public_key=public_key(seed, TABLE, dataset, "dp-ntk"),
                        **common)  # fmt: skip
-        with Timer() as t_gen:
+        with Clock() as t_gen:
             res = dp_ntk.fit(key, None, None, iterations=recipe["iterations"],
                              checkpoint_path=path, resume=True, **common)  # fmt: skip
-    return res, t_rel.seconds, t_gen.seconds
+    return res, t_rel, t_gen
 
 
 def draw_samples(seed: int, dataset: str, res: Any, n: int) -> tuple[Any, Any, str]:
@@ -271,12 +296,12 @@ def _base(dataset: str, seed: int, d: dict[str, Any], s: dict[str, Any]) -> dict
 
 def real_rows(dataset: str, seed: int, d: dict[str, Any], s: dict[str, Any]) -> list[dict]:
     """The ceiling: the same CNN trained on the real training images (non-private)."""
-    with Timer() as t:
+    with Clock() as t:
         acc = cnn_accuracy(seed, dataset, d["x"], d["y"], d, s["cnn_steps"])
     return [{
         **_base(dataset, seed, d, s), "epsilon": None, "delta": None, "source": "real",
         "metric": "cnn_test_acc", "value": acc, "paper_value": None, "seconds": t.seconds,
-        "cnn_seconds": t.seconds,
+        **t.fields("cnn"),
     }]  # fmt: skip
 
 
@@ -288,19 +313,20 @@ def cell_rows(
 
     recipe = _recipe(dataset, s)
     res, t_rel, t_gen = release_and_train(seed, dataset, eps, d, recipe)
-    with Timer() as t_smp:
+    with Clock() as t_smp:
         xs, ys, how = draw_samples(seed, dataset, res, s["samples"])
-    with Timer() as t_cnn:
+    with Clock() as t_cnn:
         cnn = cnn_accuracy(seed, dataset, xs, ys, d, s["cnn_steps"])
-    with Timer() as t_cls:
+    with Clock() as t_cls:
         paper = evaluate_images(xs, ys, d["xt"], d["yt"], seed=seed)
     if seed == ctx.seeds[0]:
         _grid(ctx, dataset, eps, xs, ys)
-    times = {"release_seconds": t_rel, "generator_seconds": t_gen, "sample_seconds": t_smp.seconds,
-             "cnn_seconds": t_cnn.seconds, "classifier_seconds": t_cls.seconds}  # fmt: skip
+    clocks = {"release": t_rel, "generator": t_gen, "sample": t_smp, "cnn": t_cnn,
+              "classifier": t_cls}  # fmt: skip
+    times = {k: v for stage, c in clocks.items() for k, v in c.fields(stage).items()}
     common = {
         **_base(dataset, seed, d, s), "epsilon": eps, "delta": DELTA, "source": "dp-ntk",
-        "paper_value": None, "seconds": sum(times.values()), **times,
+        "paper_value": None, "seconds": sum(c.seconds for c in clocks.values()), **times,
         "samples": s["samples"], "sample_labels": how, "network": "_".join(
             str(v) for v in recipe["network"] if v is not None),
         "generator": "ConvCondGenerator " + str(recipe["generator"]),
@@ -385,13 +411,18 @@ def summary_markdown(rows: list[dict[str, Any]], epsilons: list[float]) -> str:
                 f"| {method} (QUOTED, DPImageBench via issue 54) | " + " | ".join(cells) + " |"
             )
         lines += ["", f"Recipe tuning: {IMAGES_RECIPE[dataset]['tuning']}."]
-    lines += ["", "Seconds per stage (mean over seeds):", ""]
-    keys = ["release_seconds", "generator_seconds", "sample_seconds", "cnn_seconds",
-            "classifier_seconds"]  # fmt: skip
-    lines += [f"| dataset | source | epsilon | {' | '.join(keys)} |", "|---|---|---|" + "---|" * 5]
+    lines += ["", "Seconds per stage, wall (CPU), mean over seeds:", ""]
+    stages = ["release", "generator", "sample", "cnn", "classifier"]
+    lines += [
+        f"| dataset | source | epsilon | {' | '.join(stages)} |",
+        "|---|---|---|" + "---|" * 5,
+    ]
     for s in summary:
         if s["metric"] == "cnn_test_acc":
-            vals = " | ".join(f"{s[k]:.1f}" if k in s else "-" for k in keys)
+            vals = " | ".join(
+                f"{s[k + '_seconds']:.1f} ({s[k + '_cpu_seconds']:.1f})"
+                if k + "_cpu_seconds" in s else "-" for k in stages
+            )  # fmt: skip
             lines.append(f"| {s['dataset']} | {s['source']} | {s['epsilon']} | {vals} |")
     return "\n".join(lines) + "\n"
 
@@ -409,13 +440,15 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
     for dataset in s["datasets"]:
         d = _load(ctx, dataset, s)
         for seed in ctx.seeds:
-            new = real_rows(dataset, seed, d, s)
-            for eps in s["epsilons"]:
-                new += cell_rows(ctx, dataset, eps, seed, d, s)
-            for row in new:
-                print({k: row[k] for k in ("dataset", "epsilon", "seed", "metric", "value")},
-                      flush=True)  # fmt: skip
-            rows += new
+            for eps in [None, *s["epsilons"]]:  # None: the real-data ceiling
+                if eps is None:
+                    new = real_rows(dataset, seed, d, s)
+                else:
+                    new = cell_rows(ctx, dataset, eps, seed, d, s)
+                for row in new:
+                    shown = ("dataset", "epsilon", "seed", "metric", "value", "seconds")
+                    print({k: row[k] for k in shown}, flush=True)
+                rows += new
     Path(ctx.out).mkdir(parents=True, exist_ok=True)
     (Path(ctx.out) / f"{TABLE}-{ctx.profile}-summary.md").write_text(
         summary_markdown(rows, s["epsilons"])

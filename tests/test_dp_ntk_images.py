@@ -55,7 +55,7 @@ def test_cells_share_public_draws_across_epsilons_and_release_once(tmp_path, mon
     recipe = T.IMAGES_RECIPE["mnist"]
     for eps in (1.0, 10.0):
         res, t_rel, t_gen = T.release_and_train(0, "mnist", eps, d, recipe)
-        assert res == "result" and t_rel >= 0 and t_gen >= 0
+        assert res == "result" and t_rel.seconds >= 0 and t_gen.cpu_seconds >= 0
     first, resumed, other = calls[0], calls[1], calls[2]
     assert first["iterations"] == 1 and first["x"] is d["x"] and not first.get("resume")
     assert resumed["resume"] and resumed["x"] is None and resumed["y"] is None
@@ -74,7 +74,7 @@ def _rows(values: dict[float | None, list[float]]) -> list[dict]:
         source = "real" if eps is None else "dp-ntk"
         for seed, v in enumerate(vals):
             rows.append({"dataset": "mnist", "source": source, "epsilon": eps, "seed": seed,
-                         "metric": "cnn_test_acc", "value": v, "cnn_seconds": 2.0 + seed})  # fmt: skip
+                         "metric": "cnn_test_acc", "value": v, "cnn_seconds": 2.0 + seed, "cnn_cpu_seconds": 1.0})  # fmt: skip
     return rows
 
 
@@ -95,14 +95,17 @@ def test_summary_is_a_t_interval_beside_the_quoted_numbers():
         a, b = per["mnist"]
         assert f"| {method} (QUOTED, DPImageBench via issue 54) | {a:.1f} | {b:.1f} |" in text
     assert "fashion_mnist" not in text.split("Recipe tuning")[0]  # only the datasets run
+    assert "| mnist | dp-ntk | 1.0 | - | - | - | 3.0 (1.0) | - |" in text  # wall (CPU)
 
 
 #: Every field of a DP-NTK row (the real-data row has the shared ones and cnn_seconds).
 _SHARED = {"dataset", "seed", "n_train", "n_test", "cnn", "cnn_steps", "cnn_batch", "cnn_lr",
            "cnn_augment", "device", "epsilon", "delta", "source", "metric", "value",
-           "paper_value", "seconds", "cnn_seconds"}  # fmt: skip
+           "paper_value", "seconds", "cnn_seconds", "cnn_cpu_seconds"}  # fmt: skip
 _DP_NTK = _SHARED | {
-    "release_seconds", "generator_seconds", "sample_seconds", "classifier_seconds", "samples",
+    "release_seconds", "generator_seconds", "sample_seconds", "classifier_seconds",
+    "release_cpu_seconds", "generator_cpu_seconds", "sample_cpu_seconds", "classifier_cpu_seconds",
+    "samples",
     "sample_labels", "network", "generator", "iterations", "batch_size", "learning_rate",
     "d_code", "label_mode", "final_loss", "report_epsilon", "report_delta", "neighbouring",
 }  # fmt: skip
@@ -138,8 +141,10 @@ def test_a_tiny_run_writes_well_formed_rows_summary_and_thumbnail(tmp_path, shar
         stages = [r[k] for k in ("release_seconds", "generator_seconds", "sample_seconds",
                                  "cnn_seconds", "classifier_seconds")]  # fmt: skip
         assert all(math.isfinite(t) and t > 0 for t in stages)
+        assert all(math.isfinite(r[k]) and r[k] > 0 for k in r if k.endswith("_cpu_seconds"))
         assert r["seconds"] == pytest.approx(sum(stages)) and math.isfinite(r["final_loss"])
     summary = (tmp_path / "dp-ntk-images-quick-summary.md").read_text()
     assert "DP-NTK -> CNN (measured)" in summary and "QUOTED" in summary
+    assert "| mnist | dp-ntk | 1.0 | " in summary.split("Seconds per stage")[1]
     png = tmp_path / "dp-ntk-images-mnist-eps1.png"
     assert 0 < png.stat().st_size <= MAX_PNG_BYTES
