@@ -134,3 +134,18 @@ def test_default_table_network_keeps_adult_numeric_columns_off_their_bounds(shar
         excess[name] = _bound_excess(np.asarray(xs), x, cols)
     assert excess["with marginals"] <= 0.06, excess
     assert excess["e-NTK only"] > 0.15, excess  # the case still shows the failure it guards
+
+
+@pytest.mark.parametrize(
+    "path", ["privkernels.data.frames.write_csv", "privkernels.nothing_here", "os.system"]
+)
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_file_cannot_name_a_function_or_foreign_class_as_a_module(path, nested):
+    named = {"class": path, "fields": {}}
+    spec = (
+        {"class": "privkernels.features.marginal.MarginalSkip",
+         "fields": {"base": {"__module__": named}, "numeric": []}}
+        if nested else named
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="outside privkernels|not a flax module"):
+        module_from_spec(spec, "network")

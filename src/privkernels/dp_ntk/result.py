@@ -194,7 +194,7 @@ def _from_jsonable(v: Any) -> Any:
         if "__tuple__" in v:
             return tuple(_from_jsonable(e) for e in v["__tuple__"])
         if "__module__" in v:
-            return module_from_spec(v["__module__"], "nested module")
+            return module_from_spec(v["__module__"], "network or generator")
         return {k: _from_jsonable(e) for k, e in v.items()}
     if isinstance(v, list):
         return [_from_jsonable(e) for e in v]
@@ -222,7 +222,9 @@ def module_from_spec(spec: dict[str, Any] | None, what: str) -> nn.Module:
     if not path.startswith("privkernels."):  # never import arbitrary code named in a file
         raise ValueError(f"the file names {what} class {path!r} outside privkernels; pass {what}=")
     mod, cls = path.rsplit(".", 1)
-    klass = getattr(importlib.import_module(mod), cls)
+    klass = getattr(importlib.import_module(mod), cls, None)
+    if not (isinstance(klass, type) and issubclass(klass, nn.Module)):  # never call a function
+        raise ValueError(f"the file names {what} class {path!r}, not a flax module; pass {what}=")
     return cast(nn.Module, klass(**{k: _from_jsonable(v) for k, v in spec["fields"].items()}))
 
 
