@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -290,3 +291,22 @@ def test_train_convnet_from_teacher_sees_only_support_and_mixups():
         evaluation.train_convnet_from_teacher(
             jax.random.key(3), x, teacher, 10, **{**kw, "temperature": 0.0}
         )
+
+
+class _ListFieldNet(nn.Module):
+    """A module with a list field: unhashable, so jit cannot take it as a static key."""
+
+    widths: list
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nn.Dense(3)(x.reshape(x.shape[0], -1))
+
+
+def test_convnet_accuracy_takes_a_module_jit_cannot_hash():
+    net = _ListFieldNet([4])
+    x = np.random.default_rng(0).uniform(size=(6, 4, 4)).astype(np.float32)
+    params = net.init(jax.random.key(0), jnp.asarray(x))
+    logits = np.asarray(net.apply(params, jnp.asarray(x)))
+    y = np.argmax(logits, -1)
+    assert evaluation.convnet_accuracy(net, params, x, y) == 1.0

@@ -14,21 +14,25 @@ and leaves the scaler refitted beside the old model (issue #52, finding D).
    estimator or an accountant; a private step is counted even when named there);
 2. runs each private step's own settings checks (``_check_fit_settings``: the checks its
    ``fit`` runs before its noise, reused, not copied);
-3. reserves on each accountant the sum of its steps' planned ``(epsilon, delta)``
+3. checks on each accountant that the sum of its steps' planned ``(epsilon, delta)``
    (``_planned_charge``; basic sequential composition, Dwork & Roth 2014, Theorem 3.16)
-   with `privkernels.privacy.accountant.charged_release`, which refuses
-   (`privkernels.privacy.BudgetExceededError`) before any step runs if the sum does not
-   fit in what remains. The steps' own charges run inside that reservation and are not
-   counted twice; it is settled with the composed reports of the steps charged to it.
+   fits in what remains (`privkernels.privacy.BudgetAccountant.check`), refusing
+   (`privkernels.privacy.BudgetExceededError`) before any step runs if it does not.
+
+Then the steps fit as in a plain ``Pipeline``, and each private step charges its own
+release (one ledger entry per step). Nothing is reserved for the pipeline as a whole:
+a reservation would let every release nested in it run uncharged, including a private
+fit hidden in a ``FunctionTransformer``'s function, which is charged like any other
+here. Another thread spending on the same accountant between the check and a step's
+fit makes that step refuse itself, before its noise.
 
 A fit that fails after a step released (a refusal that depends on the data, e.g. a
-label outside ``classes``) restores every step as it was before the fit; its
-reservation stays charged at the plan (noise may be out: over-counting is safe).
+label outside ``classes``) restores every step as it was before the fit; the steps that
+released stay charged (a failure after a step's noise is charged at its plan).
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +43,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.utils.validation import check_is_fitted
 
 from privkernels._sklearn_accounting import DetachedAccountantWarning
-from privkernels.privacy.accountant import BudgetAccountant, charged_release, resolve
+from privkernels.privacy.accountant import BudgetAccountant, resolve
 from privkernels.privacy.report import PrivacyReport, compose
 
 __all__ = ["PrivatePipeline", "make_private_pipeline", "pipeline_report"]
@@ -78,7 +82,8 @@ def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> Pri
     data without a report is refused (``ValueError``, naming the step), unless it is
     ``"passthrough"``/None, a stateless ``FunctionTransformer`` or ``Normalizer`` (a per-row
     map that learns nothing), or named in
-    ``public_steps`` (the caller vouches it read nothing private).
+    ``public_steps`` (the caller vouches it read nothing private). A private step is
+    counted even when ``public_steps`` names it.
     """
     steps = getattr(pipeline, "steps", None)
     if steps is None:
@@ -87,8 +92,8 @@ def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> Pri
         raise ValueError("the pipeline is not fitted: fit it first, then ask for its report")
     reports = []
     for name, step in steps:
-        if _public(name, step, public_steps):
-            continue
+        if _public(name, step, public_steps) and not hasattr(step, "_planned_charge"):
+            continue  # a private step counts even when public_steps names it
         try:
             reports.append(step.privacy_report_)
         except AttributeError:
@@ -141,9 +146,7 @@ class PrivatePipeline(Pipeline):
     def privacy_report_(self) -> PrivacyReport:
         """The composed report of the fitted private steps (`pipeline_report`; a private
         step is counted even when ``public_steps`` names it)."""
-        private = {name for name, _ in self._private_steps()}
-        vouched = tuple(name for name in self.public_steps if name not in private)
-        return pipeline_report(self, public_steps=vouched)
+        return pipeline_report(self, public_steps=tuple(self.public_steps))
 
     def fit(self, X: Any, y: Any = None, **params: Any) -> PrivatePipeline:
         """``Pipeline.fit`` after the checks of the class docstring."""
@@ -159,17 +162,13 @@ class PrivatePipeline(Pipeline):
         return self._guarded(super().fit_predict, X, y, **params)
 
     def _guarded(self, fit: Callable[..., Any], X: Any, y: Any, **params: Any) -> Any:
-        """``fit(X, y, **params)`` inside the reservations of `_plan`; on failure every
+        """``fit(X, y, **params)`` once `_plan`'s sums fit every accountant; on failure every
         step is put back as it was."""
-        run: Callable[[], Any] = functools.partial(fit, X, y, **params)
         for acc, (eps, delta) in self._plan(X).items():
-            run = functools.partial(
-                charged_release, acc, eps, delta, acc.neighbouring, run,
-                report_of=functools.partial(self._report_for, acc),
-            )  # fmt: skip
+            acc.check(eps, delta, acc.neighbouring)
         before = (list(self.steps), [dict(getattr(s, "__dict__", {})) for _, s in self.steps])
         try:
-            return run()
+            return fit(X, y, **params)
         except BaseException:
             self._restore(before)
             raise
@@ -186,8 +185,7 @@ class PrivatePipeline(Pipeline):
         """The private steps, each counted whether or not ``public_steps`` names it. A step
         that would read the data without noise and is not named in ``public_steps`` is
         refused (`pipeline_report`'s rule), and so is a named one holding a private
-        estimator or an accountant (its fits would run inside the pipeline's reservation,
-        uncounted)."""
+        estimator or an accountant (its fits cannot be planned before the fit)."""
         out = []
         for name, step in self.steps:
             if hasattr(step, "_planned_charge"):
@@ -209,7 +207,7 @@ class PrivatePipeline(Pipeline):
 
     def _plan(self, X: Any) -> dict[Any, tuple[float, float]]:
         """Check every step's settings and return ``{accountant: (epsilon, delta)}``, the
-        sums each accountant is to reserve (each step's charge checked by
+        sums each accountant must still hold (each step's charge checked by
         `privkernels.privacy.BudgetAccountant.check`: relation, ``epsilon=None``)."""
         private = dict(self._private_steps())  # a step without a report: refused first
         shape = _data_shape(X)
@@ -234,12 +232,6 @@ class PrivatePipeline(Pipeline):
             warnings.simplefilter("ignore", DetachedAccountantWarning)
             given, eps, delta, relation = step._planned_charge()
         return resolve(given), eps, delta, relation
-
-    def _report_for(self, acc: Any, _result: Any = None) -> PrivacyReport:
-        """The composed reports of the fitted steps charged to ``acc`` (its settlement)."""
-        reports = [s.privacy_report_ for _, s in self._private_steps()
-                   if self._charge_of(s)[0] is acc]  # fmt: skip
-        return compose(*reports)
 
 
 def make_private_pipeline(*steps: Any, public_steps: tuple[str, ...] = (),

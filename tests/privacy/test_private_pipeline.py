@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from _privacy_helpers import forbid_noise
 from sklearn.model_selection import GridSearchCV
-from sklearn.preprocessing import StandardScaler
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
-from privkernels.privacy import BudgetAccountant, BudgetExceededError
+from privkernels.privacy import BudgetAccountant, BudgetExceededError, compose
 from privkernels.privacy.warnings import ProjectionWarning, SmallSampleWarning
 from privkernels.sklearn import (
     DPKIPClassifier,
@@ -22,6 +23,7 @@ from privkernels.sklearn import (
     PrivateMinMaxScaler,
     PrivateStandardScaler,
     make_private_pipeline,
+    pipeline_report,
 )
 
 #: A small model: these tests check refusals and the ledger, not accuracy.
@@ -153,7 +155,7 @@ def test_a_public_step_holding_a_private_estimator_is_refused(monkeypatch):
 
 
 @pytest.mark.slow
-def test_one_fit_is_one_charge_of_the_composed_report():
+def test_each_private_step_charges_its_own_release():
     acc = BudgetAccountant(3.0, 1e-4)
     pipe = make_private_pipeline(
         _scaler(acc), DPNTKRegressor(0.5, 1e-6, random_state=jax.random.key(1),
@@ -164,14 +166,16 @@ def test_one_fit_is_one_charge_of_the_composed_report():
         pipe.fit(*_data())
     assert acc.spent().epsilon == pytest.approx(1.0)
     assert acc.spent().delta == pytest.approx(2e-6)
-    assert acc.reports == (pipe.privacy_report_,)
+    assert acc.reports == (pipe[0].privacy_report_, pipe[1].privacy_report_)
+    assert pipe.privacy_report_ == compose(*acc.reports)
     assert len(pipe.privacy_report_.mechanisms) == 3  # bounds, moments, the model
 
 
 @pytest.mark.slow
-def test_a_refusal_after_the_scaler_released_restores_the_steps_and_charges_the_plan():
+def test_a_refusal_after_the_scaler_released_restores_the_steps_and_charges_the_scaler():
     """A label outside ``classes`` is read after the scaler's noise: the pipeline is put
-    back as it was and the ledger keeps the plan (noise was out: over-counting is safe)."""
+    back as it was; the scaler, which released, stays charged, and the classifier, which
+    refused before its noise, is not."""
     acc = BudgetAccountant(3.0, 1e-4)
     x, _ = _data()
     y = (x[:, 0] > 0).astype(int)
@@ -188,4 +192,30 @@ def test_a_refusal_after_the_scaler_released_restores_the_steps_and_charges_the_
             pipe.fit(x, np.where(y == 1, 2, y))
     assert pipe[0].mean_ is mean
     np.testing.assert_array_equal(pipe.predict(x), before)
-    assert acc.spent().epsilon == pytest.approx(2.0)  # two fits' plans of 0.5 + 0.5
+    assert acc.spent().epsilon == pytest.approx(1.5)  # the first fit, then the scaler
+
+
+def test_a_private_fit_hidden_in_a_function_transformer_is_charged():
+    """A FunctionTransformer is let through as a per-row map; a private fit its function
+    makes is charged like any other (it once ran uncharged inside a pipeline-wide
+    reservation), and refused when it does not fit in what remains."""
+    x = _data()[0]
+    acc = BudgetAccountant(10.0, 1e-3)
+    inner = _scaler(acc)
+    inner.set_params(epsilon=4.0)  # type: ignore[attr-defined]
+    make_private_pipeline(FunctionTransformer(inner.fit_transform), _scaler(acc)).fit(x)  # type: ignore[attr-defined]
+    assert acc.spent().epsilon == pytest.approx(4.5)
+    small = BudgetAccountant(1.0, 1e-3)
+    inner = _scaler(small)
+    inner.set_params(epsilon=4.0)  # type: ignore[attr-defined]
+    with pytest.raises(BudgetExceededError):
+        make_private_pipeline(FunctionTransformer(inner.fit_transform), _scaler(small)).fit(x)  # type: ignore[attr-defined]
+    assert small.spent().epsilon <= 1.0
+
+
+def test_pipeline_report_counts_a_private_step_named_in_public_steps():
+    acc = BudgetAccountant(10.0, 1e-3)
+    first, second = _scaler(acc), _scaler(acc, PrivateMinMaxScaler)
+    pipe = make_pipeline(first, second).fit(_data()[0])
+    report = pipeline_report(pipe, public_steps=("privatestandardscaler",))
+    assert report.epsilon == pytest.approx(1.0)

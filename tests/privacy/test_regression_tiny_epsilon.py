@@ -63,3 +63,13 @@ def test_the_named_smallest_epsilon_fits_and_half_of_it_is_refused(monkeypatch):
     forbid_noise(monkeypatch)
     with pytest.raises(ValueError, match="smallest epsilon that works"):
         R.fit(jax.random.key(7), x, x[:, 0], neighbouring="beta-close", epsilon=eps_min / 2)
+
+
+def test_a_denormal_epsilon_is_a_value_error_before_any_draw(monkeypatch):
+    """At epsilon 1e-320 the automatic shift itself is inf: a ValueError, not an
+    OverflowError from the message's rounding."""
+    forbid_noise(monkeypatch)
+    x = np.random.default_rng(0).uniform(-1, 1, size=(20, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    with pytest.raises(ValueError, match="too small"):
+        R.fit(jax.random.key(7), x, x[:, 0], neighbouring="beta-close", epsilon=1e-320)

@@ -218,8 +218,11 @@ def module_from_spec(spec: dict[str, Any] | None, what: str) -> nn.Module:
     """Rebuild a privkernels module from `module_spec` (never imports other code)."""
     if spec is None:
         raise ValueError(f"the file cannot rebuild the {what}; pass {what}=")
-    path = spec["class"]
-    if not path.startswith("privkernels."):  # never import arbitrary code named in a file
+    path = spec.get("class") if isinstance(spec, dict) else None
+    if not isinstance(path, str) or not isinstance(spec.get("fields"), dict):
+        raise ValueError(f"the file's {what} entry is malformed; pass {what}=")
+    if not path.startswith("privkernels.") or any(p.startswith("_") for p in path.split(".")):
+        # never import arbitrary code named in a file, nor a private name
         raise ValueError(f"the file names {what} class {path!r} outside privkernels; pass {what}=")
     mod, cls = path.rsplit(".", 1)
     klass = getattr(importlib.import_module(mod), cls, None)

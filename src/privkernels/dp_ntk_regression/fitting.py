@@ -515,6 +515,11 @@ def _check_auto_shift(s: Settings, shift: float, budget: Budget | None, dtype: s
     if shift <= limit:
         return
     exact = budget.epsilon * shift / limit * (1.0 + 1e-12)
+    if not (math.isfinite(exact) and exact > 0):  # the shift itself overflowed a float
+        raise ValueError(
+            f"epsilon={budget.epsilon:.3g} is too small for the Gaussian sampling mechanism: "
+            "kernel_shift='auto' (proportional to 1/epsilon) overflows a float"
+        )
     unit = 10.0 ** (math.floor(math.log10(exact)) - 2)  # rounded up to 3 significant digits
     raise ValueError(
         f"epsilon={budget.epsilon:.3g} is too small for the Gaussian sampling mechanism in "

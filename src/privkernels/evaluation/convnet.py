@@ -10,7 +10,7 @@ release is post-processing and costs no privacy.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import flax.linen as nn
 import jax
@@ -245,11 +245,25 @@ def convnet_accuracy(module: Any, params: Any, x: Any, y: Any, *, chunk_size: in
     """Accuracy of a trained ConvNet on ``(x, y)`` (chunked)."""
     x = np.asarray(check_array(x, "x", ndim=(3, 4)), np.float32)
     y = np.asarray(y)
+    forward = _logits if _hashable(module) else _unhashable_logits  # a list field: no cache
     correct = 0
     for s in range(0, x.shape[0], chunk_size):
-        logits = _logits(module, params, jnp.asarray(x[s : s + chunk_size]))
+        logits = forward(module, params, jnp.asarray(x[s : s + chunk_size]))
         correct += int(np.sum(np.argmax(np.asarray(logits), -1) == y[s : s + chunk_size]))
     return correct / x.shape[0]
+
+
+def _hashable(module: Any) -> bool:
+    try:
+        hash(module)
+    except TypeError:
+        return False
+    return True
+
+
+def _unhashable_logits(module: Any, params: Any, x: jax.Array) -> jax.Array:
+    """``module.apply(params, x)`` for a module jit cannot key (compiled on each call)."""
+    return cast(jax.Array, jax.jit(module.apply)(params, x))
 
 
 @functools.partial(jax.jit, static_argnums=0)
