@@ -26,10 +26,13 @@ from typing import Any
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from privkernels import dp_kip, dp_ntk, dp_ntk_regression
+from privkernels.data.schema import TabularSchema, categorical, numeric
 from privkernels.preprocessing import PrivateStandardScaler
+from privkernels.synth import fit_table
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fingerprints.json"
 WRITE = os.environ.get("PRIVKERNELS_WRITE_FINGERPRINTS") == "1"
@@ -82,6 +85,21 @@ def _scaler(tmp: Path) -> Path:
     return path
 
 
+def _table(tmp: Path) -> Path:
+    """`fit_table` with its defaults' network (the e-NTK beside the marginal code)."""
+    schema = TabularSchema.from_columns(
+        "toy", [numeric("age", 17, 90, dtype="int"), categorical("job", ["a", "b", "c"])],
+        label="income", classes=["lo", "hi"],
+    )  # fmt: skip
+    rng = np.random.default_rng(9)
+    age = rng.integers(17, 91, 120)
+    df = pd.DataFrame({"age": age, "job": rng.choice(["a", "b", "c"], 120),
+                       "income": np.where(age > 45, "hi", "lo")})  # fmt: skip
+    model = fit_table(jax.random.key(51), df, schema, epsilon=1.0, iterations=3,
+                      batch_size=20, progress=False)  # fmt: skip
+    return model.save(tmp / "a.npz")
+
+
 CASES: dict[str, Callable[[Path], Path]] = {
     "dp_ntk_images": _fit_case(dp_ntk, lambda: _images(60, 0), 11, epsilon=1.0, n_classes=3,
                                iterations=4, batch_size=24),
@@ -104,6 +122,7 @@ CASES: dict[str, Callable[[Path], Path]] = {
     "regression_replace_one": _fit_case(dp_ntk_regression, lambda: _regression(200, 7), 32,
                                         epsilon=1.0, width=64),
     "private_standard_scaler": _scaler,
+    "table_default": _table,
 }  # fmt: skip
 
 
@@ -141,7 +160,7 @@ def _stored() -> dict[str, Any]:
     return json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {"cases": {}}
 
 
-@pytest.mark.slow  # about 75 s in all: nine small fits
+@pytest.mark.slow  # about 80 s in all: ten small fits
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_same_key_same_release(case: str, tmp_path: Path) -> None:
     if jax.default_backend() != "cpu":
@@ -153,7 +172,8 @@ def test_same_key_same_release(case: str, tmp_path: Path) -> None:
     if WRITE:
         stored = _stored()
         stored["cases"][case] = got
-        stored["written_at_commit"] = _commit()
+        stored.setdefault("written_at_commit", _commit())
+        stored.setdefault("case_written_at", {})[case] = _commit()
         stored["command"] = ("PRIVKERNELS_WRITE_FINGERPRINTS=1 python -m pytest -n 0 "
                              "tests/test_fingerprints.py")  # fmt: skip
         FIXTURE.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
