@@ -62,9 +62,17 @@ def _from_codes(codes: np.ndarray, cols: list, bins: int, width: int) -> tuple[A
 
 
 def synthesize(
-    method: str, train: Any, epsilon: float, delta: float, *, seed: int, bins: int = 16
+    method: str,
+    train: Any,
+    epsilon: float,
+    delta: float,
+    *,
+    seed: int,
+    bins: int = 16,
+    n: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)`` synthetic rows in the schema's encoding, as many as ``train`` has."""
+    """``(x, y)`` synthetic rows in the schema's encoding: ``n`` of them (default as many as
+    ``train`` has)."""
     import pandas as pd
     from snsynth import Synthesizer
     from snsynth.transform import BinTransformer, TableTransformer
@@ -79,5 +87,6 @@ def synthesize(
     np.random.seed(seed)  # smartnoise draws from numpy's global generator
     synth = Synthesizer.create(method, epsilon=float(epsilon), delta=float(delta), verbose=False)
     synth.fit(df, transformer=transformer, preprocessor_eps=0.0)
-    sample = np.asarray(pd.DataFrame(synth.sample(len(train.y))).values, np.float64)
+    rows = len(train.y) if n is None else int(n)
+    sample = np.asarray(pd.DataFrame(synth.sample(rows)).values, np.float64)
     return _from_codes(sample, cols, bins, train.x.shape[1])

@@ -63,6 +63,7 @@ _TABLE_MODULES = (
     "benchmarks.dp_ntk_regression_tables",
     "benchmarks.audit_tables",
     "benchmarks.peers",
+    "benchmarks.dp_ntk_tabular",
 )
 
 
