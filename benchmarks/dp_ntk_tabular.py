@@ -7,7 +7,8 @@ For each dataset (adult, cervical, epileptic, intrusion), epsilon (1, 10; delta 
 seed and method, one private release of the training split is sampled and judged:
 
 * marginal fidelity against the training split (`privkernels.evaluation.marginals`):
-  mean 1-way and mean 2-way total variation (numeric columns in ``bins`` equal-width bins
+  mean 1-way total variation (over all columns; also over the categorical and over the
+  numeric ones alone) and mean 2-way (numeric columns in ``bins`` equal-width bins
   of their public range, categorical levels plus "missing", the label as a column), and
   the largest excess of mass at a public bound over the real data, in percentage points
   (``bound_steps``: at a bound = the scaled value rounds to 0 or 1 at that resolution);
@@ -124,7 +125,8 @@ OPTIONS = (
 )  # fmt: skip
 
 #: Per-seed metrics, in the order of the summary columns.
-MARGINAL_METRICS = ("tv1_mean", "tv2_mean", "max_bound_excess_pp")
+MARGINAL_METRICS = ("tv1_mean", "tv1_categorical_mean", "tv1_numeric_mean", "tv2_mean",
+                    "max_bound_excess_pp")  # fmt: skip
 SNSYNTH_RELATION = "add-remove (private-pgm's analysis); n rows sampled, so n is released"
 
 
@@ -271,8 +273,8 @@ def measure(
     rep = marginal_report(train.x, train.y, xs, ys, train.schema, n_classes=train.n_classes,
                           bins=int(ctx.options.get("bins", 16)),
                           bound_steps=int(ctx.options.get("bound_steps", 100)))  # fmt: skip
-    out = [{"metric": m, "value": rep[m]} for m in MARGINAL_METRICS]
-    out[2]["bound_column"] = rep["max_bound_column"]
+    out = [{"metric": m, "value": math.nan if rep[m] is None else rep[m]} for m in MARGINAL_METRICS]
+    out[-1]["bound_column"] = rep["max_bound_column"]
     if classify:
         ev = evaluate_tabular(xs, ys, test.x, test.y, classifiers=_classifiers(ctx), seed=seed,
                               max_train=_cap(ctx, "max_train", 5000),
@@ -401,7 +403,7 @@ def run_dataset(
             for method in methods:
                 cell = _cell(ctx, train, test, method, eps, seed)
                 log(f"{train.name} eps={eps} seed={seed} {method}: "
-                    + ", ".join(f"{r['metric']}={r['value']:.4g}" for r in cell))  # fmt: skip
+                    + ", ".join(f"{r['metric']}={float(r['value']):.4g}" for r in cell))  # fmt: skip
                 rows += cell
     return rows
 

@@ -29,6 +29,8 @@ def test_one_way_tv_by_hand():
     rep = _report(bins=2)
     assert rep["tv1"] == pytest.approx({"a": 0.5, "b": 0.25, "label": 0.0})
     assert rep["tv1_mean"] == pytest.approx(0.75 / 3)
+    assert rep["tv1_numeric_mean"] == pytest.approx(0.5)
+    assert rep["tv1_categorical_mean"] == pytest.approx(0.25)
 
 
 def test_two_way_tv_by_hand():

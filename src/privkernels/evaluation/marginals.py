@@ -202,6 +202,10 @@ def _bound_excess(real: dict, synth: dict) -> dict[str, Any]:
     return {"bounds": rows, **worst}
 
 
+def _mean_or_nan(v: np.ndarray) -> float:
+    return float(v.mean()) if v.size else float("nan")
+
+
 def marginal_report(
     x_real: Any,
     y_real: Any,
@@ -224,7 +228,9 @@ def marginal_report(
       bound_steps: resolution of the at-a-bound test (see `bound_shares`).
 
     Returns a dict: ``tv1`` ``{column: TV}`` (label included, under ``schema.label``),
-    ``tv1_mean``, ``tv2_mean`` (mean over all pairs of columns, label included), ``bounds``
+    ``tv1_mean`` (over all columns and the label), ``tv1_categorical_mean`` and
+    ``tv1_numeric_mean`` (over the columns of that kind; nan when there are none),
+    ``tv2_mean`` (mean over all pairs of columns, label included), ``bounds``
     ``{numeric column: real/synth shares at each bound and the excess in percentage
     points}``, ``max_bound_excess_pp`` and ``max_bound_column`` (``"name (side)"``; both
     None when the schema has no numeric column). Mismatched widths or lengths, non-finite
@@ -238,9 +244,12 @@ def marginal_report(
     tv2 = two_way_tv(real, synth, cards)
     shares_r = bound_shares(x_real, schema, bound_steps=bound_steps)
     shares_s = bound_shares(x_synth, schema, bound_steps=bound_steps)
+    kinds = np.array([c.kind for c in schema.columns] + ["label"])
     return {
         "tv1": dict(zip(names, tv1.tolist(), strict=True)),
         "tv1_mean": float(tv1.mean()),
-        "tv2_mean": float(tv2.mean()) if tv2.size else float("nan"),
+        "tv1_categorical_mean": _mean_or_nan(tv1[kinds == "categorical"]),
+        "tv1_numeric_mean": _mean_or_nan(tv1[kinds == "numeric"]),
+        "tv2_mean": _mean_or_nan(tv2),
         **_bound_excess(shares_r, shares_s),
     }
