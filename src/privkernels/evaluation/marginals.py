@@ -28,7 +28,7 @@ value (nullable column, indicator ``>= 0.5``) is at neither bound; shares are ov
 
 Everything here is plain NumPy and reads both tables without noise: it is an evaluation
 of a release against the data it was made from, for a report on that release, not a
-release itself.
+release itself; `marginal_report` emits a `PrivacyLeakWarning` saying so.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from privkernels._validation import check_array, check_int, check_labels
+from privkernels._warnings import warn_privacy_leak
 from privkernels.data.schema import TabularSchema
 
 __all__ = [
@@ -235,9 +236,13 @@ def marginal_report(
     points}``, ``max_bound_excess_pp`` and ``max_bound_column`` (``"name (side)"``; both
     None when the schema has no numeric column). Mismatched widths or lengths, non-finite
     values or labels outside ``[0, n_classes)`` raise ValueError naming no value.
+
+    The real table is read without noise, so a `PrivacyLeakWarning` is emitted: the report
+    judges a release, it is not one (publish it only where the real data may be shown).
     """
     x_real, y_real = _check_table(x_real, y_real, schema, n_classes, "real")
     x_synth, y_synth = _check_table(x_synth, y_synth, schema, n_classes, "synth")
+    warn_privacy_leak("marginal_report: the real table's marginals and shares at its bounds")
     real, cards, names = column_codes(x_real, y_real, schema, n_classes=n_classes, bins=bins)
     synth, _, _ = column_codes(x_synth, y_synth, schema, n_classes=n_classes, bins=bins)
     tv1 = one_way_tv(real, synth, cards)
