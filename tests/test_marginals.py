@@ -78,7 +78,7 @@ def test_codes_default_to_16_bins_and_a_missing_cell():
     nullable = TabularSchema.from_columns("n", [numeric("v", 0, 1, nullable=True)])
     x = np.array([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.99, 0.0]])  # row 0 missing
     codes, cards, names = M.column_codes(x, np.zeros(4, int), nullable, n_classes=1)
-    assert codes[:, 0].tolist() == [16, 0, 15, 15] and cards.tolist() == [17, 1]
+    assert codes[0].tolist() == [16, 0, 15, 15] and cards.tolist() == [17, 1]
     assert names == ("v", "label")
     assert M.bound_shares(x, nullable) == {"v": (0.25, 0.25)}  # the missing row is at neither
 

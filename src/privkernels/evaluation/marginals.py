@@ -70,8 +70,9 @@ def total_variation(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def _check_table(x: Any, y: Any, schema: TabularSchema, n_classes: int, name: str) -> tuple:
-    """``(x float64 (n, d), y int64 (n,))`` validated against the schema; messages hold no value."""
-    x = np.asarray(check_array(x, f"x_{name}", ndim=2), np.float64)
+    """``(x (n, d) float, y (n,) int64)`` validated against the schema (x keeps its float
+    dtype: no copy of a large table); messages hold no value."""
+    x = np.asarray(check_array(x, f"x_{name}", ndim=2))
     if x.shape[1] != schema.n_features:
         raise ValueError(
             f"x_{name} has {x.shape[1]} columns but schema {schema.name!r} encodes "
@@ -93,41 +94,48 @@ def column_codes(
       n_classes: number of label classes (public).
       bins: equal-width bins of each numeric column's scaled range ``[0, 1]``.
 
-    Returns ``(codes (n, k + 1) int64, cards (k + 1,) int64, names)``: ``codes[:, j]`` lies
-    in ``[0, cards[j])``; the last column is the label (named ``schema.label``).
+    Returns ``(codes (k + 1, n) int64, cards (k + 1,) int64, names)``, one row of codes per
+    column (column-major, so a column is contiguous): ``codes[j]`` lies in
+    ``[0, cards[j])``; the last row is the label (named ``schema.label``).
     """
     bins = check_int(bins, "bins", minimum=1)
     x, y = _check_table(x, y, schema, n_classes, "table")
-    codes, cards = [], []
-    for c in schema.columns:
+    return _codes(x, y, schema, n_classes, bins)
+
+
+def _codes(
+    x: np.ndarray, y: np.ndarray, schema: TabularSchema, n_classes: int, bins: int
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """`column_codes` of rows already validated."""
+    codes = np.empty((len(schema.columns) + 1, x.shape[0]), np.int64)
+    cards = []
+    for j, c in enumerate(schema.columns):
         if c.kind == "numeric":
             z = np.clip(x[:, c.start], 0.0, 1.0)
-            code = np.minimum(np.floor(z * bins), bins - 1).astype(np.int64)
+            codes[j] = np.minimum(np.floor(z * bins), bins - 1)
             if c.nullable:
-                code = np.where(x[:, c.start + 1] >= 0.5, bins, code)
-            codes.append(code)
+                codes[j, x[:, c.start + 1] >= 0.5] = bins
             cards.append(bins + (1 if c.nullable else 0))
         else:
             block = x[:, c.slice]
             width = c.stop - c.start
-            codes.append(np.where(block.max(axis=1) > 0.5, block.argmax(axis=1), width))
+            codes[j] = np.where(block.max(axis=1) > 0.5, block.argmax(axis=1), width)
             cards.append(width + 1)
-    codes.append(y)
+    codes[-1] = y
     cards.append(int(n_classes))
-    names = (*schema.column_names, schema.label)
-    return np.stack(codes, axis=1).astype(np.int64), np.asarray(cards, np.int64), names
+    return codes, np.asarray(cards, np.int64), (*schema.column_names, schema.label)
 
 
 def one_way_tv(real: np.ndarray, synth: np.ndarray, cards: np.ndarray) -> np.ndarray:
     """Total variation of each column's marginal: ``(k,)`` float64.
 
-    ``real`` ``(n, k)`` and ``synth`` ``(m, k)`` are cell codes from `column_codes` (the
+    ``real`` ``(k, n)`` and ``synth`` ``(k, m)`` are cell codes from `column_codes` (the
     same ``cards`` ``(k,)``).
     """
     return np.array(
         [
             total_variation(
-                np.bincount(real[:, j], minlength=card), np.bincount(synth[:, j], minlength=card)
+                np.bincount(real[j], minlength=card), np.bincount(synth[j], minlength=card)
             )
             for j, card in enumerate(cards.tolist())
         ]
@@ -140,11 +148,12 @@ def two_way_tv(real: np.ndarray, synth: np.ndarray, cards: np.ndarray) -> np.nda
     Same inputs as `one_way_tv`; returns ``(k * (k - 1) / 2,)`` float64 in the order of
     ``itertools.combinations(range(k), 2)``.
     """
+    real, synth = np.ascontiguousarray(real), np.ascontiguousarray(synth)
     out = []
     for i, j in combinations(range(len(cards)), 2):
         size = int(cards[i] * cards[j])
-        cell_r = real[:, i] * cards[j] + real[:, j]
-        cell_s = synth[:, i] * cards[j] + synth[:, j]
+        cell_r = real[i] * cards[j] + real[j]
+        cell_s = synth[i] * cards[j] + synth[j]
         out.append(
             total_variation(
                 np.bincount(cell_r, minlength=size), np.bincount(cell_s, minlength=size)
@@ -168,13 +177,17 @@ def bound_shares(
     Returns ``{column name: (share at lower, share at upper)}``, shares in ``[0, 1]``.
     """
     steps = check_int(bound_steps, "bound_steps", minimum=1)
-    x = np.asarray(check_array(x, "x", ndim=2), np.float64)
+    x = np.asarray(check_array(x, "x", ndim=2))
     if x.shape[1] != schema.n_features:
         raise ValueError(f"x has {x.shape[1]} columns but the schema encodes {schema.n_features}")
-    tol = 0.5 / steps
+    return _shares(x, schema, 0.5 / steps)
+
+
+def _shares(x: np.ndarray, schema: TabularSchema, tol: float) -> dict[str, tuple[float, float]]:
+    """`bound_shares` of rows already validated, with the tolerance ``tol`` on the scaled axis."""
     out = {}
     for c in schema.numeric_columns:
-        z = np.clip(x[:, c.start], 0.0, 1.0)
+        z = x[:, c.start]
         present = x[:, c.start + 1] < 0.5 if c.nullable else np.ones(len(z), bool)
         out[c.name] = (
             float(np.mean(present & (z <= tol))),
@@ -243,12 +256,13 @@ def marginal_report(
     x_real, y_real = _check_table(x_real, y_real, schema, n_classes, "real")
     x_synth, y_synth = _check_table(x_synth, y_synth, schema, n_classes, "synth")
     warn_privacy_leak("marginal_report: the real table's marginals and shares at its bounds")
-    real, cards, names = column_codes(x_real, y_real, schema, n_classes=n_classes, bins=bins)
-    synth, _, _ = column_codes(x_synth, y_synth, schema, n_classes=n_classes, bins=bins)
+    bins = check_int(bins, "bins", minimum=1)
+    tol = 0.5 / check_int(bound_steps, "bound_steps", minimum=1)
+    real, cards, names = _codes(x_real, y_real, schema, n_classes, bins)
+    synth, _, _ = _codes(x_synth, y_synth, schema, n_classes, bins)
     tv1 = one_way_tv(real, synth, cards)
     tv2 = two_way_tv(real, synth, cards)
-    shares_r = bound_shares(x_real, schema, bound_steps=bound_steps)
-    shares_s = bound_shares(x_synth, schema, bound_steps=bound_steps)
+    shares_r, shares_s = _shares(x_real, schema, tol), _shares(x_synth, schema, tol)
     kinds = np.array([c.kind for c in schema.columns] + ["label"])
     return {
         "tv1": dict(zip(names, tv1.tolist(), strict=True)),
