@@ -369,7 +369,7 @@ def summary_rows(rows: list[dict[str, Any]], means: list[dict[str, Any]]) -> lis
         line.update({m: _cell_text(by.get((ds, eps, method, m))) for m in metrics})
         mine = [r for r in rows if (r["dataset"], r["epsilon"], r["method"]) == (ds, eps, method)]
         worst = [r["bound_column"] for r in mine if r.get("bound_column")]
-        line["worst bound column"] = max(set(worst), key=worst.count) if worst else "-"
+        line["worst bound column"] = max(dict.fromkeys(worst), key=worst.count) if worst else "-"
         timed = by.get((ds, eps, method, "tv1_mean"))
         line["release s"] = "-" if timed is None else f"{timed['seconds']:.1f}"
         line["status"] = next((r["status"] for r in mine if r.get("status")), "")

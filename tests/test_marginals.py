@@ -67,7 +67,7 @@ def test_at_a_bound_is_half_a_step_of_the_scaled_range():
 def test_identical_tables_have_tv_zero_and_disjoint_ones_tv_one():
     same = M.marginal_report(X_REAL, Y_REAL, X_REAL, Y_REAL, SCHEMA, n_classes=2)
     assert same["tv1_mean"] == 0.0 and same["tv2_mean"] == 0.0
-    assert same["max_bound_excess_pp"] == 0.0
+    assert same["max_bound_excess_pp"] == 0.0 and same["max_bound_column"] is None
     low = np.array([[0.0, 1, 0]] * 3)
     high = np.array([[1.0, 0, 1]] * 5)
     apart = M.marginal_report(low, np.zeros(3, int), high, np.ones(5, int), SCHEMA, n_classes=2)

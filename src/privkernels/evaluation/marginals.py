@@ -213,6 +213,8 @@ def _bound_excess(real: dict, synth: dict) -> dict[str, Any]:
             v = r[f"excess_{side}_pp"]
             if worst["max_bound_excess_pp"] is None or v > worst["max_bound_excess_pp"]:
                 worst = {"max_bound_excess_pp": v, "max_bound_column": f"{name} ({side})"}
+    if worst["max_bound_excess_pp"] is not None and worst["max_bound_excess_pp"] <= 0:
+        worst["max_bound_column"] = None  # no column has more mass at a bound than the real
     return {"bounds": rows, **worst}
 
 
@@ -246,8 +248,9 @@ def marginal_report(
     ``tv1_numeric_mean`` (over the columns of that kind; nan when there are none),
     ``tv2_mean`` (mean over all pairs of columns, label included), ``bounds``
     ``{numeric column: real/synth shares at each bound and the excess in percentage
-    points}``, ``max_bound_excess_pp`` and ``max_bound_column`` (``"name (side)"``; both
-    None when the schema has no numeric column). Mismatched widths or lengths, non-finite
+    points}``, ``max_bound_excess_pp`` and ``max_bound_column`` (``"name (side)"``; None
+    when no column has more mass at a bound than the real table; both None when the schema
+    has no numeric column). Mismatched widths or lengths, non-finite
     values or labels outside ``[0, n_classes)`` raise ValueError naming no value.
 
     The real table is read without noise, so a `PrivacyLeakWarning` is emitted: the report
