@@ -35,8 +35,8 @@ excess 0) and real train -> real test scores; ``real_test`` -- the real test spl
 against the training split, the sampling floor of a table of that size.
 
 Common random numbers: a cell's data-independent draws (network weights, generator init,
-batch order, sampling) come from `public_key` and are the same at both epsilons; the noise
-comes from `release_key`. Each per-seed row is one measurement (``metric``, ``value``); the
+batch order, sampling) come from `public_key` and are the same at both epsilons and for
+both DP-NTK methods; the noise comes from `release_key`, one per epsilon and method. Each per-seed row is one measurement (``metric``, ``value``); the
 rows without ``seed`` are the mean over seeds with its 95% t-interval (``value_ci95``) and
 standard deviation (``value_std``, what ``python -m benchmarks rerun`` compares within).
 A summary table, one line per cell, goes to ``dp-ntk-tabular-<profile>-summary.md``.
@@ -219,7 +219,12 @@ TABLE = "dp-ntk-tabular"
 def _dp_ntk_release(
     train: Any, recipe: dict[str, Any], eps: float, seed: int, method: str, n: int
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """One DP-NTK release of ``train`` under a resolved ``recipe``, and ``n`` rows sampled."""
+    """One DP-NTK release of ``train`` under a resolved ``recipe``, and ``n`` rows sampled.
+
+    Both DP-NTK methods share their data-independent draws (`public_key`: weights, generator
+    init, batches, sampling), so ``dp_ntk`` against ``dp_ntk_paper`` compares settings, not
+    luck; each has its own noise (`release_key` names the method: two releases never add
+    one noise draw to two statistics)."""
     from privkernels import dp_ntk
     from privkernels.generators import TabularGenerator, column_groups_from_schema
 
@@ -232,9 +237,9 @@ def _dp_ntk_release(
     res = dp_ntk.fit(release_key(seed, eps, TABLE, train.name, method), train.x, train.y,
                      epsilon=eps, delta=DELTA, n_classes=train.n_classes,
                      network=_network(recipe["net"], train.n_classes), generator=gen,
-                     progress=False, public_key=public_key(seed, TABLE, train.name, method),
+                     progress=False, public_key=public_key(seed, TABLE, train.name, "dp_ntk"),
                      **recipe["fit"])  # fmt: skip
-    xs, ys = dp_ntk.sample(public_key(seed, TABLE, train.name, method, "sample"), res, n)
+    xs, ys = dp_ntk.sample(public_key(seed, TABLE, train.name, "dp_ntk", "sample"), res, n)
     info = {"library": "privkernels", "relation": res.report.neighbouring,
             "settings": describe(recipe), "tuning": recipe["tuning"]}  # fmt: skip
     return xs, ys, info
