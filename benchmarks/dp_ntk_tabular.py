@@ -24,7 +24,7 @@ Methods:
   ``tuning`` entry says how it was chosen).
 * ``mst``, ``aim``: smartnoise-synth on the public schema encoding
   (`benchmarks.peers_smartnoise`), the whole budget to the synthesizer. AIM runs only on
-  `AIM_DATASETS` by default (its time on 2 cores; the other rows say so).
+  `AIM_DATASETS` by default (none: over 15 minutes a release here; the rows say so).
 
 The marginal measures read the private training split without noise (an evaluation of each
 release, not a release; `marginal_report`'s `PrivacyLeakWarning` is silenced here and said
@@ -121,8 +121,13 @@ QUICK_CLASSIFIERS = (
     "bagging", "random_forest", "gradient_boosting",
 )  # fmt: skip
 
-#: Datasets AIM runs on by default (its time on 2 cores: see the results' notes).
-AIM_DATASETS = ("adult", "cervical")
+#: Datasets AIM runs on by default: none. At eps 1, seed 0, one AIM release did not finish
+#: in 15 minutes on adult nor on cervical (2 shared cores, nice 10, 2026-11-28; adult took
+#: 67 minutes in ``results/peers-adult-aim.md``); epileptic and intrusion are larger. Its
+#: rows say so; ``--set aim_datasets=adult`` runs it anyway.
+AIM_DATASETS: tuple[str, ...] = ()
+AIM_SKIPPED = ("skipped: one AIM release took over 15 min at eps 1 on adult and on cervical "
+               "here (see AIM_DATASETS); --set aim_datasets=... runs it")  # fmt: skip
 
 OPTIONS = (
     "datasets", "epsilons", "methods", "classifiers", "aim_datasets", "bins", "bound_steps",
@@ -304,7 +309,7 @@ def _cell(
             "profile": ctx.profile}  # fmt: skip
     if method == "aim" and train.name not in _list(ctx, "aim_datasets", AIM_DATASETS):
         return [{**base, "metric": "release", "value": math.nan, "seconds": 0.0,
-                 "status": "skipped: AIM is too slow here on 2 cores (see aim_datasets)"}]  # fmt: skip
+                 "status": AIM_SKIPPED}]  # fmt: skip
     try:
         with Timer() as t:
             xs, ys, info = _release(ctx, train, method, eps, seed)

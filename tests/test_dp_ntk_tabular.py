@@ -114,6 +114,17 @@ def test_the_recipe_starts_as_the_paper_settings():
     assert quick["net"] == ("cnn_2l", 30, 200) and quick["fit"]["iterations"] == 100
 
 
+def test_a_method_that_cannot_run_is_a_row_that_says_why(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "_snsynth_release", lambda *a: (_ for _ in ()).throw(
+        ModuleNotFoundError("no snsynth here", name="snsynth")))  # fmt: skip
+    options = {"methods": "mst,aim", "epsilons": "1", "datasets": "adult", "classifiers": "lda"}
+    ctx = RunContext("quick", (0,), None, tmp_path, options)
+    rows = [r for r in T.run(ctx) if r.get("method") in ("mst", "aim") and "seed" in r]
+    status = {r["method"]: r["status"] for r in rows}
+    assert status == {"mst": "missing snsynth", "aim": T.AIM_SKIPPED}
+    assert all(math.isnan(r["value"]) for r in rows)
+
+
 def test_unknown_names_stop_the_run_before_anything_runs(monkeypatch):
     monkeypatch.setattr(T, "load_splits", lambda *a: pytest.fail("loaded data"))
     ctx = RunContext("quick", (0,), None, None, {"methods": "dp_ntk,gan"})  # type: ignore[arg-type]
