@@ -2,9 +2,10 @@
 and the mass it puts at the public bounds of its numeric columns.
 
 The measures are those the marginal-based synthesizers are judged by (McKenna, Miklau and
-Sheldon, "Winning the NIST Contest", JPC 2021; the NIST 2018 Differential Privacy Synthetic
-Data Challenge scored k-way marginals by total variation): for two distributions ``p`` and
-``q`` over the same finite set, ``TV(p, q) = 0.5 * sum |p - q|``, in ``[0, 1]``.
+Sheldon, "Winning the NIST Contest", JPC 2021: the NIST 2018 Differential Privacy Synthetic
+Data Challenge scored the L1 distance of k-way marginals, twice their total variation):
+for two distributions ``p`` and ``q`` over the same finite set,
+``TV(p, q) = 0.5 * sum |p - q|``, in ``[0, 1]``.
 
 Both tables are read in the encoding of a public `TabularSchema`, and discretised with
 public information only (the schema and the parameters below), never with anything read
