@@ -6,7 +6,8 @@ one integer-valued attribute of a cardinality fixed by the schema --
 
 * a numeric column (already scaled to ``[0, 1]`` by its public bounds and
   transform): ``bins`` equal-width bins of ``[0, 1]``, sampled back as the bin
-  centre;
+  centre, and for a ``nullable`` column one more code for a missing value
+  (sampled back as the missing indicator);
 * a categorical column (a one-hot block): the category index, one extra code
   for a missing value (all-zero block), sampled back as the one-hot row;
 * the label: its class index.
@@ -24,11 +25,13 @@ import numpy as np
 
 
 def _columns(schema: Any) -> list[tuple[str, int, int, int]]:
-    """``(kind, start, stop, cardinality)`` of each encoded column, from the public schema."""
+    """``(kind, start, stop, card)`` of each encoded column, from the public schema: a
+    categorical column's cardinality (levels + missing); a numeric column's codes beyond its
+    bins (1 for a nullable column's "missing", else 0)."""
     cols = []
     for c in schema.columns:
         if c.kind == "numeric":
-            cols.append(("numeric", c.start, c.stop, 0))
+            cols.append(("numeric", c.start, c.stop, 1 if c.nullable else 0))
         else:
             cols.append(("categorical", c.start, c.stop, c.stop - c.start + 1))  # + missing
     return cols
@@ -38,7 +41,10 @@ def _to_codes(x: np.ndarray, y: np.ndarray, cols: list, bins: int) -> np.ndarray
     out = []
     for kind, a, b, card in cols:
         if kind == "numeric":
-            out.append(np.clip(x[:, a], 0.0, 1.0) * bins)  # BinTransformer on [0, bins]
+            v = np.clip(x[:, a], 0.0, 1.0) * bins  # BinTransformer on [0, bins]
+            if card:  # nullable: a missing value is one more bin, [bins, bins + 1)
+                v = np.where(x[:, a + 1] >= 0.5, bins + 0.5, np.minimum(v, bins - 0.5))
+            out.append(v)
         else:
             block = x[:, a:b]
             code = np.where(block.max(1) > 0.5, block.argmax(1), card - 1)
@@ -52,7 +58,10 @@ def _from_codes(codes: np.ndarray, cols: list, bins: int, width: int) -> tuple[A
     for j, (kind, a, _b, card) in enumerate(cols):
         v = codes[:, j].astype(np.float64)
         if kind == "numeric":
-            x[:, a] = np.clip(v / bins, 0.0, 1.0)
+            missing = (v >= bins) if card else np.zeros(len(v), bool)
+            x[:, a] = np.where(missing, 0.0, np.clip(v / bins, 0.0, 1.0))
+            if card:
+                x[:, a + 1] = missing
         else:
             idx = np.clip(np.floor(v).astype(int), 0, card - 1)
             rows = np.flatnonzero(idx < card - 1)
@@ -62,16 +71,25 @@ def _from_codes(codes: np.ndarray, cols: list, bins: int, width: int) -> tuple[A
 
 
 def synthesize(
-    method: str, train: Any, epsilon: float, delta: float, *, seed: int, bins: int = 16
+    method: str,
+    train: Any,
+    epsilon: float,
+    delta: float,
+    *,
+    seed: int,
+    bins: int = 16,
+    n: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)`` synthetic rows in the schema's encoding, as many as ``train`` has."""
+    """``(x, y)`` synthetic rows in the schema's encoding: ``n`` of them (default as many as
+    ``train`` has)."""
     import pandas as pd
     from snsynth import Synthesizer
     from snsynth.transform import BinTransformer, TableTransformer
 
     cols = _columns(train.schema)
     codes = _to_codes(train.x, train.y, cols, bins)
-    cards = [bins if k == "numeric" else card for k, _, _, card in cols] + [train.n_classes]
+    cards = [bins + card if k == "numeric" else card for k, _, _, card in cols]
+    cards.append(train.n_classes)
     transformer = TableTransformer(
         [BinTransformer(bins=c, lower=0.0, upper=float(c), nullable=False) for c in cards]
     )
@@ -79,5 +97,6 @@ def synthesize(
     np.random.seed(seed)  # smartnoise draws from numpy's global generator
     synth = Synthesizer.create(method, epsilon=float(epsilon), delta=float(delta), verbose=False)
     synth.fit(df, transformer=transformer, preprocessor_eps=0.0)
-    sample = np.asarray(pd.DataFrame(synth.sample(len(train.y))).values, np.float64)
+    rows = len(train.y) if n is None else int(n)
+    sample = np.asarray(pd.DataFrame(synth.sample(rows)).values, np.float64)
     return _from_codes(sample, cols, bins, train.x.shape[1])

@@ -64,6 +64,7 @@ _TABLE_MODULES = (
     "benchmarks.dp_ntk_regression_tables",
     "benchmarks.audit_tables",
     "benchmarks.peers",
+    "benchmarks.dp_ntk_tabular",
 )
 
 

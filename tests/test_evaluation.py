@@ -80,8 +80,25 @@ def test_tabular_multiclass_f1_and_determinism() -> None:
     a = evaluation.evaluate_tabular(x, y, xt, yt, classifiers=names, seed=1)
     b = evaluation.evaluate_tabular(x, y, xt, yt, classifiers=names, seed=1)
     assert a == b
-    assert a["task"] == "multiclass" and set(a["mean"]) == {"f1"}
+    assert a["task"] == "multiclass" and set(a["mean"]) == {"f1", "accuracy"}
     assert a["mean"]["f1"] > 0.8
+
+
+def test_tabular_reports_accuracy() -> None:
+    """Each classifier's accuracy is the share of test rows its predictions get right."""
+    x, y = _blobs(200, 4, 2, sep=1.0, seed=2)
+    xt, yt = _blobs(120, 4, 2, sep=1.0, seed=12)
+    res = evaluation.evaluate_tabular(x, y, xt, yt, classifiers=("logreg", "lda"), seed=3)
+    clf = evaluation.make_classifier("logreg", seed=3).fit(x.astype(np.float32), y)
+    expected = np.mean(clf.predict(xt.astype(np.float32)) == yt)
+    assert res["per_classifier"]["logreg"]["accuracy"] == pytest.approx(expected)
+    assert 0.5 < expected < 1.0  # a separable-but-noisy case: neither trivial end
+    per = res["per_classifier"]
+    assert res["mean"]["accuracy"] == pytest.approx(
+        (per["logreg"]["accuracy"] + per["lda"]["accuracy"]) / 2
+    )
+    single = evaluation.evaluate_tabular(x, np.ones(200, int), xt, yt, classifiers=("logreg",))
+    assert single["mean"]["accuracy"] == pytest.approx(np.mean(yt == 1))
 
 
 def test_bad_inputs() -> None:

@@ -30,6 +30,20 @@ def test_schema_codes_round_trip_on_adult(shared_data_dir):
             assert np.abs(x2[:, a] - x[:, a]).max() <= 0.5 / bins + 1e-6
 
 
+def test_schema_codes_keep_a_nullable_numeric_columns_missing_values():
+    from privkernels.data.synthetic import synthetic_tabular
+
+    ds = synthetic_tabular(0, 400, missing_rate=0.3)  # every column nullable
+    cols = _columns(ds.schema)
+    codes = _to_codes(ds.x, ds.y, cols, 16)
+    x2, y2 = _from_codes(np.floor(codes) + 0.5, cols, 16, ds.x.shape[1])
+    for c in ds.schema.numeric_columns:
+        np.testing.assert_array_equal(x2[:, c.start + 1], ds.x[:, c.start + 1])  # missing
+        present = ds.x[:, c.start + 1] == 0
+        assert np.abs(x2[present, c.start] - ds.x[present, c.start]).max() <= 0.5 / 16 + 1e-6
+        assert 0 < present.sum() < len(present)
+
+
 def test_dpsgd_baseline_accounts_what_it_runs_and_learns():
     d = load_digits()
     x, y = (d.data / 16.0).astype(np.float32), d.target.astype(np.int32)

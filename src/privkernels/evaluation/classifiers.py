@@ -203,13 +203,15 @@ def evaluate_tabular(
 
     Binary test labels (2 classes): ROC-AUC and PR-AUC (average precision)
     from each classifier's positive-class score; multi-class: weighted F1 of
-    the predictions (DP-NTK Table 4).
+    the predictions (DP-NTK Table 4). Both also report the accuracy of the
+    predictions (the share of test rows classified right).
 
     Returns:
       ``{"task": "binary"|"multiclass", "per_classifier": {name: {metric: value}},
-      "mean": {metric: mean over classifiers}}``. A classifier whose training
-      data hold a single class scores as a constant predictor (ROC-AUC 0.5,
-      PR-AUC = positive rate, F1 of predicting that class).
+      "mean": {metric: mean over classifiers}}``, metrics ``roc_auc``, ``pr_auc``,
+      ``accuracy`` (binary) or ``f1``, ``accuracy`` (multi-class). A classifier whose
+      training data hold a single class scores as a constant predictor (ROC-AUC 0.5,
+      PR-AUC = positive rate, F1 and accuracy of predicting that class).
     """
     # heavy (seconds to import): loaded on first use
     from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
@@ -224,27 +226,22 @@ def evaluate_tabular(
     for name in names:
         if progress is not None:
             progress(name)
-        single = len(np.unique(ytr)) < 2
-        if binary:
-            if single:
-                s = np.full(len(yte), float(ytr[0]))
-            else:
-                clf = make_classifier(name, seed=seed, **(overrides or {}).get(name, {}))
-                _fit_quietly(clf, xtr, ytr)
-                s = _scores(clf, xte)
-            if len(np.unique(yte)) < 2:
-                roc = math.nan
-            else:
-                roc = float(roc_auc_score(yte, s))
-            per[name] = {"roc_auc": roc, "pr_auc": float(average_precision_score(yte, s))}
+        if len(np.unique(ytr)) < 2:
+            clf = None
+            pred, s = np.full(len(yte), ytr[0]), np.full(len(yte), float(ytr[0]))
         else:
-            if single:
-                pred = np.full(len(yte), ytr[0])
-            else:
-                clf = make_classifier(name, seed=seed, **(overrides or {}).get(name, {}))
-                _fit_quietly(clf, xtr, ytr)
-                pred = clf.predict(xte)
-            per[name] = {"f1": float(f1_score(yte, pred, average="weighted", zero_division=0))}
-    metrics = ("roc_auc", "pr_auc") if binary else ("f1",)
+            clf = make_classifier(name, seed=seed, **(overrides or {}).get(name, {}))
+            _fit_quietly(clf, xtr, ytr)
+            pred = clf.predict(xte)
+        accuracy = float(np.mean(pred == yte))
+        if binary:
+            s = s if clf is None else _scores(clf, xte)
+            roc = math.nan if len(np.unique(yte)) < 2 else float(roc_auc_score(yte, s))
+            per[name] = {"roc_auc": roc, "pr_auc": float(average_precision_score(yte, s)),
+                         "accuracy": accuracy}  # fmt: skip
+        else:
+            f1 = float(f1_score(yte, pred, average="weighted", zero_division=0))
+            per[name] = {"f1": f1, "accuracy": accuracy}
+    metrics = ("roc_auc", "pr_auc", "accuracy") if binary else ("f1", "accuracy")
     mean = {m: float(np.nanmean([per[n][m] for n in names])) for m in metrics}
     return {"task": "binary" if binary else "multiclass", "per_classifier": per, "mean": mean}

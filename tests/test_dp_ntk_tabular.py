@@ -1,0 +1,132 @@
+"""The ``dp-ntk-tabular`` table runs end to end on a tiny table, and its file can be rerun."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks import dp_ntk_tabular as T
+from benchmarks.__main__ import main
+from benchmarks.registry import RunContext
+from privkernels.data.synthetic import synthetic_tabular
+
+
+def _tiny_splits(ctx: RunContext, name: str):
+    """A 240-row mixed table (and a 120-row test split) standing in for ``name``."""
+    train = dataclasses.replace(synthetic_tabular(0, 240), name=name)
+    test = dataclasses.replace(synthetic_tabular(1, 120), name=name)
+    return train, test
+
+
+@pytest.fixture
+def tiny(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setattr(T, "load_splits", _tiny_splits)
+    return ["--set", "datasets=adult", "--set", "methods=dp_ntk_paper,dp_ntk",
+            "--set", "iterations=2", "--set", "classifiers=gaussian_nb,decision_tree",
+            "--set", "n_synthetic=200", "--set", "epsilons=1,10"]  # fmt: skip
+
+
+def _stub_release(train, recipe, eps, seed, method, n):
+    """A stand-in release: the first ``n`` training rows with noise of scale ``0.1 / eps``
+    on the numeric values (so a larger epsilon is closer), clipped to [0, 1]."""
+    rng = np.random.default_rng(seed)
+    xs = train.x[:n].copy()
+    num = train.schema.numeric_value_indices()
+    xs[:, num] = np.clip(xs[:, num] + rng.normal(0, 0.1 / eps, (len(xs), len(num))), 0, 1)
+    info = {"library": "stub", "relation": "replace-one", "settings": T.describe(recipe),
+            "tuning": recipe["tuning"]}  # fmt: skip
+    return xs, train.y[:n].copy(), info
+
+
+def test_the_runner_measures_aggregates_and_reruns(tiny, tmp_path, monkeypatch):
+    """Fast: the release is stubbed; rows, means, summary and rerun are the table's own."""
+    monkeypatch.setattr(T, "_dp_ntk_release", _stub_release)
+    recipe = T.TABULAR_RECIPE["adult"]
+    monkeypatch.setitem(T.TABULAR_RECIPE, "adult", {**recipe, "tuning": "a test's recipe",
+                                                    "fit": {**recipe["fit"], "d_code": 3}})  # fmt: skip
+    out = tmp_path / "run"
+    assert main(["run", "dp-ntk-tabular", "--seeds", "0", "1", "--out", str(out), *tiny]) == 0
+    rows = json.loads((out / "dp-ntk-tabular-quick.json").read_text())["rows"]
+    cell = {(r["method"], r["epsilon"], r["metric"], r["seed"]): r["value"]
+            for r in rows if "seed" in r}  # fmt: skip
+    for seed in (0, 1):  # the stub's noise shrinks with epsilon: so must the 1-way TV
+        assert cell[("dp_ntk", 10.0, "tv1_mean", seed)] < cell[("dp_ntk", 1.0, "tv1_mean", seed)]
+    means = {(r["method"], r["epsilon"], r["metric"]): r for r in rows if "seed" not in r}
+    m = means[("dp_ntk", 1.0, "tv1_mean")]
+    pair = [cell[("dp_ntk", 1.0, "tv1_mean", s)] for s in (0, 1)]
+    assert m["value"] == pytest.approx(np.mean(pair))
+    assert m["value_std"] == pytest.approx(np.std(pair, ddof=1))
+    assert m["value_ci95"] == pytest.approx(12.706 * np.std(pair, ddof=1) / np.sqrt(2), rel=1e-3)
+    ours = [r for r in rows if r.get("seed") == 0 and r["method"] == "dp_ntk"]
+    paper = [r for r in rows if r.get("seed") == 0 and r["method"] == "dp_ntk_paper"]
+    assert all(r["tuning"] == "a test's recipe" and "d_code=3" in r["settings"] for r in ours)
+    assert all("d_code=11" in r["settings"] and "iterations=2" in r["settings"] for r in paper)
+    summary = (out / "dp-ntk-tabular-quick-summary.md").read_text()
+    assert summary.count("| adult |") == 6 and " ± " in summary
+    again = tmp_path / "again"
+    assert main(["rerun", str(out / "dp-ntk-tabular-quick.json"), "--seeds", "1",
+                 "--out", str(again)]) == 0  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_table_runs_end_to_end_and_reruns(tiny, tmp_path):
+    """Slow (about 50 s: the DP-NTK fits compile): real releases, two iterations each."""
+    out = tmp_path / "run"
+    assert main(["run", "dp-ntk-tabular", "--seeds", "0", "--out", str(out), *tiny]) == 0
+    payload = json.loads((out / "dp-ntk-tabular-quick.json").read_text())
+    rows = payload["rows"]
+    per_seed = [r for r in rows if "seed" in r]
+    methods = {r["method"] for r in per_seed}
+    assert methods == {"real", "real_test", "dp_ntk_paper", "dp_ntk"}
+    got = {(r["method"], r["epsilon"], r["metric"]) for r in per_seed}
+    for method in ("dp_ntk_paper", "dp_ntk"):
+        for eps in (1.0, 10.0):
+            for metric in ("tv1_mean", "tv2_mean", "max_bound_excess_pp", "accuracy", "roc_auc"):
+                assert (method, eps, metric) in got
+    real = {r["metric"]: r["value"] for r in per_seed if r["method"] == "real"}
+    assert real["tv1_mean"] == 0.0 and real["max_bound_excess_pp"] == 0.0
+    assert 0.5 < real["accuracy"] <= 1.0
+    release = [r for r in per_seed if r["method"] == "dp_ntk"]
+    assert all(r["relation"] == "replace-one" and "iterations=2" in r["settings"] for r in release)
+    assert all(0 < r["value"] <= 1 for r in release if r["metric"] == "tv1_mean")
+    means = [r for r in rows if "seed" not in r]
+    assert means and all(r["value_std"] == 0.0 and math.isnan(r["value_ci95"]) for r in means)
+    assert (out / "dp-ntk-tabular-quick-summary.md").read_text().count("| adult |") == 6
+    again = tmp_path / "again"
+    assert main(["rerun", str(out / "dp-ntk-tabular-quick.json"), "--out", str(again)]) == 0
+
+
+def test_the_recipe_starts_as_the_paper_settings():
+    for profile in ("quick", "paper"):
+        ctx = RunContext(profile, (0,), None, None, {})  # type: ignore[arg-type]
+        for name in T.DATASETS:
+            ours, paper = T.TABULAR_RECIPE[name], T.paper_recipe(name)
+            assert set(ours) == set(paper)
+            # the settings that decide the release are the paper's until the recipe is tuned
+            if ours["tuning"] == "none yet (= paper)":
+                mine, theirs = T.resolve_recipe(ours, ctx), T.resolve_recipe(paper, ctx)
+                assert {**mine, "tuning": ""} == {**theirs, "tuning": ""}
+    quick = T.resolve_recipe(T.paper_recipe("cervical"), RunContext("quick", (0,), None, None, {}))  # type: ignore[arg-type]
+    assert quick["net"] == ("cnn_2l", 30, 200) and quick["fit"]["iterations"] == 100
+
+
+def test_a_method_that_cannot_run_is_a_row_that_says_why(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "_snsynth_release", lambda *a: (_ for _ in ()).throw(
+        ModuleNotFoundError("no snsynth here", name="snsynth")))  # fmt: skip
+    options = {"methods": "mst,aim", "epsilons": "1", "datasets": "adult", "classifiers": "lda"}
+    ctx = RunContext("quick", (0,), None, tmp_path, options)
+    rows = [r for r in T.run(ctx) if r.get("method") in ("mst", "aim") and "seed" in r]
+    status = {r["method"]: r["status"] for r in rows}
+    assert status == {"mst": "missing snsynth", "aim": T.AIM_SKIPPED}
+    assert all(math.isnan(r["value"]) for r in rows)
+
+
+def test_unknown_names_stop_the_run_before_anything_runs(monkeypatch):
+    monkeypatch.setattr(T, "load_splits", lambda *a: pytest.fail("loaded data"))
+    ctx = RunContext("quick", (0,), None, None, {"methods": "dp_ntk,gan"})  # type: ignore[arg-type]
+    with pytest.raises(SystemExit, match="gan"):
+        T.run(ctx)
