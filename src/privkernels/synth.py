@@ -40,6 +40,8 @@ from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta,
 from privkernels.features import networks
 from privkernels.features.marginal import MarginalSkip, reference_rows, with_marginals
 from privkernels.generators import TabularGenerator, column_groups_from_schema
+from privkernels.privacy.accountant import resolve
+from privkernels.privacy.budget import as_budget
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
@@ -135,6 +137,16 @@ def default_table_network(schema: TabularSchema, n_classes: int) -> MarginalSkip
     return with_marginals(base, numeric, rows, weight=MARGINAL_WEIGHT)
 
 
+def _check_budget_first(epsilon: Any, delta: Any, accountant: Any, options: dict[str, Any]) -> None:
+    """The budget and the accountant's refusal, before `default_table_network` draws its
+    public reference weights (`dp_ntk.fit` checks both again, and everything else)."""
+    budget = as_budget(epsilon, delta)
+    acc = resolve(accountant)
+    if acc is not None:
+        acc.check(None if budget is None else budget.epsilon, float(delta),
+                  options.get("neighbouring", "replace-one"))  # fmt: skip
+
+
 def _a_column(table: Any) -> Any:
     """One column of ``table`` (a DataFrame or a column mapping), for its row count; None
     when there is none to read (`split_table` then refuses the table)."""
@@ -194,6 +206,7 @@ def fit_table(
     x, _ = schema.encode(feats, unknown="error")
     # the one read of the label range (warned, noted below) when the schema lists no classes
     n_classes, inferred = infer_n_classes(y, len(schema.classes) or None)
+    _check_budget_first(epsilon, delta, budget_accountant, fit_options)
     opts = {**TABLE_DEFAULTS}
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("d_code", d_code)):
         if value is not None:
