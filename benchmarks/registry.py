@@ -59,6 +59,7 @@ TABLES: dict[str, Table] = {}
 # Modules that register tables; each import is cheap (heavy imports happen in run).
 _TABLE_MODULES = (
     "benchmarks.dp_ntk_tables",
+    "benchmarks.dp_ntk_images",
     "benchmarks.dp_kip_tables",
     "benchmarks.dp_ntk_regression_tables",
     "benchmarks.audit_tables",

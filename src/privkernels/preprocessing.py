@@ -238,12 +238,23 @@ def private_standardize(
 class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, AccountedMixin, BaseEstimator):
     """Shared ``fit`` bookkeeping: budget, keys, report; the accountant's in `AccountedMixin`."""
 
-    def _start(self, X: Any) -> tuple[np.ndarray, Budget, Any]:
+    def _planned_charge(self) -> tuple[Any, float, float, str]:
+        """``(accountant, epsilon, delta, relation)`` a fit will charge (no data read)."""
+        return self._accountant(), self.epsilon, self.delta, REPLACE_ONE
+
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> Budget:
+        """Refuse the settings ``fit`` refuses before its noise (``shape``: the data's
+        ``(n, d)``, None when unknown, then the public ``bounds`` are checked at fit)."""
         budget = Budget(self.epsilon, self.delta)  # refuses eps <= 0, delta outside (0, 1)
+        if self.bounds is not None and shape is not None:
+            _public_bounds(self.bounds, int(np.prod(shape[1:])))
+        return budget
+
+    def _start(self, X: Any) -> tuple[np.ndarray, Budget, Any]:
+        self._check_fit_settings(None)
         X = checked_data(self, X, dtype=np.float64)  # no input value in a message
         x = _rows(X)
-        if self.bounds is not None:
-            _public_bounds(self.bounds, x.shape[1])
+        budget = self._check_fit_settings(x.shape)
         key, _ = seed_keys(self.random_state)  # an int seed: warned by name here
         seed = self.random_state
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
@@ -333,10 +344,19 @@ class PrivateMinMaxScaler(_PrivateScaler):
         self.random_state = random_state
         self.budget_accountant = budget_accountant
 
-    def fit(self, X: Any, y: Any = None) -> PrivateMinMaxScaler:
+    def _range(self) -> tuple[float, float]:
+        """``feature_range`` as two floats, finite with min < max (else ``ValueError``)."""
         a, b = (float(v) for v in self.feature_range)
         if not (math.isfinite(a) and math.isfinite(b) and a < b):
             raise ValueError("feature_range must be finite with min < max")
+        return a, b
+
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> Budget:
+        self._range()
+        return super()._check_fit_settings(shape)
+
+    def fit(self, X: Any, y: Any = None) -> PrivateMinMaxScaler:
+        a, b = self._range()
         x, budget, key = self._start(X)
 
         def release() -> PrivacyReport:

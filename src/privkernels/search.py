@@ -258,18 +258,39 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             )
         return resolve(given if given is not None else inner)
 
+    @staticmethod
+    def _relation(cands: list[_EstimatorCandidate]) -> str:
+        """The one relation every candidate releases under (else ``ValueError``)."""
+        relations = {clone(c.base).set_params(**c.params)._relation() for c in cands}
+        if len(relations) != 1:
+            raise ValueError(f"every candidate must release under one relation, got {relations}")
+        return str(relations.pop())
+
+    def _planned_charge(self) -> tuple[Any, float, float, str]:
+        """``(accountant, epsilon, delta, relation)`` the search will charge (no data read;
+        `privkernels.pipeline.PrivatePipeline` sums them before any step's noise)."""
+        return (
+            self._accountant(),
+            self.epsilon,
+            self.delta,
+            self._relation(self._candidates(None, None)),
+        )
+
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
+        """Refuse, before any data is read, what `fit` refuses on its settings alone."""
+        Budget(self.epsilon, self.delta)
+        self._relation(self._candidates(None, None))
+
     def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
         """Run the search on the private ``(X, y)``; see the class docstring."""
         Budget(self.epsilon, self.delta)  # a bad budget fails first, before any data
         cands = self._candidates(X, y)
-        relations = {clone(c.base).set_params(**c.params)._relation() for c in cands}
-        if len(relations) != 1:
-            raise ValueError(f"every candidate must release under one relation, got {relations}")
+        relation = self._relation(cands)
         n = _n_rows(X)
         key, public_key = seed_keys(self.random_state)
         with seeded_call():
             res = tuning.select(
-                key, cands, n, epsilon=self.epsilon, delta=self.delta, relation=relations.pop(),
+                key, cands, n, epsilon=self.epsilon, delta=self.delta, relation=relation,
                 public_key=public_key, mean=self.mean_runs, shape=self.shape,
                 score_share=self.score_share, validation_fraction=self.validation_fraction,
                 budget_accountant=self._accountant(),

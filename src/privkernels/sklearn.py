@@ -27,13 +27,16 @@ once per fit and choose by un-noised scores; no report composes them. A
 `privkernels.privacy.BudgetAccountant` does: pass it as ``budget_accountant=`` (it survives
 ``clone``, so every fit of a ``GridSearchCV(n_jobs=1)`` is charged to it) or open it as the
 default in a ``with`` block; a fit that does not fit in what remains is refused before
-any noise.
+any noise. A plain ``Pipeline`` fits (and charges) its private scaler before the step
+after it can refuse; `PrivatePipeline` (`make_private_pipeline`, `privkernels.pipeline`)
+checks every step's settings and the summed budget first.
 ``verbose=False`` silences progress bars.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -44,7 +47,6 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.exceptions import NotFittedError
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -62,7 +64,9 @@ from privkernels.dp_kip.estimator_defaults import (
     public_row_count,
     warn_small_data,
 )
+from privkernels.dp_kip.settings import Settings as KIPSettings
 from privkernels.dp_ntk_regression.kernel import check_input_bound
+from privkernels.pipeline import PrivatePipeline, make_private_pipeline, pipeline_report
 from privkernels.preprocessing import (
     N_PUBLIC,
     PrivateMinMaxScaler,
@@ -95,9 +99,11 @@ __all__ = [
     "DPNTKGenerator",
     "DPNTKRegressor",
     "PrivateMinMaxScaler",
+    "PrivatePipeline",
     "PrivateSearchCV",
     "PrivateStandardScaler",
     "load",
+    "make_private_pipeline",
     "pipeline_report",
 ]
 
@@ -200,6 +206,17 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         """The neighbouring relation of this estimator's release."""
         return str((self.fit_options or {}).get("neighbouring", "replace-one"))
 
+    def _planned_charge(self) -> tuple[Any, float | None, float, str]:
+        """``(accountant, epsilon, delta, relation)`` a fit will charge (no data read;
+        `privkernels.pipeline.PrivatePipeline` sums them before any step's noise)."""
+        return self._accountant(), self.epsilon, self.delta, self._relation()
+
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
+        """Refuse, before any noise, the settings a fit refuses without reading data (here
+        the budget; subclasses check more). ``shape``: the data's ``(n, *row)``, or None."""
+        if self.epsilon is not None:
+            Budget(self.epsilon, self.delta)
+
     def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
         """The `privkernels.privacy.accounting.SelectionEvent` s a fit at ``budget`` on
         ``n_train`` rows of ``row_shape`` records (planning a `PrivateSearchCV`; no data)."""
@@ -271,56 +288,6 @@ def load(path: str | os.PathLike[str]) -> Any:
     est = cls[block["class"]](**block["params"])
     est._restore(arrays, meta, est._load_result(path))
     return est
-
-
-#: Pipeline steps that read no data when fitted (no report needed).
-_STATELESS = ("FunctionTransformer", "Normalizer")
-
-
-def _fitted(step: Any) -> bool:
-    """Whether a pipeline's step has been fitted ("passthrough"/None: nothing to fit)."""
-    if step is None or step == "passthrough":
-        return True
-    try:
-        check_is_fitted(step)
-    except NotFittedError:
-        return False
-    return True
-
-
-def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> PrivacyReport:
-    """The composed `PrivacyReport` of every private step of a fitted ``Pipeline``.
-
-    Basic sequential composition (`privkernels.privacy.compose`) of the steps'
-    ``privacy_report_`` in order: each step reads the same private rows (transformed by
-    the steps before it, post-processing of their releases). A step that fitted on the
-    data without a report is refused (``ValueError``, naming the step), unless it is
-    ``"passthrough"``/None, a stateless ``FunctionTransformer`` or ``Normalizer`` (a per-row
-    map that learns nothing), or named in
-    ``public_steps`` (the caller vouches it read nothing private).
-    """
-    steps = getattr(pipeline, "steps", None)
-    if steps is None:
-        raise TypeError("pipeline_report takes a fitted sklearn.pipeline.Pipeline")
-    if not _fitted(steps[-1][1]):
-        raise ValueError("the pipeline is not fitted: fit it first, then ask for its report")
-    reports = []
-    for name, step in steps:
-        if step is None or step == "passthrough" or name in public_steps:
-            continue
-        if type(step).__name__ in _STATELESS:
-            continue
-        try:
-            reports.append(step.privacy_report_)
-        except AttributeError:
-            raise ValueError(
-                f"pipeline step {name!r} ({type(step).__name__}) fitted on the data without a "
-                "privacy report: use a private step (e.g. PrivateStandardScaler) or name it in "
-                "public_steps if it read nothing private"
-            ) from None
-    if not reports:
-        raise ValueError("the pipeline has no private step: nothing to report")
-    return compose(*reports)
 
 
 # --------------------------------------------------------------------------- regression
@@ -416,16 +383,22 @@ class _RegressionBase(_DPEstimator):
                     beta=self.beta, neighbouring=self.neighbouring,
                     **(self.fit_options or {}))  # fmt: skip
 
-    def _check_settings(self, share: float | None) -> None:
+    def _check_settings(self, share: float | None, *, whole: bool = False) -> None:
         """Every setting the model's fit would refuse, checked before the preprocessing's
         noise (`privkernels.dp_ntk_regression.check_replace_one_settings`): a typo must
-        not cost the scaling's budget."""
+        not cost the scaling's budget. ``whole``: check them even when this fit releases
+        nothing before the model's (a pipeline step released before it)."""
         if self.epsilon is not None:
             Budget(self.epsilon, self.delta)
-        if share is None:  # nothing is released before the model's fit, which checks all
+        if share is None and not whole:  # nothing is released before the model's fit
             return
+        if share is None and self.neighbouring == "beta-close":
+            return  # beta-close settings are checked by its fit (refused by accountants)
         check_input_bound(self.input_bound)
         R.check_replace_one_settings(epsilon=self.epsilon, delta=self.delta, **self._settings())
+
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
+        self._check_settings(self._share(), whole=True)
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
         """One fit, charged whole (the private scales and the model) to the accountant
@@ -771,17 +744,43 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
         shape = tuple(self.image_shape) if self.image_shape is not None else tuple(row_shape)
         keep = ("neighbouring", "sampling_rate", "accountant", "kernel_options", "learn_labels",
                 "clip_space", "chunk_size", "grad_method", "jitter")  # fmt: skip
-        _, hp = self._defaults(n_train, len(self.classes or ()))
-        _, plan, _ = dp_kip.configure(
-            n=n_train, input_shape=shape, n_classes=len(self.classes or ()), epsilon=budget.epsilon,
-            delta=budget.delta, kernel=self.kernel, support_per_class=hp.support_per_class,
-            batch_size=self.batch_size, epochs=hp.epochs, learning_rate=hp.learning_rate,
-            clip_norm=self.clip_norm, relative_reg=self.relative_reg,
-            **{k: v for k, v in opts.items() if k in keep},
+        _, plan, _ = self._configure(
+            n_train, shape, len(self.classes or ()), budget.epsilon, budget.delta,
+            {k: v for k, v in opts.items() if k in keep},
         )  # fmt: skip
         if plan is None:  # pragma: no cover - a search always has a budget
             raise ValueError("a search needs a private fit (epsilon is None)")
         return [SelectionEvent("dpsgd", plan.noise_multiplier, plan.sampling_rate, plan.steps)]
+
+    def _configure(self, n: int, shape: tuple[int, ...], n_classes: int, epsilon: float | None,
+                   delta: float, opts: dict[str, Any]) -> Any:  # fmt: skip
+        """`privkernels.dp_kip.configure` of a fit at ``(epsilon, delta)`` on ``n`` records
+        of ``shape``: this estimator's settings and its defaults, plus ``opts`` (no data)."""
+        _, hp = self._defaults(n, n_classes)
+        return dp_kip.configure(
+            n=n, input_shape=shape, n_classes=n_classes, epsilon=epsilon, delta=delta,
+            kernel=self.kernel, support_per_class=hp.support_per_class,
+            batch_size=self.batch_size, epochs=hp.epochs, learning_rate=hp.learning_rate,
+            clip_norm=self.clip_norm, relative_reg=self.relative_reg, **opts,
+        )  # fmt: skip
+
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
+        """The settings `dp_kip.fit` refuses before its noise, run by `dp_kip.configure`
+        (an unknown ``fit_options`` key is the ``TypeError`` the call would raise). Without
+        ``classes`` the class count is read from ``y`` at fit: 2, the least a fit takes,
+        stands in (the settings checks do not depend on it)."""
+        super()._check_fit_settings(shape)
+        opts = dict(self.fit_options or {})
+        unknown = sorted(set(opts) - set(inspect.signature(dp_kip.fit).parameters))
+        if unknown:
+            raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")
+        if shape is None:
+            return
+        row = self._shape(np.zeros((1, int(np.prod(shape[1:]))), np.float32)).shape[1:]
+        c = 2 if self.classes is None else len(np.unique(np.asarray(self.classes)))
+        fields = {f.name for f in dataclasses.fields(KIPSettings)} | {"chunk_size"}
+        self._configure(shape[0], tuple(row), c, self.epsilon, self.delta,
+                        {k: v for k, v in opts.items() if k in fields})  # fmt: skip
 
     def _defaults(self, n: int, n_classes: int) -> tuple[float | None, Any]:
         """``(public row count, EstimatorDefaults)`` of a fit on ``n`` rows (public numbers

@@ -179,6 +179,11 @@ def _to_jsonable(v: Any) -> Any:
         return v
     if isinstance(v, (np.integer, np.floating)):
         return v.item()
+    if isinstance(v, nn.Module):  # a nested privkernels module (e.g. MarginalSkip's base)
+        spec = module_spec(v)
+        if spec is None:
+            raise TypeError(f"cannot serialise {type(v).__name__}")
+        return {"__module__": spec}
     raise TypeError(f"cannot serialise {type(v).__name__}")
 
 
@@ -188,6 +193,8 @@ def _from_jsonable(v: Any) -> Any:
             return ColumnGroup(*v["__column_group__"])
         if "__tuple__" in v:
             return tuple(_from_jsonable(e) for e in v["__tuple__"])
+        if "__module__" in v:
+            return module_from_spec(v["__module__"], "nested module")
         return {k: _from_jsonable(e) for k, e in v.items()}
     if isinstance(v, list):
         return [_from_jsonable(e) for e in v]

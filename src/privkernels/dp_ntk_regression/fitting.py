@@ -67,6 +67,11 @@ __all__ = ["fit", "check_replace_one_settings", "LABELS_NOT_PROTECTED", "AUTO_SH
 #: Gaussian samples (chosen on validation splits: ``git show b99f0d9:scripts/regression_defaults.py``).
 AUTO_SHIFT_SAMPLES = 2500
 
+#: Headroom of the Gaussian sampling mechanism's k-sample sum over the shift:
+#: ``SHIFT_SUM_MARGIN * k * s`` must stay below the release dtype's largest float
+#: (`_check_auto_shift`).
+SHIFT_SUM_MARGIN = 4.0
+
 #: The caveat every private report of this module carries (Def. 4.1 keeps y_n).
 LABELS_NOT_PROTECTED = (
     "LABELS ARE NOT PROTECTED: beta-close neighbours (Gu et al., Def. 4.1) keep every label "
@@ -439,6 +444,7 @@ def _validate(
     if int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x has no features (shape {tuple(x_arr.shape)})")
     kernel_shift = _kernel_shift(s, None if shares is None else shares[1], int(x_arr.shape[0]))
+    _check_auto_shift(s, kernel_shift, budget, name)
     eta_min = s.eta_min
     if private and eta_min is None:
         if kernel_shift <= 0:
@@ -488,6 +494,36 @@ def _kernel_shift(s: Settings, kernel: Budget | None, n: int) -> float:
         weight_std=check_positive(s.weight_std, "weight_std"),
         input_bound=check_input_bound(s.input_bound),
     )  # fmt: skip
+
+
+def _check_auto_shift(s: Settings, shift: float, budget: Budget | None, dtype: str) -> None:
+    """Refuse an epsilon whose ``kernel_shift="auto"`` the Gaussian sampling mechanism cannot
+    carry in ``dtype`` (before any draw; every number in the message is public).
+
+    The mechanism (Gu et al., Alg. 1) sums ``k`` outer products ``g g^T``,
+    ``g ~ N(0, K + s I)``, before dividing by ``k``: the sum's diagonal is
+    ``(s + K_ii) chi2_k``. The automatic shift is ``s = c / epsilon`` (`shift_for_k`,
+    ``c`` public) with ``k <= AUTO_SHIFT_SAMPLES``; where ``4 k s`` nears the largest
+    float, ``K_ii`` (of order ``sigma^2 B^4``) is far below ``s`` and ``chi2_k / k < 2``
+    for such ``k`` (``P < e^-300``), so ``SHIFT_SUM_MARGIN k s <= max`` keeps the sum
+    finite. Since ``s`` is proportional to ``1 / epsilon``, the smallest epsilon that
+    meets it is ``epsilon s / limit``.
+    """
+    if budget is None or not (isinstance(s.kernel_shift, str) and shift > 0):
+        return
+    limit = float(np.finfo(dtype).max) / (SHIFT_SUM_MARGIN * AUTO_SHIFT_SAMPLES)
+    if shift <= limit:
+        return
+    exact = budget.epsilon * shift / limit * (1.0 + 1e-12)
+    unit = 10.0 ** (math.floor(math.log10(exact)) - 2)  # rounded up to 3 significant digits
+    raise ValueError(
+        f"epsilon={budget.epsilon:.3g} is too small for the Gaussian sampling mechanism in "
+        f"{dtype}: kernel_shift='auto' needs s = {shift:.3g}, and the sum of its "
+        f"k = {AUTO_SHIFT_SAMPLES} samples would overflow ({SHIFT_SUM_MARGIN:g} k s must stay "
+        f"<= {float(np.finfo(dtype).max):.3g}). The smallest epsilon that works with these "
+        f"n, delta, beta, weight_std, input_bound and split is {math.ceil(exact / unit) * unit:.3g}"
+        + (" (or pass dtype='float64')" if dtype == "float32" else "")
+    )
 
 
 def _targets(y: Any, n: int, n_classes: int | None) -> tuple[np.ndarray, int | None, int, bool]:

@@ -9,6 +9,7 @@ release is post-processing and costs no privacy.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -36,7 +37,11 @@ __all__ = [
 ]
 
 
+@functools.cache
 def _flax_module() -> Any:
+    """The ConvNet class, made once: modules with the same fields are then equal and hash
+    alike, so the jitted training step and forward pass are compiled once per config."""
+
     class _ConvNet(nn.Module):
         """``(b, h, w[, ch]) -> (b, n_classes)`` logits."""
 
@@ -159,41 +164,64 @@ def train_convnet(
     learning_rate = check_positive(learning_rate, "learning_rate")
     weight_decay = check_nonnegative(weight_decay, "weight_decay")
     augment = None if augment is None else check_augment(augment)
-    module = ConvNet(n_classes, width=width, depth=depth)
+    cfg = _StepConfig(n_classes, int(width), int(depth), learning_rate, weight_decay,
+                      augment, soft, min(batch_size, x.shape[0]))  # fmt: skip
+    module = ConvNet(n_classes, width=cfg.width, depth=cfg.depth)
     k_init, k_data = jax.random.split(key)
     params = module.init(k_init, jnp.asarray(x[:1]))
-    opt = (
-        optax.adamw(learning_rate, weight_decay=weight_decay)
-        if weight_decay
-        else optax.adam(learning_rate)
-    )
-    opt_state = opt.init(params)
-    n = x.shape[0]
-    bs = min(batch_size, n)
-
-    def loss_fn(p: Any, xb: jax.Array, yb: jax.Array) -> jax.Array:
-        logits = module.apply(p, xb)
-        if soft:  # static: integer labels keep the loss they always had
-            return jnp.mean(optax.softmax_cross_entropy(logits, yb))
-        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, yb))
-
-    @jax.jit
-    def step(p: Any, s: Any, k: jax.Array, xd: jax.Array, yd: jax.Array) -> tuple[Any, Any]:
-        if augment is None:
-            idx = jax.random.permutation(k, n)[:bs]
-            xb = xd[idx]
-        else:
-            k_idx, k_aug = jax.random.split(k)
-            idx = jax.random.permutation(k_idx, n)[:bs]
-            xb = augment_images(k_aug, xd[idx], augment)
-        g = jax.grad(loss_fn)(p, xb, yd[idx])
-        upd, s = opt.update(g, s, p)
-        return jax.tree_util.tree_map(jnp.add, p, upd), s
-
+    opt_state = _optimizer(cfg).init(params)
     xd, yd = jnp.asarray(x), jnp.asarray(y)
     for t in range(steps):
-        params, opt_state = step(params, opt_state, jax.random.fold_in(k_data, t), xd, yd)
+        params, opt_state = _train_step(
+            params, opt_state, jax.random.fold_in(k_data, t), xd, yd, cfg=cfg
+        )
     return module, params
+
+
+class _StepConfig(NamedTuple):
+    """The static (hashable) settings of one training step: the jit cache key of
+    `_train_step`, so a second `train_convnet` with the same settings compiles nothing."""
+
+    n_classes: int
+    width: int
+    depth: int
+    learning_rate: float
+    weight_decay: float
+    augment: Augment | None
+    soft: bool
+    batch_size: int
+
+
+def _optimizer(cfg: _StepConfig) -> Any:
+    """Adam, or AdamW when ``weight_decay > 0`` (Kingma & Ba 2015; Loshchilov & Hutter 2019)."""
+    if cfg.weight_decay:
+        return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
+    return optax.adam(cfg.learning_rate)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _train_step(
+    p: Any, s: Any, k: jax.Array, xd: jax.Array, yd: jax.Array, *, cfg: _StepConfig
+) -> tuple[Any, Any]:
+    """One minibatch step (cross-entropy, Adam/AdamW) on ``xd (n, h, w[, ch])``, ``yd``."""
+    module = ConvNet(cfg.n_classes, width=cfg.width, depth=cfg.depth)
+    n = xd.shape[0]
+    if cfg.augment is None:
+        idx = jax.random.permutation(k, n)[: cfg.batch_size]
+        xb = xd[idx]
+    else:
+        k_idx, k_aug = jax.random.split(k)
+        idx = jax.random.permutation(k_idx, n)[: cfg.batch_size]
+        xb = augment_images(k_aug, xd[idx], cfg.augment)
+
+    def loss_fn(q: Any) -> jax.Array:
+        logits = module.apply(q, xb)
+        if cfg.soft:  # static: integer labels keep the loss they always had
+            return jnp.mean(optax.softmax_cross_entropy(logits, yd[idx]))
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, yd[idx]))
+
+    upd, s = _optimizer(cfg).update(jax.grad(loss_fn)(p), s, p)
+    return jax.tree_util.tree_map(jnp.add, p, upd), s
 
 
 def _check_targets(y: Any, n_classes: int, n: int) -> tuple[Any, bool]:
@@ -217,9 +245,15 @@ def convnet_accuracy(module: Any, params: Any, x: Any, y: Any, *, chunk_size: in
     """Accuracy of a trained ConvNet on ``(x, y)`` (chunked)."""
     x = np.asarray(check_array(x, "x", ndim=(3, 4)), np.float32)
     y = np.asarray(y)
-    apply = jax.jit(module.apply)
     correct = 0
     for s in range(0, x.shape[0], chunk_size):
-        logits = apply(params, jnp.asarray(x[s : s + chunk_size]))
+        logits = _logits(module, params, jnp.asarray(x[s : s + chunk_size]))
         correct += int(np.sum(np.argmax(np.asarray(logits), -1) == y[s : s + chunk_size]))
     return correct / x.shape[0]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _logits(module: Any, params: Any, x: jax.Array) -> jax.Array:
+    """``module.apply(params, x)``, compiled once per (module, shapes): a module is a static
+    argument, hashed by its fields (`_flax_module`)."""
+    return module.apply(params, x)

@@ -20,6 +20,12 @@ _EXPORTS = {
     "cnn_2l": "networks",
     "lenet": "networks",
     "init_params": "networks",
+    # a public marginal code beside an e-NTK network (tabular DP-NTK)
+    "MarginalSkip": "marginal",
+    "marginal_code": "marginal",
+    "marginal_scale": "marginal",
+    "reference_rows": "marginal",
+    "with_marginals": "marginal",
     # infinite-width FC-NTK (closed form; neural-tangents as optional backend)
     "fc_ntk_kernel": "fc_ntk",
     "fc_ntk_kernel_from_gram": "fc_ntk",

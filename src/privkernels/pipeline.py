@@ -1,0 +1,252 @@
+"""`PrivatePipeline`: a scikit-learn ``Pipeline`` whose fit is refused whole, before any noise.
+
+A plain ``sklearn.pipeline.Pipeline`` fits its steps one after the other. A private
+scaler in front of a private estimator releases first (draws its noise, is charged to
+its `privkernels.privacy.BudgetAccountant`), and only then does the estimator check its
+settings and the budget: a refit the estimator refuses still costs the scaler's budget
+and leaves the scaler refitted beside the old model (issue #52, finding D).
+
+`PrivatePipeline.fit` (and ``fit_transform``, ``fit_predict``) first, drawing nothing:
+
+1. refuses a step that would fit on the data without a privacy report, by the rule of
+   `pipeline_report` (``"passthrough"``/None, ``FunctionTransformer``, ``Normalizer`` and
+   the steps named in ``public_steps`` are let through, unless they hold a private
+   estimator or an accountant; a private step is counted even when named there);
+2. runs each private step's own settings checks (``_check_fit_settings``: the checks its
+   ``fit`` runs before its noise, reused, not copied);
+3. reserves on each accountant the sum of its steps' planned ``(epsilon, delta)``
+   (``_planned_charge``; basic sequential composition, Dwork & Roth 2014, Theorem 3.16)
+   with `privkernels.privacy.accountant.charged_release`, which refuses
+   (`privkernels.privacy.BudgetExceededError`) before any step runs if the sum does not
+   fit in what remains. The steps' own charges run inside that reservation and are not
+   counted twice; it is settled with the composed reports of the steps charged to it.
+
+A fit that fails after a step released (a refusal that depends on the data, e.g. a
+label outside ``classes``) restores every step as it was before the fit; its
+reservation stays charged at the plan (noise may be out: over-counting is safe).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from sklearn.base import OneToOneFeatureMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.utils.validation import check_is_fitted
+
+from privkernels._sklearn_accounting import DetachedAccountantWarning
+from privkernels.privacy.accountant import BudgetAccountant, charged_release, resolve
+from privkernels.privacy.report import PrivacyReport, compose
+
+__all__ = ["PrivatePipeline", "make_private_pipeline", "pipeline_report"]
+
+#: Pipeline steps that read no data when fitted (no report needed).
+_STATELESS = ("FunctionTransformer", "Normalizer")
+
+#: Steps that keep the number and shape of the columns (the next step's shape is known).
+_SHAPE_KEEPING = ("Normalizer",)
+
+
+def _fitted(step: Any) -> bool:
+    """Whether a pipeline's step has been fitted ("passthrough"/None: nothing to fit)."""
+    if step is None or step == "passthrough":
+        return True
+    try:
+        check_is_fitted(step)
+    except NotFittedError:
+        return False
+    return True
+
+
+def _public(name: str, step: Any, public_steps: tuple[str, ...]) -> bool:
+    """Whether a step needs no privacy report: nothing to fit, a per-row map, or vouched for."""
+    if step is None or step == "passthrough" or name in public_steps:
+        return True
+    return type(step).__name__ in _STATELESS
+
+
+def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> PrivacyReport:
+    """The composed `PrivacyReport` of every private step of a fitted ``Pipeline``.
+
+    Basic sequential composition (`privkernels.privacy.compose`) of the steps'
+    ``privacy_report_`` in order: each step reads the same private rows (transformed by
+    the steps before it, post-processing of their releases). A step that fitted on the
+    data without a report is refused (``ValueError``, naming the step), unless it is
+    ``"passthrough"``/None, a stateless ``FunctionTransformer`` or ``Normalizer`` (a per-row
+    map that learns nothing), or named in
+    ``public_steps`` (the caller vouches it read nothing private).
+    """
+    steps = getattr(pipeline, "steps", None)
+    if steps is None:
+        raise TypeError("pipeline_report takes a fitted sklearn.pipeline.Pipeline")
+    if not _fitted(steps[-1][1]):
+        raise ValueError("the pipeline is not fitted: fit it first, then ask for its report")
+    reports = []
+    for name, step in steps:
+        if _public(name, step, public_steps):
+            continue
+        try:
+            reports.append(step.privacy_report_)
+        except AttributeError:
+            raise ValueError(
+                f"pipeline step {name!r} ({type(step).__name__}) fitted on the data without a "
+                "privacy report: use a private step (e.g. PrivateStandardScaler) or name it in "
+                "public_steps if it read nothing private"
+            ) from None
+    if not reports:
+        raise ValueError("the pipeline has no private step: nothing to report")
+    return compose(*reports)
+
+
+def _holds_private(step: Any) -> bool:
+    """Whether a step's parameters hold a private estimator or a budget accountant."""
+    params = step.get_params(deep=True) if hasattr(step, "get_params") else {}
+    return any(hasattr(v, "_planned_charge") or isinstance(v, BudgetAccountant)
+               for v in params.values())  # fmt: skip
+
+
+def _data_shape(X: Any) -> tuple[int, ...] | None:
+    """``(n, *row)``, the shape of ``X`` (None when it has no array shape: a mapping)."""
+    shape = getattr(X, "shape", None)
+    return None if shape is None or len(shape) < 2 else tuple(int(s) for s in shape)
+
+
+class PrivatePipeline(Pipeline):
+    """A ``Pipeline`` whose fit is checked whole before any step draws noise.
+
+    Args:
+      steps: as ``sklearn.pipeline.Pipeline``; every step that fits on the data must be a
+        private privkernels step (a scaler, an estimator, a `PrivateSearchCV`), a per-row
+        map (``FunctionTransformer``, ``Normalizer``), ``"passthrough"``, or named in
+        ``public_steps``.
+      public_steps: names of steps the caller vouches read nothing private.
+      transform_input, memory, verbose: as ``Pipeline``.
+
+    Guarantee (module docstring): a fit refused for a step's settings, for a step that
+    would read the data without noise, or for the accountants' budgets draws no noise,
+    charges nothing and leaves every step as it was. ``privacy_report_`` is
+    `pipeline_report` of the fitted pipeline.
+    """
+
+    def __init__(self, steps: Any, *, public_steps: tuple[str, ...] = (),
+                 transform_input: Any = None, memory: Any = None, verbose: bool = False) -> None:  # fmt: skip
+        super().__init__(steps, transform_input=transform_input, memory=memory, verbose=verbose)
+        self.public_steps = public_steps
+
+    @property
+    def privacy_report_(self) -> PrivacyReport:
+        """The composed report of the fitted private steps (`pipeline_report`; a private
+        step is counted even when ``public_steps`` names it)."""
+        private = {name for name, _ in self._private_steps()}
+        vouched = tuple(name for name in self.public_steps if name not in private)
+        return pipeline_report(self, public_steps=vouched)
+
+    def fit(self, X: Any, y: Any = None, **params: Any) -> PrivatePipeline:
+        """``Pipeline.fit`` after the checks of the class docstring."""
+        self._guarded(super().fit, X, y, **params)
+        return self
+
+    def fit_transform(self, X: Any, y: Any = None, **params: Any) -> Any:
+        """``Pipeline.fit_transform`` after the checks of the class docstring."""
+        return self._guarded(super().fit_transform, X, y, **params)
+
+    def fit_predict(self, X: Any, y: Any = None, **params: Any) -> Any:
+        """``Pipeline.fit_predict`` after the checks of the class docstring."""
+        return self._guarded(super().fit_predict, X, y, **params)
+
+    def _guarded(self, fit: Callable[..., Any], X: Any, y: Any, **params: Any) -> Any:
+        """``fit(X, y, **params)`` inside the reservations of `_plan`; on failure every
+        step is put back as it was."""
+        run: Callable[[], Any] = functools.partial(fit, X, y, **params)
+        for acc, (eps, delta) in self._plan(X).items():
+            run = functools.partial(
+                charged_release, acc, eps, delta, acc.neighbouring, run,
+                report_of=functools.partial(self._report_for, acc),
+            )  # fmt: skip
+        before = (list(self.steps), [dict(getattr(s, "__dict__", {})) for _, s in self.steps])
+        try:
+            return run()
+        except BaseException:
+            self._restore(before)
+            raise
+
+    def _restore(self, before: tuple[list[Any], list[dict[str, Any]]]) -> None:
+        """Put the steps (and their fitted state) back as `_guarded` found them."""
+        self.steps = before[0]
+        for (_, step), state in zip(self.steps, before[1], strict=True):
+            if hasattr(step, "__dict__"):
+                step.__dict__.clear()
+                step.__dict__.update(state)
+
+    def _private_steps(self) -> list[tuple[str, Any]]:
+        """The private steps, each counted whether or not ``public_steps`` names it. A step
+        that would read the data without noise and is not named in ``public_steps`` is
+        refused (`pipeline_report`'s rule), and so is a named one holding a private
+        estimator or an accountant (its fits would run inside the pipeline's reservation,
+        uncounted)."""
+        out = []
+        for name, step in self.steps:
+            if hasattr(step, "_planned_charge"):
+                out.append((name, step))
+            elif not _public(name, step, tuple(self.public_steps)):
+                raise ValueError(
+                    f"PrivatePipeline step {name!r} ({type(step).__name__}) would fit on the "
+                    "data without a privacy report: use a private step (e.g. "
+                    "PrivateStandardScaler) or name it in public_steps if it reads nothing "
+                    "private. Nothing was fitted"
+                )
+            elif _holds_private(step):
+                raise ValueError(
+                    f"PrivatePipeline step {name!r} ({type(step).__name__}) holds a private "
+                    "estimator or a budget accountant: its fits cannot be planned (use "
+                    "PrivateSearchCV for a search). Nothing was fitted"
+                )
+        return out
+
+    def _plan(self, X: Any) -> dict[Any, tuple[float, float]]:
+        """Check every step's settings and return ``{accountant: (epsilon, delta)}``, the
+        sums each accountant is to reserve (each step's charge checked by
+        `privkernels.privacy.BudgetAccountant.check`: relation, ``epsilon=None``)."""
+        private = dict(self._private_steps())  # a step without a report: refused first
+        shape = _data_shape(X)
+        totals: dict[Any, tuple[float, float]] = {}
+        for name, step in self.steps:
+            if name in private:
+                step._check_fit_settings(shape)
+                acc, eps, delta, relation = self._charge_of(step)
+                if acc is not None:
+                    cost = acc.check(eps, delta, relation)
+                    e0, d0 = totals.get(acc, (0.0, 0.0))
+                    totals[acc] = (e0 + cost.epsilon, d0 + cost.delta)
+            keeps = step is None or step == "passthrough" or isinstance(step, OneToOneFeatureMixin)
+            if not (keeps or type(step).__name__ in _SHAPE_KEEPING):
+                shape = None  # the next step's columns are not known before the fit
+        return totals
+
+    @staticmethod
+    def _charge_of(step: Any) -> tuple[Any, Any, Any, str]:
+        """``(accountant or None, epsilon, delta, relation)`` of a private step's fit."""
+        with warnings.catch_warnings():  # the step's own fit warns, once
+            warnings.simplefilter("ignore", DetachedAccountantWarning)
+            given, eps, delta, relation = step._planned_charge()
+        return resolve(given), eps, delta, relation
+
+    def _report_for(self, acc: Any, _result: Any = None) -> PrivacyReport:
+        """The composed reports of the fitted steps charged to ``acc`` (its settlement)."""
+        reports = [s.privacy_report_ for _, s in self._private_steps()
+                   if self._charge_of(s)[0] is acc]  # fmt: skip
+        return compose(*reports)
+
+
+def make_private_pipeline(*steps: Any, public_steps: tuple[str, ...] = (),
+                          transform_input: Any = None, memory: Any = None,
+                          verbose: bool = False) -> PrivatePipeline:  # fmt: skip
+    """`PrivatePipeline` with step names made as ``sklearn.pipeline.make_pipeline`` makes them
+    (the lowercased class name)."""
+    named = make_pipeline(*steps).steps
+    return PrivatePipeline(named, public_steps=public_steps, transform_input=transform_input,
+                           memory=memory, verbose=verbose)  # fmt: skip
