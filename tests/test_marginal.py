@@ -149,3 +149,17 @@ def test_a_file_cannot_name_a_function_or_foreign_class_as_a_module(path, nested
     )  # fmt: skip
     with pytest.raises(ValueError, match="outside privkernels|not a flax module"):
         module_from_spec(spec, "network")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"class": "privkernels.nothing_here.Foo", "fields": {}},
+        {"class": "privkernels.features.networks.FC", "fields": {"no_such_field": 1}},
+        {"class": "privkernels.features.networks.FC", "fields": {"widths": {"__tuple__": 5}}},
+        {"class": "privkernels.features.networks.FC", "fields": []},
+    ],
+)
+def test_a_malformed_module_entry_is_a_value_error(spec):
+    with pytest.raises(ValueError, match="pass network="):
+        module_from_spec(spec, "network")

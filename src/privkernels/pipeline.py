@@ -33,6 +33,7 @@ released stay charged (a failure after a step's noise is charged at its plan).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -107,11 +108,31 @@ def pipeline_report(pipeline: Any, *, public_steps: tuple[str, ...] = ()) -> Pri
     return compose(*reports)
 
 
+def _private_value(v: Any, depth: int = 0) -> bool:
+    """Whether ``v`` is, or holds, a private estimator or an accountant: looked for inside
+    containers, ``functools.partial`` arguments and a bound method's object (a closure's
+    cells are not searched: its fits are charged when they run)."""
+    if hasattr(v, "_planned_charge") or isinstance(v, BudgetAccountant):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(v, dict):
+        inner: list[Any] = list(v.values())
+    elif isinstance(v, (list, tuple, set)):
+        inner = list(v)
+    elif isinstance(v, functools.partial):
+        inner = [v.func, *v.args, *v.keywords.values()]
+    elif hasattr(v, "__self__") and not isinstance(v, type):
+        inner = [v.__self__]
+    else:
+        return False
+    return any(_private_value(e, depth + 1) for e in inner)
+
+
 def _holds_private(step: Any) -> bool:
     """Whether a step's parameters hold a private estimator or a budget accountant."""
     params = step.get_params(deep=True) if hasattr(step, "get_params") else {}
-    return any(hasattr(v, "_planned_charge") or isinstance(v, BudgetAccountant)
-               for v in params.values())  # fmt: skip
+    return any(_private_value(v) for v in params.values())
 
 
 def _data_shape(X: Any) -> tuple[int, ...] | None:
@@ -164,6 +185,12 @@ class PrivatePipeline(Pipeline):
     def _guarded(self, fit: Callable[..., Any], X: Any, y: Any, **params: Any) -> Any:
         """``fit(X, y, **params)`` once `_plan`'s sums fit every accountant; on failure every
         step is put back as it was."""
+        if self.memory is not None:  # a cached private step would be reused uncharged
+            raise ValueError(
+                "PrivatePipeline does not cache its steps (memory=): a private step taken "
+                "from the cache would hold a release no accountant was charged for. Nothing "
+                "was fitted"
+            )
         for acc, (eps, delta) in self._plan(X).items():
             acc.check(eps, delta, acc.neighbouring)
         before = (list(self.steps), [dict(getattr(s, "__dict__", {})) for _, s in self.steps])

@@ -4,6 +4,7 @@ scaler before the estimator after it refuses)."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import jax
@@ -203,13 +204,15 @@ def test_a_private_fit_hidden_in_a_function_transformer_is_charged():
     acc = BudgetAccountant(10.0, 1e-3)
     inner = _scaler(acc)
     inner.set_params(epsilon=4.0)  # type: ignore[attr-defined]
-    make_private_pipeline(FunctionTransformer(inner.fit_transform), _scaler(acc)).fit(x)  # type: ignore[attr-defined]
+    hidden = FunctionTransformer(lambda X: inner.fit_transform(X))  # type: ignore[attr-defined]
+    make_private_pipeline(hidden, _scaler(acc)).fit(x)
     assert acc.spent().epsilon == pytest.approx(4.5)
     small = BudgetAccountant(1.0, 1e-3)
     inner = _scaler(small)
     inner.set_params(epsilon=4.0)  # type: ignore[attr-defined]
+    hidden = FunctionTransformer(lambda X: inner.fit_transform(X))  # type: ignore[attr-defined]
     with pytest.raises(BudgetExceededError):
-        make_private_pipeline(FunctionTransformer(inner.fit_transform), _scaler(small)).fit(x)  # type: ignore[attr-defined]
+        make_private_pipeline(hidden, _scaler(small)).fit(x)
     assert small.spent().epsilon <= 1.0
 
 
@@ -219,3 +222,34 @@ def test_pipeline_report_counts_a_private_step_named_in_public_steps():
     pipe = make_pipeline(first, second).fit(_data()[0])
     report = pipeline_report(pipe, public_steps=("privatestandardscaler",))
     assert report.epsilon == pytest.approx(1.0)
+
+
+def _identity(X, est=None):  # noqa: ANN001, ANN202 - a FunctionTransformer's function
+    return X
+
+
+@pytest.mark.parametrize("how", ["kw_args", "partial", "bound method"])
+def test_a_private_estimator_passed_to_a_function_transformer_is_refused_first(how, monkeypatch):
+    """A private fit reachable through a FunctionTransformer's parameters (kw_args, a
+    functools.partial, a bound method) cannot be planned: refused before any noise."""
+    acc = BudgetAccountant(2.0, 1e-3)
+    hidden = _scaler(acc, PrivateMinMaxScaler)
+    step = {
+        "kw_args": FunctionTransformer(_identity, kw_args={"est": hidden}),
+        "partial": FunctionTransformer(functools.partial(_identity, est=hidden)),
+        "bound method": FunctionTransformer(hidden.fit_transform),  # type: ignore[attr-defined]
+    }[how]
+    pipe = make_private_pipeline(_scaler(acc), step)
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="holds a private"):
+        pipe.fit(_data()[0])
+    assert acc.spent().epsilon == 0.0
+
+
+def test_a_cached_pipeline_is_refused(tmp_path, monkeypatch):
+    acc = BudgetAccountant(2.0, 1e-3)
+    pipe = make_private_pipeline(_scaler(acc), memory=str(tmp_path))
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="does not cache"):
+        pipe.fit(_data()[0])
+    assert acc.spent().epsilon == 0.0

@@ -225,10 +225,16 @@ def module_from_spec(spec: dict[str, Any] | None, what: str) -> nn.Module:
         # never import arbitrary code named in a file, nor a private name
         raise ValueError(f"the file names {what} class {path!r} outside privkernels; pass {what}=")
     mod, cls = path.rsplit(".", 1)
-    klass = getattr(importlib.import_module(mod), cls, None)
+    try:
+        klass = getattr(importlib.import_module(mod), cls, None)
+    except ImportError:
+        klass = None
     if not (isinstance(klass, type) and issubclass(klass, nn.Module)):  # never call a function
         raise ValueError(f"the file names {what} class {path!r}, not a flax module; pass {what}=")
-    return cast(nn.Module, klass(**{k: _from_jsonable(v) for k, v in spec["fields"].items()}))
+    try:
+        return cast(nn.Module, klass(**{k: _from_jsonable(v) for k, v in spec["fields"].items()}))
+    except (TypeError, RecursionError) as err:  # unknown fields, odd payloads, deep nesting
+        raise ValueError(f"the file's {what} fields do not build {path!r}; pass {what}=") from err
 
 
 # --------------------------------------------------------------------------- sampling
