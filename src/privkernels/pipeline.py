@@ -150,7 +150,8 @@ class PrivatePipeline(Pipeline):
         map (``FunctionTransformer``, ``Normalizer``), ``"passthrough"``, or named in
         ``public_steps``.
       public_steps: names of steps the caller vouches read nothing private.
-      transform_input, memory, verbose: as ``Pipeline``.
+      transform_input, verbose: as ``Pipeline``.
+      memory: must be None (a cached private step would be reused uncharged: refused).
 
     Guarantee (module docstring): a fit refused for a step's settings, for a step that
     would read the data without noise, or for the accountants' budgets draws no noise,
