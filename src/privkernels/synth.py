@@ -37,11 +37,11 @@ from privkernels._validation import (
 from privkernels.data.frames import decoded_table, split_table, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
-from privkernels.features import networks
 from privkernels.features.marginal import MarginalSkip, reference_rows, with_marginals
 from privkernels.generators import TabularGenerator, column_groups_from_schema
 from privkernels.privacy.accountant import resolve
 from privkernels.privacy.budget import as_budget
+from privkernels.privacy.relations import REPLACE_ONE
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
@@ -132,7 +132,7 @@ def default_table_network(schema: TabularSchema, n_classes: int) -> MarginalSkip
     groups = column_groups_from_schema(schema, d)
     numeric = [j for g in groups if g.kind == "numeric" for j in range(g.start, g.stop)]
     blocks = [(g.start, g.stop) for g in groups if g.kind == "categorical"]
-    base = networks.fc_1l(800, out_features=n_classes, layer_norm=True)
+    base = dp_ntk.default_network(n_classes)
     rows = reference_rows(d, numeric, blocks)
     return with_marginals(base, numeric, rows, weight=MARGINAL_WEIGHT)
 
@@ -144,7 +144,7 @@ def _check_budget_first(epsilon: Any, delta: Any, accountant: Any, options: dict
     acc = resolve(accountant)
     if acc is not None:
         acc.check(None if budget is None else budget.epsilon, float(delta),
-                  options.get("neighbouring", "replace-one"))  # fmt: skip
+                  options.get("neighbouring", REPLACE_ONE))  # fmt: skip
 
 
 def _a_column(table: Any) -> Any:
