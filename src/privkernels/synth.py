@@ -37,11 +37,8 @@ from privkernels._validation import (
 from privkernels.data.frames import decoded_table, split_table, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
-from privkernels.features.marginal import MarginalSkip, reference_rows, with_marginals
+from privkernels.features.marginal import MarginalSkip
 from privkernels.generators import TabularGenerator, column_groups_from_schema
-from privkernels.privacy.accountant import resolve
-from privkernels.privacy.budget import as_budget
-from privkernels.privacy.relations import REPLACE_ONE
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
@@ -70,7 +67,7 @@ TABLE_DEFAULTS: dict[str, Any] = {"iterations": 2000, "batch_size": 1000, "d_cod
 
 #: Share of the e-NTK feature's squared norm that `default_table_network` gives the
 #: marginal code (`privkernels.features.marginal`): an even split, fixed a priori.
-MARGINAL_WEIGHT = 0.5
+MARGINAL_WEIGHT = dp_ntk.MARGINAL_WEIGHT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,25 +123,14 @@ def default_table_network(schema: TabularSchema, n_classes: int) -> MarginalSkip
     The code (every column, and ``17`` hats per numeric column) carries `MARGINAL_WEIGHT`
     of the feature's squared norm, measured on `reference_rows` of the schema's shapes:
     public rows, no data read. Without it the e-NTK barely sees a numeric column's shape,
-    and the generator piles numeric columns at their bounds.
+    and the generator piles numeric columns at their bounds. `fit_table` builds this
+    network inside `privkernels.dp_ntk.fit`, after every check (its public draws follow
+    them).
     """
-    d = schema.n_features
-    groups = column_groups_from_schema(schema, d)
-    numeric = [j for g in groups if g.kind == "numeric" for j in range(g.start, g.stop)]
-    blocks = [(g.start, g.stop) for g in groups if g.kind == "categorical"]
-    base = dp_ntk.default_network(n_classes)
-    rows = reference_rows(d, numeric, blocks)
-    return with_marginals(base, numeric, rows, weight=MARGINAL_WEIGHT)
-
-
-def _check_budget_first(epsilon: Any, delta: Any, accountant: Any, options: dict[str, Any]) -> None:
-    """The budget and the accountant's refusal, before `default_table_network` draws its
-    public reference weights (`dp_ntk.fit` checks both again, and everything else)."""
-    budget = as_budget(epsilon, delta)
-    acc = resolve(accountant)
-    if acc is not None:
-        acc.check(None if budget is None else budget.epsilon, float(delta),
-                  options.get("neighbouring", REPLACE_ONE))  # fmt: skip
+    groups = column_groups_from_schema(schema, schema.n_features)
+    network = dp_ntk.default_network(n_classes, groups=groups)
+    assert isinstance(network, MarginalSkip)  # a schema always has column groups
+    return network
 
 
 def _a_column(table: Any) -> Any:
@@ -206,16 +192,17 @@ def fit_table(
     x, _ = schema.encode(feats, unknown="error")
     # the one read of the label range (warned, noted below) when the schema lists no classes
     n_classes, inferred = infer_n_classes(y, len(schema.classes) or None)
-    _check_budget_first(epsilon, delta, budget_accountant, fit_options)
-    opts = {**TABLE_DEFAULTS}
+    # the schema's column groups: `dp_ntk.fit` builds `default_table_network` from them
+    groups = column_groups_from_schema(schema, x.shape[1])
+    opts: dict[str, Any] = {**TABLE_DEFAULTS, "groups": groups}
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("d_code", d_code)):
         if value is not None:
             opts[name] = value
     result = dp_ntk.fit(
         key, x, y, epsilon=epsilon, delta=delta, n_classes=n_classes, label_mode=label_mode,
-        network=network if network is not None else default_table_network(schema, n_classes),
+        network=network,  # None: `default_table_network`, built after every check
         generator=generator if generator is not None else default_table_generator(schema, n_classes),
-        progress=progress, budget_accountant=budget_accountant, **opts, **fit_options,
+        progress=progress, budget_accountant=budget_accountant, **{**opts, **fit_options},
     )  # fmt: skip
     report = result.report
     if inferred:

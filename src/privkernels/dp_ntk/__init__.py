@@ -69,7 +69,7 @@ Modules: `release` (the only reads of private data),
 
 from __future__ import annotations
 
-from privkernels.dp_ntk.fitting import default_generator, default_network, fit
+from privkernels.dp_ntk.fitting import MARGINAL_WEIGHT, default_generator, default_network, fit
 from privkernels.dp_ntk.release import (
     normalise_sums,
     private_class_counts,
@@ -80,6 +80,7 @@ from privkernels.dp_ntk.result import DPNTKResult, load, sample
 from privkernels.dp_ntk.train import DPNTKConfig, TrainState, run_steps, train_step
 
 __all__ = [
+    "MARGINAL_WEIGHT",
     "DPNTKConfig",
     "DPNTKResult",
     "TrainState",

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from privkernels.dp_ntk.release import (
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
 from privkernels.dp_ntk.settings import FitKeys, Plan, Settings, fit_keys, plan
 from privkernels.dp_ntk.train import DPNTKConfig, TrainState, run_steps, target_embedding
+from privkernels.features.marginal import reference_rows, with_marginals
 from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
 from privkernels.options import RunOptions, run_options
 from privkernels.privacy.accountant import charged_release, outside_release
@@ -56,17 +57,39 @@ __all__ = ["fit", "fit_keys", "FitKeys", "default_generator", "CHECKPOINT_FORMAT
 
 CHECKPOINT_FORMAT = "privkernels.dp_ntk.checkpoint/1"
 
+#: Share of the e-NTK feature's squared norm that `default_network` gives a table's public
+#: marginal code (`privkernels.features.marginal`): an even split, fixed a priori.
+MARGINAL_WEIGHT = 0.5
+
 GEN_NOTE = (
     "generator initialisation, latent codes and generated labels: drawn from keys split off "
     "the user key; generator training is post-processing of the release(s)"
 )
 
 
-def default_network(n_classes: int, *, centered: bool = False) -> nn.Module:
+def default_network(
+    n_classes: int, *, centered: bool = False, groups: Sequence[ColumnGroup] = ()
+) -> nn.Module:
     """``fc_1l(800, out_features=n_classes, layer_norm=True)``: the e-NTK network of the
     paper's image experiments (Table 5), also the benchmarks' choice; ``centered``: on
-    ``2 x - 1`` of its inputs (`privkernels.features.FC`)."""
-    return features.fc_1l(800, out_features=n_classes, layer_norm=True, centered=centered)
+    ``2 x - 1`` of its inputs (`privkernels.features.FC`).
+
+    With tabular column ``groups`` (a table of ``groups[-1].stop`` encoded columns, the
+    numeric ones in ``[0, 1]``), the network gets the public marginal code beside it
+    (`privkernels.features.marginal.with_marginals`): every column, and the hats of each
+    numeric one, carrying `MARGINAL_WEIGHT` of the feature's squared norm, measured on
+    `reference_rows` of the groups' shapes (public rows, no data read). Without it the
+    e-NTK barely sees a numeric column's shape, and a generator matched to it piles
+    numeric columns at their bounds. The normalised feature keeps ``||phi|| <= 1``, so
+    the release's sensitivity is unchanged.
+    """
+    base = features.fc_1l(800, out_features=n_classes, layer_norm=True, centered=centered)
+    if not groups:
+        return base
+    numeric = [j for g in groups if g.kind == "numeric" for j in range(g.start, g.stop)]
+    blocks = [(g.start, g.stop) for g in groups if g.kind == "categorical"]
+    rows = reference_rows(max(g.stop for g in groups), numeric, blocks)
+    return with_marginals(base, numeric, rows, weight=MARGINAL_WEIGHT)
 
 
 def default_generator(data_shape: tuple[int, ...], n_classes: int) -> nn.Module:
@@ -129,7 +152,8 @@ def fit(
         ``iterations`` may extend the run). A path that cannot be written is refused
         before the release, and on resume before any training.
       network: flax module whose e-NTK is the kernel; default `default_network` (the
-        paper's MNIST network, Table 5).
+        paper's MNIST network, Table 5; with the public marginal code of the tabular
+        column ``groups`` when there are any), built after every check.
       generator: flax generator ``apply(params, z, onehot)``; default from `default_generator`.
       iterations, batch_size, learning_rate, d_code, label_mode, split, min_proportion:
         the run's settings, documented in `privkernels.dp_ntk.train.DPNTKConfig` (the
@@ -201,14 +225,16 @@ def _models(
 ) -> tuple[nn.Module, nn.Module, tuple[ColumnGroup, ...]]:
     """The e-NTK network, the generator (defaults where None; a generator that cannot
     produce ``x`` refused before any noise) and the tabular column groups."""
-    network = default_network(cfg.n_classes) if s.network is None else s.network
     generator = s.generator
     if generator is None:
         generator = default_generator(cfg.data_shape, cfg.n_classes)
     _check_generator_range(x, generator)
     groups = s.groups
-    groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else groups
-    return network, generator, tuple(groups)
+    groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else tuple(groups)
+    network = s.network
+    if network is None:  # built here, after `plan`: its public draws follow every check
+        network = default_network(cfg.n_classes, groups=groups)
+    return network, generator, groups
 
 
 def _init_generator(

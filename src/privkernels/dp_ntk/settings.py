@@ -144,7 +144,10 @@ def plan(
         raise ValueError(f"label_mode must be one of {LABEL_MODES}, got {label_mode!r}")
     if n_classes == 1:
         label_mode = "uniform"  # one class: nothing to release about labels
-    split = tuple(float(f) for f in s.split)
+    try:
+        split = tuple(float(f) for f in s.split)
+    except (TypeError, ValueError):
+        split = ()
     if len(split) != 2:
         raise ValueError(f"split must be (embedding, labels) fractions, got {s.split!r}")
     releases = _releases(s.budget, split, label_mode, s.neighbouring)
