@@ -560,7 +560,7 @@ def test_feature_space_closed_form_clipped_sum_matches_vmap():
     clip = float(0.5 * (srt[b // 2] + srt[b // 2 + 1]))  # between two norms: no tie at C
     clipped, _ = clip_per_example(g, clip)
     ref = np.tensordot(np.asarray(mask), np.asarray(clipped), axes=1)
-    got, loss_sum, n_clipped = dp_kip.clipped_sums.feature_clipped_sum(
+    got, _, loss_sum, n_clipped = dp_kip.clipped_sums.feature_clipped_sum(
         s, ys, phi, yt, mask, 1e-2, clip
     )
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-3, atol=2e-4 * np.abs(ref).max())
