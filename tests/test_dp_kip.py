@@ -141,7 +141,7 @@ def test_adjoint_grads_equal_vmap_grads_x64(kernel, f):
         )
         # losses from the adjoint path are the KRR losses of eq. 3
         t = dp_kip.krr.support_repr(spec, xt)
-        _, losses = jax.jit(lambda a: dp_kip.grads.adjoint_grads(spec, a, ys, t, yt, 1e-3 + 1e-4))(
+        _, losses = jax.jit(lambda a: dp_kip.grads.example_grads(spec, a, ys, t, yt, 1e-3 + 1e-4))(
             xs
         )
         ref_l = jax.jit(lambda a: dp_kip.krr_loss(spec, a, ys, xt, yt, **kw))(xs)

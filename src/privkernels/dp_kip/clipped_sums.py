@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from privkernels.dp_kip.grads import adjoint_grads, vmap_grads
+from privkernels.dp_kip.grads import example_grads
 from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.dp_kip.krr import krr_adjoint_terms, loss_one
 from privkernels.precision import full_precision
@@ -314,7 +314,7 @@ def gram_clipped_sum(
         Gamma_i = dl_i/dG  (m, m),   b_i = dl_i/dh_i  (m,),
 
     with ``dl_i/dK_ss`` and ``dl_i/dk_i`` from the explicit KRR adjoints of
-    `privkernels.dp_kip.grads.adjoint_grads`, pulled back through the element-wise map
+    `privkernels.dp_kip.grads.example_grads`, pulled back through the element-wise map
     ``G -> K``. Then::
 
         ||g_i||^2 = sum((S_i G) * S_i) + 2 b_i . (S_i h_i) + ||b_i||^2 ||x_i||^2
@@ -377,7 +377,7 @@ def _autodiff_sum(
 
     ``method="exact"``: the non-private baseline, the gradient of the masked summed
     loss (no clipping, no noise; ``clip_norm`` unused). ``"adjoint"`` / ``"vmap"``:
-    per-example gradients (`adjoint_grads` or `vmap_grads`), frozen pixels
+    per-example gradients (`example_grads` by that method), frozen pixels
     (``grad_mask`` 1) excluded, clipped to ``clip_norm`` and summed over ``mask``
     (Alg. 1 lines 5-7). ``work``: ``{"x": (m, *s)}`` (``"exact"`` in feature space:
     ``{"phi": (m, f)}``); ``t (b, *s)``, ``y_t (b, c)``, ``mask (b,)``. Returns
@@ -392,8 +392,7 @@ def _autodiff_sum(
 
         value, grads = jax.value_and_grad(total)(work)
         return grads, value, jnp.zeros((), jnp.float32)
-    per_example = adjoint_grads if method == "adjoint" else vmap_grads
-    gx, losses = per_example(spec, work["x"], y_s, t, y_t, ridge)
+    gx, losses = example_grads(spec, work["x"], y_s, t, y_t, ridge, method)
     g = {"x": gx * (1.0 - grad_mask)[None]}  # frozen pixels excluded before clipping
     clipped, norms = clip_per_example(g, clip_norm)
     keep = (mask > 0) & jnp.isfinite(norms)
