@@ -763,7 +763,7 @@ def _bench_dp_kip_size(
                 xs: Any, ys: Any, xb: Any, yb: Any, key: Any, spec: Any = spec, fcs: Any = fcs
             ) -> Any:
                 phi_s, vjp_fn = jax.vjp(spec.feature_fn, xs)
-                total, _, _ = fcs(phi_s, ys, spec.feature_fn(xb), yb, mask, ridge, clip)
+                total, _, _, _ = fcs(phi_s, ys, spec.feature_fn(xb), yb, mask, ridge, clip)
                 noisy = total + sigma * clip * jax.random.normal(key, total.shape, total.dtype)
                 return vjp_fn(noisy)[0]
 

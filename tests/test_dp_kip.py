@@ -141,7 +141,7 @@ def test_adjoint_grads_equal_vmap_grads_x64(kernel, f):
         )
         # losses from the adjoint path are the KRR losses of eq. 3
         t = dp_kip.krr.support_repr(spec, xt)
-        _, losses = jax.jit(lambda a: dp_kip.grads.adjoint_grads(spec, a, ys, t, yt, 1e-3 + 1e-4))(
+        _, losses = jax.jit(lambda a: dp_kip.grads.example_grads(spec, a, ys, t, yt, 1e-3 + 1e-4))(
             xs
         )
         ref_l = jax.jit(lambda a: dp_kip.krr_loss(spec, a, ys, xt, yt, **kw))(xs)
@@ -560,7 +560,7 @@ def test_feature_space_closed_form_clipped_sum_matches_vmap():
     clip = float(0.5 * (srt[b // 2] + srt[b // 2 + 1]))  # between two norms: no tie at C
     clipped, _ = clip_per_example(g, clip)
     ref = np.tensordot(np.asarray(mask), np.asarray(clipped), axes=1)
-    got, loss_sum, n_clipped = dp_kip.clipped_sums.feature_clipped_sum(
+    got, _, loss_sum, n_clipped = dp_kip.clipped_sums.feature_clipped_sum(
         s, ys, phi, yt, mask, 1e-2, clip
     )
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-3, atol=2e-4 * np.abs(ref).max())

@@ -23,7 +23,7 @@ def test_version() -> None:
 
 @pytest.mark.parametrize(
     "package",
-    ["privkernels.features", "privkernels.privacy"],
+    ["privkernels", "privkernels.features", "privkernels.privacy"],
 )
 def test_lazy_exports_resolve(package: str) -> None:
     mod = importlib.import_module(package)

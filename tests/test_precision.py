@@ -66,7 +66,7 @@ def test_dp_kip_krr_and_adjoint_gradients_are_full_precision(kind):
     spec, xs, ys, xt, yt = _kip_setup()
     if kind == "features":
         spec = dp_kip.KernelSpec("lin", "features", {}, feature_fn=lambda z: jnp.tanh(z))
-    fn = lambda a, b, c, d: dp_kip.grads.adjoint_grads(spec, a, b, c, d, 1e-3)  # noqa: E731
+    fn = lambda a, b, c, d: dp_kip.grads.example_grads(spec, a, b, c, d, 1e-3)  # noqa: E731
     _assert_highest(_dots(fn, xs, ys, xt, yt))
     pred = lambda a, b, c: dp_kip.krr.krr_predict_repr(  # noqa: E731
         spec.kind, spec.kernel_fn, a, b, c, 1e-3

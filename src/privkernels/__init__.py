@@ -12,8 +12,7 @@ Submodules are imported lazily so ``import privkernels`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from privkernels._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -35,37 +34,18 @@ _SUBMODULES = (
     "tuning",
 )
 
-__all__ = [
-    *_SUBMODULES,
-    "PrivacyReport",
-    "PrivacyLeakWarning",
-    "enable_compilation_cache",
-    "fresh_key",
-    "__version__",
-]
+#: lazy exports: name -> the module under privkernels that defines it (imported at first use)
+_EXPORTS = {
+    "PrivacyReport": "privacy.report",
+    "PrivacyLeakWarning": "privacy.warnings",
+    "enable_compilation_cache": "runtime",
+    "fresh_key": "privacy.keys",
+}
 
+__all__ = [*_SUBMODULES, *_EXPORTS, "__version__"]
 
-def __getattr__(name: str) -> Any:
-    # imports at first access, not at module level: keeps ``import privkernels`` cheap
-    if name in _SUBMODULES:
-        return importlib.import_module(f"privkernels.{name}")
-    if name == "PrivacyReport":
-        from privkernels.privacy.report import PrivacyReport  # lazy: loads jax (seconds)
-
-        return PrivacyReport
-    if name == "enable_compilation_cache":
-        from privkernels.runtime import enable_compilation_cache  # lazy: loads jax
-
-        return enable_compilation_cache
-    if name == "fresh_key":
-        from privkernels.privacy.keys import fresh_key  # lazy: loads jax
-
-        return fresh_key
-    if name == "PrivacyLeakWarning":
-        from privkernels.privacy.warnings import PrivacyLeakWarning  # lazy: no submodule at import
-
-        return PrivacyLeakWarning
-    raise AttributeError(f"module 'privkernels' has no attribute {name!r}")
+# imports at first access, not at module level: keeps ``import privkernels`` cheap
+__getattr__, _ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
 
 
 def __dir__() -> list[str]:

@@ -8,17 +8,20 @@ from typing import Any
 
 
 def lazy_exports(
-    package: str, mapping: dict[str, str]
+    package: str, mapping: dict[str, str], submodules: tuple[str, ...] = ()
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """Return ``(__getattr__, __dir__)`` resolving ``name -> package.module.name``."""
+    """Return ``(__getattr__, __dir__)`` resolving ``name -> package.module.name`` and each
+    of ``submodules`` to the module ``package.name`` (PEP 562 module attributes)."""
 
     def __getattr__(name: str) -> Any:
+        if name in submodules:
+            return importlib.import_module(f"{package}.{name}")
         module = mapping.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(f"{package}.{module}"), name)
 
     def __dir__() -> list[str]:
-        return sorted(mapping)
+        return sorted([*mapping, *submodules])
 
     return __getattr__, __dir__

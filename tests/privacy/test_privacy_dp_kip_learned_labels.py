@@ -19,7 +19,7 @@ import pytest
 from scipy import stats
 
 from privkernels import dp_kip
-from privkernels.dp_kip.clipped_sums import feature_label_clipped_sum
+from privkernels.dp_kip.clipped_sums import feature_clipped_sum
 from privkernels.dp_kip.krr import loss_one
 from privkernels.privacy import clip_per_example
 
@@ -55,8 +55,8 @@ def test_joint_closed_form_matches_clipped_vmap_grads(seed):
     srt = np.sort(norms)
     for clip in (float(0.5 * (srt[b // 2] + srt[b // 2 + 1])), 1e6):
         clipped, _ = clip_per_example(g, clip)
-        got_s, got_y, loss_sum, n_clipped = feature_label_clipped_sum(
-            s, ys, phi, yt, mask, 1e-2, clip
+        got_s, got_y, loss_sum, n_clipped = feature_clipped_sum(
+            s, ys, phi, yt, mask, 1e-2, clip, labels=True
         )
         for got, leaf in ((got_s, "phi"), (got_y, "y")):
             ref = np.tensordot(np.asarray(mask), np.asarray(clipped[leaf]), axes=1)
@@ -75,7 +75,7 @@ def test_one_example_moves_the_pair_by_at_most_C(seed, scale, clip):
     s, ys, phi, yt, _ = _problem(seed, scale)
     for i in range(phi.shape[0]):
         one = jnp.zeros(phi.shape[0], jnp.float32).at[i].set(1.0)
-        got_s, got_y, _, _ = feature_label_clipped_sum(s, ys, phi, yt, one, 1e-2, clip)
+        got_s, got_y, _, _ = feature_clipped_sum(s, ys, phi, yt, one, 1e-2, clip, labels=True)
         joint = np.sqrt(
             np.sum(np.asarray(got_s, np.float64) ** 2) + np.sum(np.asarray(got_y, np.float64) ** 2)
         )

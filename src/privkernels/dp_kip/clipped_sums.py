@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from privkernels.dp_kip.grads import adjoint_grads, vmap_grads
+from privkernels.dp_kip.grads import example_grads
 from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.dp_kip.krr import krr_adjoint_terms, loss_one
 from privkernels.precision import full_precision
@@ -51,7 +51,6 @@ __all__ = [
     "choose_strategy",
     "clipped_sum_fn",
     "feature_clipped_sum",
-    "feature_label_clipped_sum",
     "gram_clipped_sum",
     "gram_norm_terms",
     "gram_rounding_terms",
@@ -73,56 +72,11 @@ def feature_clipped_sum(
     mask: jax.Array,
     ridge: float,
     clip_norm: float,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Masked sum of clipped per-example gradients w.r.t. the support features, in closed form.
-
-    Returns ``(clipped_sum (m, f), loss_sum, n_clipped)``; `_feature_clipped` has the
-    derivation. With learned labels see `feature_label_clipped_sum`.
-    """
-    total, _, loss_sum, n_clipped = _feature_clipped(
-        s, y_s, phi, y_t, mask, ridge, clip_norm, labels=False
-    )
-    return total, loss_sum, n_clipped
-
-
-@full_precision
-def feature_label_clipped_sum(
-    s: jax.Array,
-    y_s: jax.Array,
-    phi: jax.Array,
-    y_t: jax.Array,
-    mask: jax.Array,
-    ridge: float,
-    clip_norm: float,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """`feature_clipped_sum` with the support labels ``y_s (m, c)`` learned as well.
-
-    Each target's gradient w.r.t. ``(S, Y_s)`` is clipped as one vector: the label
-    part of ``||r_i||^2`` is ``2 u_i r_i^T`` (``r_i = Y_s^T u_i - y_i``, ``M`` does
-    not depend on ``Y_s``), of norm ``2 ||u_i|| ||r_i||``, so a record still moves
-    the released pair by at most ``clip_norm`` and the noise and accounting are
-    those of the features alone. Returns ``(sum_S (m, f), sum_Y (m, c), loss_sum,
-    n_clipped)``; equal to ``clip_per_example(vmap(grad))`` over both (tested).
-    """
-    total, label_total, loss_sum, n_clipped = _feature_clipped(
-        s, y_s, phi, y_t, mask, ridge, clip_norm, labels=True
-    )
-    assert label_total is not None
-    return total, label_total, loss_sum, n_clipped
-
-
-def _feature_clipped(
-    s: jax.Array,
-    y_s: jax.Array,
-    phi: jax.Array,
-    y_t: jax.Array,
-    mask: jax.Array,
-    ridge: float,
-    clip_norm: float,
     *,
-    labels: bool,
+    labels: bool = False,
 ) -> tuple[jax.Array, jax.Array | None, jax.Array, jax.Array]:
-    """The clipped sums of `feature_clipped_sum` (and of the labels when ``labels``).
+    """Masked sum of clipped per-example gradients w.r.t. the support features (and w.r.t.
+    the support labels ``y_s (m, c)`` when ``labels``: learned labels), in closed form.
 
     For the linear kernel ``K = S S^T`` (``S`` (m, f)), ``M = K + lambda I``,
     ``lambda = ridge ||S||_F^2 / m``, ``A = M^{-1} Y_s``, and one target
@@ -140,9 +94,12 @@ def _feature_clipped(
     ``M_i = 2||v_i|| ||e_i|| + 2||u_i|| ||w_i|| + |gamma_i| ||S||_F``) and rows
     that are padding or not finite are zeroed before any product.
 
-    With ``labels`` the label gradient ``2 u_i r_i^T`` joins the per-example vector:
-    ``||g_i||^2`` gains ``4 ||u_i||^2 ||r_i||^2`` (sums of squares, no cancellation)
-    and ``M_i`` gains ``2 ||u_i|| ||r_i||``; the chain grows by ``c``.
+    With ``labels`` (a Python bool, not traced) each target's gradient w.r.t. ``(S, Y_s)``
+    is clipped as one vector: the label part of ``||r_i||^2`` is ``2 u_i r_i^T`` (``M``
+    does not depend on ``Y_s``), of norm ``2 ||u_i|| ||r_i||``, so a record still moves the
+    released pair by at most ``clip_norm`` and the noise and accounting are those of the
+    features alone: ``||g_i||^2`` gains ``4 ||u_i||^2 ||r_i||^2`` (sums of squares, no
+    cancellation) and ``M_i`` gains ``2 ||u_i|| ||r_i||``; the chain grows by ``c``.
 
     Returns ``(clipped_sum (m, f), label_sum (m, c) or None, loss_sum, n_clipped)``
     over ``mask``.
@@ -357,7 +314,7 @@ def gram_clipped_sum(
         Gamma_i = dl_i/dG  (m, m),   b_i = dl_i/dh_i  (m,),
 
     with ``dl_i/dK_ss`` and ``dl_i/dk_i`` from the explicit KRR adjoints of
-    `privkernels.dp_kip.grads.adjoint_grads`, pulled back through the element-wise map
+    `privkernels.dp_kip.grads.example_grads`, pulled back through the element-wise map
     ``G -> K``. Then::
 
         ||g_i||^2 = sum((S_i G) * S_i) + 2 b_i . (S_i h_i) + ||b_i||^2 ||x_i||^2
@@ -420,7 +377,7 @@ def _autodiff_sum(
 
     ``method="exact"``: the non-private baseline, the gradient of the masked summed
     loss (no clipping, no noise; ``clip_norm`` unused). ``"adjoint"`` / ``"vmap"``:
-    per-example gradients (`adjoint_grads` or `vmap_grads`), frozen pixels
+    per-example gradients (`example_grads` by that method), frozen pixels
     (``grad_mask`` 1) excluded, clipped to ``clip_norm`` and summed over ``mask``
     (Alg. 1 lines 5-7). ``work``: ``{"x": (m, *s)}`` (``"exact"`` in feature space:
     ``{"phi": (m, f)}``); ``t (b, *s)``, ``y_t (b, c)``, ``mask (b,)``. Returns
@@ -435,8 +392,7 @@ def _autodiff_sum(
 
         value, grads = jax.value_and_grad(total)(work)
         return grads, value, jnp.zeros((), jnp.float32)
-    per_example = adjoint_grads if method == "adjoint" else vmap_grads
-    gx, losses = per_example(spec, work["x"], y_s, t, y_t, ridge)
+    gx, losses = example_grads(spec, work["x"], y_s, t, y_t, ridge, method)
     g = {"x": gx * (1.0 - grad_mask)[None]}  # frozen pixels excluded before clipping
     clipped, norms = clip_per_example(g, clip_norm)
     keep = (mask > 0) & jnp.isfinite(norms)
@@ -446,15 +402,12 @@ def _autodiff_sum(
 
 
 def _feature_strategy(work, y_s, t, y_t, mask, grad_mask, clip_norm, *, ridge):  # type: ignore[no-untyped-def]
-    if "y" in work:  # learned labels: the support's current labels, clipped jointly
-        total, label_total, loss_sum, n_clipped = feature_label_clipped_sum(
-            work["phi"], work["y"], t, y_t, mask, ridge, clip_norm
-        )
-        return {"phi": total, "y": label_total}, loss_sum, n_clipped
-    total, loss_sum, n_clipped = feature_clipped_sum(
-        work["phi"], y_s, t, y_t, mask, ridge, clip_norm
+    labels = "y" in work  # learned labels: the support's current labels, clipped jointly
+    total, label_total, loss_sum, n_clipped = feature_clipped_sum(
+        work["phi"], work["y"] if labels else y_s, t, y_t, mask, ridge, clip_norm, labels=labels
     )
-    return {"phi": total}, loss_sum, n_clipped
+    summed = {"phi": total} if label_total is None else {"phi": total, "y": label_total}
+    return summed, loss_sum, n_clipped
 
 
 def _gram_strategy(work, y_s, t, y_t, mask, grad_mask, clip_norm, *, gram_fn, ridge):  # type: ignore[no-untyped-def]

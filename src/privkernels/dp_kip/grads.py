@@ -1,9 +1,10 @@
 """Per-target-example gradients of the KRR loss w.r.t. the support set (DP-KIP Alg. 1 line 5).
 
-Two ways, same values (tested against each other and a Python loop):
+Two ways (`example_grads`' ``method``), same values (tested against each other and a
+Python loop):
 
-* `vmap_grads` -- ``vmap`` over targets of ``grad`` (the reference);
-* `adjoint_grads` -- explicit adjoints of the KRR solve: everything that
+* ``"vmap"`` -- ``vmap`` over targets of ``grad`` (the reference);
+* ``"adjoint"`` -- explicit adjoints of the KRR solve: everything that
   depends only on the support (``K_ss``, its Cholesky factor, ``alpha``) is
   computed once and only linear maps are batched over the targets.
 
@@ -23,45 +24,26 @@ from privkernels.dp_kip.kernels import KernelSpec
 from privkernels.dp_kip.krr import krr_adjoint_terms, loss_one, support_repr
 from privkernels.precision import full_precision
 
-__all__ = ["vmap_grads", "adjoint_grads", "per_example_grads"]
+__all__ = ["example_grads", "per_example_grads"]
 
 
 @full_precision
-def vmap_grads(
+def example_grads(
     spec: KernelSpec,
     x_s: jax.Array,
     y_s: jax.Array,
     t: jax.Array,
     y_t: jax.Array,
     ridge: float,
+    method: str = "adjoint",
 ) -> tuple[jax.Array, jax.Array]:
-    """Reference path: ``vmap`` over targets of ``grad`` of `_loss_one`.
-
-    ``t`` is the target representation (`privkernels.dp_kip.krr.support_repr`). Returns the
-    per-example gradients ``(b, m, *input_shape)`` and losses ``(b,)``.
-    """
-    fn = partial(loss_one, spec=spec, space="input", ridge=ridge)
-    g = jax.vmap(jax.grad(fn), in_axes=(None, None, 0, 0))({"x": x_s}, y_s, t, y_t)
-    losses = jax.vmap(fn, in_axes=(None, None, 0, 0))({"x": x_s}, y_s, t, y_t)
-    return g["x"], losses
-
-
-@full_precision
-def adjoint_grads(
-    spec: KernelSpec,
-    x_s: jax.Array,
-    y_s: jax.Array,
-    t: jax.Array,
-    y_t: jax.Array,
-    ridge: float,
-) -> tuple[jax.Array, jax.Array]:
-    """Per-example KRR gradients w.r.t. the support inputs by explicit adjoints.
-
-    Same values as `vmap_grads` (up to float rounding; tested), much
-    cheaper: everything that depends only on the support -- ``K_ss``, the
-    Cholesky factor, ``alpha`` -- is computed once, and only *linear* maps
-    (vector-Jacobian products of the kernel / feature map) are batched over the
-    targets. ``vmap(grad)`` instead batches the Cholesky backward pass.
+    """Per-example KRR gradients w.r.t. the support inputs: ``method="vmap"``, ``vmap`` over
+    targets of ``grad`` of `privkernels.dp_kip.krr.loss_one` (the reference); ``"adjoint"``,
+    explicit adjoints: the same values (up to float rounding; tested), much cheaper, as
+    everything that depends only on the support -- ``K_ss``, the Cholesky factor,
+    ``alpha`` -- is computed once, and only *linear* maps (vector-Jacobian products of the
+    kernel / feature map) are batched over the targets (``vmap(grad)`` batches the
+    Cholesky backward pass).
 
     Derivation (loss of paper eq. 3 / 6 for one target ``(x_i, y_i)``)::
 
@@ -96,6 +78,13 @@ def adjoint_grads(
     Returns:
       ``(grads (b, m, *input_shape), losses (b,))``.
     """
+    if method not in ("adjoint", "vmap"):
+        raise ValueError(f"method must be 'adjoint' or 'vmap', got {method!r}")
+    if method == "vmap":
+        fn = partial(loss_one, spec=spec, space="input", ridge=ridge)
+        g = jax.vmap(jax.grad(fn), in_axes=(None, None, 0, 0))({"x": x_s}, y_s, t, y_t)
+        losses = jax.vmap(fn, in_axes=(None, None, 0, 0))({"x": x_s}, y_s, t, y_t)
+        return g["x"], losses
     m = x_s.shape[0]
     if spec.kind == "features":
         assert spec.feature_fn is not None
@@ -103,7 +92,7 @@ def adjoint_grads(
         if phi_s.shape[1] < m:
             # KRR is solved in feature space (push-through) when f < m; keep the
             # reference path there so the objective is differentiated as computed.
-            return vmap_grads(spec, x_s, y_s, t, y_t, ridge)
+            return example_grads(spec, x_s, y_s, t, y_t, ridge, "vmap")
         k_ss = phi_s @ phi_s.T
         k_t = t @ phi_s.T  # (b, m)
     else:
@@ -152,13 +141,10 @@ def per_example_grads(
     """Per-target-example gradients ``(b, m, *input_shape)`` of the KRR loss w.r.t. ``x_s``.
 
     ``method="adjoint"`` (default): explicit adjoints of the KRR solve, with the
-    support-side quantities computed once (see `adjoint_grads`).
+    support-side quantities computed once (see `example_grads`).
     ``method="vmap"``: ``vmap`` over target examples of ``grad`` (the reference).
     Both give example ``i``'s gradient from ``(x_i, y_i)`` alone. Wrap in
     ``jax.jit`` (closing over ``spec``) for speed.
     """
-    if method not in ("adjoint", "vmap"):
-        raise ValueError(f"method must be 'adjoint' or 'vmap', got {method!r}")
     t = support_repr(spec, x_t)
-    fn = adjoint_grads if method == "adjoint" else vmap_grads
-    return fn(spec, x_s, y_s, t, y_t, reg + jitter)[0]
+    return example_grads(spec, x_s, y_s, t, y_t, reg + jitter, method)[0]

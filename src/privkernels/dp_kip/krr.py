@@ -75,7 +75,7 @@ def krr_adjoint_terms(
     ``A = K_ss + rho tr(K_ss)/m I`` (`ridge_factor`), ``alpha = A^{-1} Y_s``.
     Returns ``(r (b, c), u (b, m), v (b, m), rho)`` with ``r_i = alpha^T k_i - y_i``,
     ``u_i = A^{-1} k_i``, ``v_i = alpha r_i`` (see
-    `privkernels.dp_kip.grads.adjoint_grads`).
+    `privkernels.dp_kip.grads.example_grads`).
     """
     chol, _, rho = ridge_factor(k_ss, ridge)
     alpha = jax.scipy.linalg.cho_solve((chol, True), y_s)  # (m, c)

@@ -477,7 +477,20 @@ def _embedding_core(
     normalize: bool,
     chunk: int,
     plan: Any,
+    mesh: Any = None,
 ) -> jax.Array:
+    """``sum_i phi(x_i) lw_i^T``, ``(p, c)``, in chunks of ``chunk`` rows; with ``mesh`` the
+    same on every shard of a row-sharded ``(x, lw)``, then one all-reduce."""
+    if mesh is not None:
+        name, _ = mesh_axis(mesh)
+
+        def local(p: Any, xl: jax.Array, ll: jax.Array) -> jax.Array:
+            out = _embedding_core(
+                p, xl, ll, apply_fn=apply_fn, normalize=normalize, chunk=chunk, plan=plan
+            )
+            return out[None]
+
+        return sum_over_shards(local, mesh, (P(), P(name), P(name)), params, x, lw)
     if plan is None:
         fn = lambda xb, lb: _generic_embedding(apply_fn, normalize, params, xb, lb)
     else:
@@ -614,36 +627,12 @@ def _class_layout(
     return perm, mask, cls
 
 
-def _mesh_embedding_core(
-    params: Any,
-    x: jax.Array,
-    lw: jax.Array,
-    *,
-    apply_fn: ApplyFn,
-    normalize: bool,
-    chunk: int,
-    plan: Any,
-    mesh: Any,
-) -> jax.Array:
-    """`_embedding_core` on every shard of a row-sharded ``(x, lw)``, then one all-reduce."""
-    name, _ = mesh_axis(mesh)
-
-    def local(p: Any, xl: jax.Array, ll: jax.Array) -> jax.Array:
-        out = _embedding_core(
-            p, xl, ll, apply_fn=apply_fn, normalize=normalize, chunk=chunk, plan=plan
-        )
-        return out[None]
-
-    return sum_over_shards(local, mesh, (P(), P(name), P(name)), params, x, lw)
-
-
 # jax.jit wrappers of the cores; jit's own cache is keyed by the static arguments.
 _STATIC: dict[Callable[..., Any], tuple[str, ...]] = {
     _features_core: ("apply_fn", "normalize", "chunk"),
-    _embedding_core: ("apply_fn", "normalize", "chunk", "plan"),
+    _embedding_core: ("apply_fn", "normalize", "chunk", "plan", "mesh"),
     _grouped_core: ("apply_fn", "normalize", "plan", "n_classes"),
     _kernel_core: ("apply_fn", "normalize", "chunk", "plan"),
-    _mesh_embedding_core: ("apply_fn", "normalize", "chunk", "plan", "mesh"),
 }
 _JITTED: dict[Callable[..., Any], Callable[..., Any]] = {
     core: jax.jit(_with_precision(core), static_argnames=(*names, "precision"))
@@ -963,7 +952,7 @@ def _mesh_embedding(
         "plan": plan,
         "mesh": mesh,
     }
-    return _call_jitted(_mesh_embedding_core, static, params, xs, lws, precision=precision)
+    return _call_jitted(_embedding_core, static, params, xs, lws, precision=precision)
 
 
 def entk_kernel(
