@@ -26,10 +26,11 @@ import pytest
 
 from privkernels import PrivacyLeakWarning, PrivacyReport, dp_kip, dp_ntk, features
 from privkernels import dp_ntk_regression as reg
-from privkernels.contract import CONTRACT, REQUIRED, SHARED_KEYWORDS, Release
+from privkernels.contract import SHARED_KEYWORDS, MethodFit, Release
 from privkernels.options import RunOptions
 from privkernels.privacy.warnings import SeededKeyWarning
 
+SHARED = SHARED_KEYWORDS
 MODULES = {"dp_ntk": dp_ntk, "dp_kip": dp_kip, "dp_ntk_regression": reg}
 
 
@@ -56,26 +57,25 @@ def _fit(name, **over):
 
 @pytest.mark.parametrize("name", list(MODULES))
 def test_fit_signature_is_shared(name):
-    """Each fit writes `CONTRACT`'s keywords, keyword-only, with its defaults and its
-    annotations (the type checker holds only its result to `Release`, through `MethodFit`)."""
-    sig = inspect.signature(MODULES[name].fit)
-    params = sig.parameters
+    params = inspect.signature(MODULES[name].fit).parameters
     assert list(params)[:3] == ["key", "x", "y"]
-    assert [params[a].annotation for a in ("key", "x", "y")] == ["jax.Array", "Any", "Any"]
-    for kw in CONTRACT:
-        assert params[kw.name].kind is inspect.Parameter.KEYWORD_ONLY, kw.name
-        assert params[kw.name].default == kw.default, (kw.name, params[kw.name].default)
-        if kw.annotation is not None:
-            assert params[kw.name].annotation == kw.annotation, kw.name
+    assert params["epsilon"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["epsilon"].default is inspect.Parameter.empty
+    for arg, default in SHARED.items():
+        assert params[arg].kind is inspect.Parameter.KEYWORD_ONLY, arg
+        assert params[arg].default == default, (arg, params[arg].default)
 
 
-def test_shared_keywords_are_the_contracts():
-    """`SHARED_KEYWORDS` is `CONTRACT`'s part with defaults; ``epsilon`` is required, and
-    the contract's defaults are standard DP with fresh public keys."""
-    assert [kw.name for kw in CONTRACT if kw.default is REQUIRED] == ["epsilon"]
-    assert list(SHARED_KEYWORDS) == [kw.name for kw in CONTRACT][1:]
+def test_shared_keywords_are_the_protocols():
+    """`SHARED_KEYWORDS` is `MethodFit`'s keyword-only part with defaults; ``epsilon`` is
+    required, and the contract's defaults are standard DP with fresh public keys."""
+    params = inspect.signature(MethodFit.__call__).parameters
+    assert params["epsilon"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["epsilon"].default is inspect.Parameter.empty
+    assert "epsilon" not in SHARED_KEYWORDS
     assert SHARED_KEYWORDS["neighbouring"] == "replace-one"
     assert SHARED_KEYWORDS["public_key"] is None and SHARED_KEYWORDS["delta"] == 1e-5
+    assert list(params)[1:4] == ["key", "x", "y"]
 
 
 #: keywords of a fit that are neither its settings nor the shared run and budget keywords:
