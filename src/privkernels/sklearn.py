@@ -210,6 +210,17 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
                 f"got {n} class(es)"
             )
 
+    def _check_fit_labels(self, y: Any) -> None:
+        """Refuse, before any noise, labels ``y`` outside the public ``classes`` with the
+        message `_encode_classes` gives (no label value in it); nothing to check without
+        ``classes`` or for labels that are not one flat column (the fit refuses those)."""
+        if getattr(self, "classes", None) is None or y is None:
+            return
+        y = np.asarray(y)
+        y = y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
+        if y.ndim == 1:
+            _label_codes(y, self._public_classes())
+
     def _keys(self) -> tuple[Any, Any]:
         """``(key, public_key)`` of a fit (`privkernels.privacy.keys.seed_keys`), or the pair
         a `PrivateSearchCV` run hands this fit (consumed once)."""
@@ -935,6 +946,14 @@ class DPNTKGenerator(_DPEstimator):
                 f"image_shape {shape} holds {int(np.prod(shape))} values per row; X has {d} columns"
             )
         return shape
+
+    def _arrays_only(self) -> bool:
+        """Whether this generator can fit arrays only (no schema and no label column)."""
+        return self.schema is None and self.label is None
+
+    def _check_fit_labels(self, y: Any) -> None:
+        if self._arrays_only():  # a table's labels are checked against its schema
+            super()._check_fit_labels(y)
 
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         """The settings `dp_ntk.fit` refuses before its noise, checked on public numbers

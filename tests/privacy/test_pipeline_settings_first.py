@@ -1,7 +1,8 @@
 """`PrivatePipeline` refuses a later step's data-free settings before an earlier private
 scaler draws noise (adversary s60, B3: ``random_state`` of a wrong type, empty or repeated
 ``classes``, every `DPNTKGenerator` setting and `PrivateSearchCV`'s fractions were found
-only when their own step fitted, after the scaler had released and been charged)."""
+only when their own step fitted, after the scaler had released and been charged; C4: so
+was a label outside a later step's public ``classes``)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,31 @@ def test_a_later_steps_setting_is_refused_before_the_scalers_noise(
         pipe.fit(x, y)
     assert acc.spent() == spent
     assert scaler.__dict__ == state  # not refitted
+
+
+#: (step, its settings): classifiers and an array generator with public classes [0, 1].
+LABELLED = [
+    (DPNTKClassifier, {**SMALL, "classes": [0, 1]}),
+    (DPKIPClassifier, {"classes": [0, 1], "epochs": 1}),
+    (DPNTKGenerator, {"classes": [0, 1], "iterations": 1}),
+]
+
+
+@pytest.mark.parametrize(("step", "params"), LABELLED, ids=[c.__name__ for c, _ in LABELLED])
+def test_a_label_outside_a_later_steps_classes_is_refused_before_the_scalers_noise(
+    step, params, monkeypatch
+):
+    """C4: the label is read by the pipeline's pre-check with the step's own check and
+    message (no label value in it), not when the step fits after the scaler released."""
+    acc = BudgetAccountant(10.0, 1e-3)
+    x, y = _data()
+    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
+                                 budget_accountant=acc).fit(x)  # fmt: skip
+    est = step(0.5, 1e-6, random_state=jax.random.key(1), budget_accountant=acc, **params)
+    pipe = make_private_pipeline(scaler, est)
+    spent, state = acc.spent(), dict(scaler.__dict__)
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="^y holds a label outside classes$"):
+        pipe.fit(x, np.where(y == 1, 7, y))
+    assert acc.spent() == spent
+    assert scaler.__dict__ == state
