@@ -62,6 +62,8 @@ def test_inferred_classes_warn_and_are_noted(cancer):
         est = DPNTKClassifier(random_state=0).fit(xtr[:100] / 3000.0, ytr[:100])
     assert CLASSES_INFERRED_NOTE in est.privacy_report_.notes
     with pytest.raises(ValueError, match="outside classes"):
+        DPNTKClassifier(classes=[0, 5], random_state=0).fit(xtr[:50], ytr[:50])
+    with pytest.raises(ValueError, match="at least 2 classes, got 1"):  # a setting: checked first
         DPNTKClassifier(classes=[0], random_state=0).fit(xtr[:50], ytr[:50])
 
 

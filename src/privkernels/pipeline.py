@@ -13,7 +13,9 @@ and leaves the scaler refitted beside the old model (issue #52, finding D).
    the steps named in ``public_steps`` are let through, unless they hold a private
    estimator or an accountant; a private step is counted even when named there);
 2. runs each private step's own settings checks (``_check_fit_settings``: the checks its
-   ``fit`` runs before its noise, reused, not copied);
+   ``fit`` runs before its noise, reused, not copied) and, for a step with public
+   ``classes``, its check that every label of ``y`` is one of them (``_check_fit_labels``,
+   the step's own message, naming no label: ``y`` reaches every step unchanged);
 3. checks on each accountant that the sum of its steps' planned ``(epsilon, delta)``
    (``_planned_charge``; basic sequential composition, Dwork & Roth 2014, Theorem 3.16)
    fits in what remains (`privkernels.privacy.BudgetAccountant.check`), refusing
@@ -26,9 +28,10 @@ fit hidden in a ``FunctionTransformer``'s function, which is charged like any ot
 here. Another thread spending on the same accountant between the check and a step's
 fit makes that step refuse itself, before its noise.
 
-A fit that fails after a step released (a refusal that depends on the data, e.g. a
-label outside ``classes``) restores every step as it was before the fit; the steps that
-released stay charged (a failure after a step's noise is charged at its plan).
+A fit that fails after a step released (a refusal that depends on the data a step
+sees, e.g. an ``image_shape`` that does not match the columns a ``FunctionTransformer``
+left) restores every step as it was before the fit; the steps that released stay
+charged (a failure after a step's noise is charged at its plan).
 """
 
 from __future__ import annotations
@@ -153,9 +156,10 @@ class PrivatePipeline(Pipeline):
       transform_input, verbose: as ``Pipeline``.
       memory: must be None (a cached private step would be reused uncharged: refused).
 
-    Guarantee (module docstring): a fit refused for a step's settings, for a step that
-    would read the data without noise, or for the accountants' budgets draws no noise,
-    charges nothing and leaves every step as it was. ``privacy_report_`` is
+    Guarantee (module docstring): a fit refused for a step's settings, for a label outside
+    a step's public ``classes``, for a step that would read the data without noise, or
+    for the accountants' budgets draws no noise, charges nothing and leaves every step as
+    it was. ``privacy_report_`` is
     `pipeline_report` of the fitted pipeline.
     """
 
@@ -192,7 +196,7 @@ class PrivatePipeline(Pipeline):
                 "from the cache would hold a release no accountant was charged for. Nothing "
                 "was fitted"
             )
-        for acc, (eps, delta) in self._plan(X).items():
+        for acc, (eps, delta) in self._plan(X, y).items():
             acc.check(eps, delta, acc.neighbouring)
         before = (list(self.steps), [dict(getattr(s, "__dict__", {})) for _, s in self.steps])
         try:
@@ -233,16 +237,19 @@ class PrivatePipeline(Pipeline):
                 )
         return out
 
-    def _plan(self, X: Any) -> dict[Any, tuple[float, float]]:
-        """Check every step's settings and return ``{accountant: (epsilon, delta)}``, the
-        sums each accountant must still hold (each step's charge checked by
-        `privkernels.privacy.BudgetAccountant.check`: relation, ``epsilon=None``)."""
+    def _plan(self, X: Any, y: Any) -> dict[Any, tuple[float, float]]:
+        """Check every step's settings (and ``y`` against its public ``classes``) and return
+        ``{accountant: (epsilon, delta)}``, the sums each accountant must still hold (each
+        step's charge checked by `privkernels.privacy.BudgetAccountant.check`: relation,
+        ``epsilon=None``)."""
         private = dict(self._private_steps())  # a step without a report: refused first
         shape = _data_shape(X)
         totals: dict[Any, tuple[float, float]] = {}
         for name, step in self.steps:
             if name in private:
                 step._check_fit_settings(shape)
+                if hasattr(step, "_check_fit_labels"):
+                    step._check_fit_labels(y)
                 acc, eps, delta, relation = self._charge_of(step)
                 if acc is not None:
                     cost = acc.check(eps, delta, relation)

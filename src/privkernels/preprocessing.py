@@ -40,7 +40,13 @@ from privkernels._sklearn_checks import checked_data
 from privkernels._validation import check_array, check_fraction
 from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.budget import Budget
-from privkernels.privacy.keys import SEEDED_KEY_NOTE, release_key, seed_keys, seeded_call
+from privkernels.privacy.keys import (
+    SEEDED_KEY_NOTE,
+    check_seed,
+    release_key,
+    seed_keys,
+    seeded_call,
+)
 from privkernels.privacy.release import gaussian_release
 from privkernels.privacy.report import REPLACE_ONE, MechanismRecord, PrivacyReport
 
@@ -246,6 +252,7 @@ class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, AccountedMixin, Bas
         """Refuse the settings ``fit`` refuses before its noise (``shape``: the data's
         ``(n, d)``, None when unknown, then the public ``bounds`` are checked at fit)."""
         budget = Budget(self.epsilon, self.delta)  # refuses eps <= 0, delta outside (0, 1)
+        check_seed(self.random_state)
         if self.bounds is not None and shape is not None:
             _public_bounds(self.bounds, int(np.prod(shape[1:])))
         return budget

@@ -37,7 +37,7 @@ from privkernels import tuning
 from privkernels.data.frames import as_columns, split_table
 from privkernels.privacy.accountant import resolve
 from privkernels.privacy.budget import Budget
-from privkernels.privacy.keys import seed_keys, seeded_call
+from privkernels.privacy.keys import check_seed, seed_keys, seeded_call
 from privkernels.privacy.report import PrivacyReport
 from privkernels.privacy.warnings import PrivacyLeakWarning, SeededKeyWarning
 
@@ -277,9 +277,16 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         )
 
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
-        """Refuse, before any data is read, what `fit` refuses on its settings alone."""
+        """Refuse, before any data is read, what `fit` refuses on its settings alone (the
+        budget, ``random_state``'s type, the candidates' relation and
+        `privkernels.tuning.check_select_settings`)."""
         Budget(self.epsilon, self.delta)
+        check_seed(self.random_state)
         self._relation(self._candidates(None, None))
+        tuning.check_select_settings(
+            mean=self.mean_runs, shape=self.shape, score_share=self.score_share,
+            validation_fraction=self.validation_fraction,
+        )  # fmt: skip
 
     def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
         """Run the search on the private ``(X, y)``; see the class docstring."""

@@ -54,9 +54,7 @@ from privkernels import checkpoint, dp_kip, dp_ntk
 from privkernels import dp_ntk_regression as R
 from privkernels._sklearn_accounting import AccountedMixin
 from privkernels._sklearn_checks import checked_data
-from privkernels._validation import (
-    check_fraction,
-)
+from privkernels._validation import check_fraction, check_int
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_kip.estimator_defaults import (
@@ -65,7 +63,11 @@ from privkernels.dp_kip.estimator_defaults import (
     warn_small_data,
 )
 from privkernels.dp_kip.settings import Settings as KIPSettings
+from privkernels.dp_ntk.release import DP_NTK_RELATIONS
+from privkernels.dp_ntk.settings import Settings as NTKSettings
+from privkernels.dp_ntk.settings import check_settings as check_ntk_settings
 from privkernels.dp_ntk_regression.kernel import check_input_bound
+from privkernels.options import run_options
 from privkernels.pipeline import PrivatePipeline, make_private_pipeline, pipeline_report
 from privkernels.preprocessing import (
     N_PUBLIC,
@@ -76,17 +78,18 @@ from privkernels.preprocessing import (
 )
 from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.accounting import SelectionEvent, gaussian_sigma
-from privkernels.privacy.budget import Budget
+from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import (
     SAMPLE_TAG,
     SEEDED_KEY_NOTE,
+    check_seed,
     fresh_key,
     sample_key,
     sampling_key,
     seed_keys,
     seeded_call,
 )
-from privkernels.privacy.report import REPLACE_ONE, PrivacyReport, compose
+from privkernels.privacy.report import REPLACE_ONE, PrivacyReport, check_neighbouring, compose
 from privkernels.privacy.warnings import ProjectionWarning, SmallSampleWarning, warn_privacy_leak
 from privkernels.scores import binary_decision, scores_to_proba
 from privkernels.search import PrivateSearchCV
@@ -168,7 +171,10 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         check_is_fitted(self, self._result_attr)
         return getattr(self, self._result_attr).report
 
-    def _encode_classes(self, y: Any, minimum: int = 1) -> np.ndarray:
+    #: The fewest classes a fit takes.
+    _min_classes: ClassVar[int] = 1
+
+    def _encode_classes(self, y: Any) -> np.ndarray:
         """Codes ``(n,)`` int32 of ``y`` in ``classes_``: the public ``classes`` sorted (as
         scikit-learn's ``classes_`` always is), else read from ``y`` with a warning."""
         y = np.asarray(y)
@@ -178,23 +184,42 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
             self.classes_ = np.unique(y)
             self._classes_inferred = True
         else:
-            given = np.asarray(self.classes)
-            self._classes_inferred = False
             # sorted, as scikit-learn's scorers assume (roc_auc reads classes_[1] as positive)
-            self.classes_ = np.unique(given)
-            if len(self.classes_) != len(given):
-                raise ValueError("classes has duplicates")
-        pos = {c: i for i, c in enumerate(self.classes_.tolist())}
-        try:
-            codes = np.array([pos[v] for v in y.tolist()], np.int32)
-        except KeyError:
-            raise ValueError("y holds a label outside classes") from None
-        if len(self.classes_) < minimum:
-            raise ValueError(
-                f"{type(self).__name__} needs at least {minimum} classes, "
-                f"got {len(self.classes_)} class(es)"
-            )
+            self.classes_ = self._public_classes()
+            self._classes_inferred = False
+        codes = _label_codes(y, self.classes_)
+        self._check_class_count(len(self.classes_))
         return codes
+
+    def _public_classes(self) -> np.ndarray:
+        """The public ``classes`` sorted, refused (``ValueError``, no value named) when not a
+        flat list, when a value repeats or when fewer than a fit takes; no data read."""
+        given = np.asarray(self.classes)
+        if given.ndim != 1:
+            raise ValueError("classes must be a flat list of the label values")
+        out = np.unique(given)
+        if len(out) != len(given):
+            raise ValueError("classes has duplicates")
+        self._check_class_count(len(out))
+        return out
+
+    def _check_class_count(self, n: int) -> None:
+        if n < self._min_classes:
+            raise ValueError(
+                f"{type(self).__name__} needs at least {self._min_classes} classes, "
+                f"got {n} class(es)"
+            )
+
+    def _check_fit_labels(self, y: Any) -> None:
+        """Refuse, before any noise, labels ``y`` outside the public ``classes`` with the
+        message `_encode_classes` gives (no label value in it); nothing to check without
+        ``classes`` or for labels that are not one flat column (the fit refuses those)."""
+        if getattr(self, "classes", None) is None or y is None:
+            return
+        y = np.asarray(y)
+        y = y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
+        if y.ndim == 1:
+            _label_codes(y, self._public_classes())
 
     def _keys(self) -> tuple[Any, Any]:
         """``(key, public_key)`` of a fit (`privkernels.privacy.keys.seed_keys`), or the pair
@@ -213,9 +238,13 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
 
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         """Refuse, before any noise, the settings a fit refuses without reading data (here
-        the budget; subclasses check more). ``shape``: the data's ``(n, *row)``, or None."""
+        the budget, ``random_state``'s type and the public ``classes``; subclasses check
+        more). ``shape``: the data's ``(n, *row)``, or None."""
         if self.epsilon is not None:
             Budget(self.epsilon, self.delta)
+        check_seed(self.random_state)
+        if getattr(self, "classes", None) is not None:
+            self._public_classes()
 
     def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
         """The `privkernels.privacy.accounting.SelectionEvent` s a fit at ``budget`` on
@@ -258,6 +287,16 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
             self.n_features_in_ = meta["estimator"]["n_features_in_"]
         if "estimator/classes_" in arrays:
             self.classes_ = arrays["estimator/classes_"]
+
+
+def _label_codes(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Codes ``(n,)`` int32 of the labels ``y (n,)`` in ``classes``; a label outside them is
+    refused without naming it (it is private)."""
+    pos = {c: i for i, c in enumerate(classes.tolist())}
+    try:
+        return np.array([pos[v] for v in y.tolist()], np.int32)
+    except (KeyError, TypeError):
+        raise ValueError("y holds a label outside classes") from None
 
 
 def _json_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -398,6 +437,7 @@ class _RegressionBase(_DPEstimator):
         R.check_replace_one_settings(epsilon=self.epsilon, delta=self.delta, **self._settings())
 
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
+        super()._check_fit_settings(shape)
         self._check_settings(self._share(), whole=True)
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
@@ -623,6 +663,7 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
 
     _auto_share = CLASSIFIER_AUTO_SHARE
     _min_validated_n = CLASSIFIER_MIN_VALIDATED_N
+    _min_classes = 2
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
@@ -639,7 +680,7 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
 
     def fit(self, X: Any, y: Any) -> DPNTKClassifier:
         X, y = checked_data(self, X, y, dtype=np.float64)
-        codes = self._encode_classes(y, minimum=2)
+        codes = self._encode_classes(y)
         self._fit(X, codes, len(self.classes_))
         self._finish(self.model_)
         self._note_seed()
@@ -678,6 +719,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
     """
 
     _result_attr = "result_"
+    _min_classes = 2
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  kernel: str = "fc_ntk", support_per_class: int | None = None, epochs: int = 10,
@@ -712,7 +754,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
 
     def fit(self, X: Any, y: Any) -> DPKIPClassifier:
         X, y = checked_data(self, X, y, dtype=np.float32)
-        codes = self._encode_classes(y, minimum=2)
+        codes = self._encode_classes(y)
         n_public, hp = self._defaults(X.shape[0], len(self.classes_))
         warn_small_data(n_public, self.epsilon)
         key, public_key = self._keys()
@@ -896,17 +938,55 @@ class DPNTKGenerator(_DPEstimator):
         self._note_seed()
         return self
 
+    def _row_shape(self, d: int) -> tuple[int, ...]:
+        """One example's shape for rows of ``d`` columns: ``image_shape``, or ``(d,)``."""
+        shape = tuple(int(s) for s in self.image_shape) if self.image_shape is not None else (d,)
+        if int(np.prod(shape)) != d:  # before numpy's reshape error, which names n
+            raise ValueError(
+                f"image_shape {shape} holds {int(np.prod(shape))} values per row; X has {d} columns"
+            )
+        return shape
+
+    def _arrays_only(self) -> bool:
+        """Whether this generator can fit arrays only (no schema and no label column)."""
+        return self.schema is None and self.label is None
+
+    def _check_fit_labels(self, y: Any) -> None:
+        if self._arrays_only():  # a table's labels are checked against its schema
+            super()._check_fit_labels(y)
+
+    def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
+        """The settings `dp_ntk.fit` refuses before its noise, checked on public numbers
+        only by `privkernels.dp_ntk.settings.check_settings` (an unknown ``fit_options``
+        key is the ``TypeError`` the call would raise; ``image_shape`` is checked against
+        the columns when ``shape`` is known). Without ``classes`` the class count is read at
+        fit: 2 stands in (the checks do not depend on it beyond one class)."""
+        super()._check_fit_settings(shape)
+        opts = dict(self.fit_options or {})
+        unknown = sorted(set(opts) - set(inspect.signature(dp_ntk.fit).parameters))
+        if unknown:
+            raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")
+        runs = run_options(**{k: opts[k] for k in ("mesh", "resume", "chunk_size") if k in opts})
+        if opts.get("checkpoint_every") is not None:
+            check_int(opts["checkpoint_every"], "checkpoint_every", minimum=1)
+        own = dict(label_mode=self.label_mode, iterations=self.iterations,
+                   batch_size=self.batch_size, d_code=self.d_code)  # fmt: skip
+        fields = {f.name for f in dataclasses.fields(NTKSettings)} - {"budget"}
+        kw = {k: v for k, v in {**own, **opts}.items() if k in fields and v is not None}
+        kw["neighbouring"] = check_neighbouring(kw.get("neighbouring", REPLACE_ONE),
+                                                DP_NTK_RELATIONS)  # fmt: skip
+        budget = as_budget(self.epsilon, self.delta)
+        row = (1,) if shape is None else self._row_shape(int(np.prod(shape[1:])))
+        n_classes = 2 if self.classes is None else len(self._public_classes())
+        check_ntk_settings(NTKSettings(budget=budget, **kw), data_shape=row,
+                           n_classes=n_classes, chunk_size=runs.chunk_size)  # fmt: skip
+
     def _fit_arrays(self, key: jax.Array, X: Any, y: Any, opts: dict[str, Any]) -> None:
         if y is None:
             raise ValueError("array input needs y (class labels)")
         X, y = checked_data(self, X, y, dtype=np.float32)
         codes = self._encode_classes(y)
-        shape = tuple(self.image_shape) if self.image_shape is not None else (X.shape[1],)
-        if int(np.prod(shape)) != X.shape[1]:  # before numpy's reshape error, which names n
-            raise ValueError(
-                f"image_shape {shape} holds {int(np.prod(shape))} values per row; X has "
-                f"{X.shape[1]} columns"
-            )
+        shape = self._row_shape(X.shape[1])
         opts = {k: v for k, v in opts.items() if v is not None}
         res = dp_ntk.fit(key, X.reshape((X.shape[0], *shape)), codes, epsilon=self.epsilon,
                          delta=self.delta, n_classes=len(self.classes_), **opts,

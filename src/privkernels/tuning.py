@@ -32,7 +32,7 @@ import numpy as np
 
 from privkernels._validation import check_fraction, check_int
 from privkernels.privacy.accountant import charged_release
-from privkernels.privacy.accounting import SelectionEvent
+from privkernels.privacy.accounting import SelectionEvent, check_repetitions
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import release_key
 from privkernels.privacy.relations import check_neighbouring
@@ -49,6 +49,7 @@ __all__ = [
     "Candidate",
     "SelectionResult",
     "select",
+    "check_select_settings",
     "events_of_report",
     "same_events",
     "DEFAULT_MEAN_RUNS",
@@ -177,6 +178,21 @@ def _check_relation(events_of: Sequence[Any], budget: Budget, relation: str) -> 
         )
 
 
+def check_select_settings(
+    *, mean: Any, shape: Any, score_share: Any, validation_fraction: Any
+) -> float:
+    """The validation fraction, once `select`'s data-free settings are checked
+    (``ValueError``, no data read): ``validation_fraction`` and ``score_share`` in (0, 1),
+    ``mean`` (None: the default) and ``shape`` as
+    `privkernels.privacy.accounting.check_repetitions` takes them (Papernot & Steinke 2022,
+    Theorem 2). `privkernels.search.PrivateSearchCV` runs it before a pipeline step in
+    front of it draws noise."""
+    frac = check_fraction(validation_fraction, "validation_fraction")
+    check_fraction(score_share, "score_share")
+    check_repetitions(DEFAULT_MEAN_RUNS if mean is None else mean, shape)
+    return frac
+
+
 def select(
     key: jax.Array,
     candidates: Sequence[Candidate],
@@ -221,7 +237,8 @@ def select(
     relation = check_neighbouring(relation, ("replace-one", "add-remove"))
     if not candidates:
         raise ValueError("select needs at least one candidate")
-    frac = check_fraction(validation_fraction, "validation_fraction")
+    frac = check_select_settings(mean=mean, shape=shape, score_share=score_share,
+                                 validation_fraction=validation_fraction)  # fmt: skip
     n = check_int(n_rows, "n_rows", minimum=2)
     mean = DEFAULT_MEAN_RUNS * len(candidates) if mean is None else float(mean)
     n_val = _n_validation(n, frac)

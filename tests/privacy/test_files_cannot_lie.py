@@ -20,7 +20,9 @@ import pytest
 
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression
 from privkernels.cli import main as cli_main
+from privkernels.data.schema import TabularSchema, categorical, numeric
 from privkernels.privacy.report import Composition, PrivacyReport
+from privkernels.synth import fit_table, load_table_synth
 
 
 def _edit(path, tmp_path, change, name="edited.npz"):
@@ -180,6 +182,86 @@ def test_an_edited_dp_ntk_file_is_refused(ntk_files, tmp_path, mode, change):
     dp_ntk.load(ntk_files[mode])  # the unedited file loads
     with pytest.raises(ValueError):
         dp_ntk.load(_edit(ntk_files[mode], tmp_path, change))
+
+
+def _fields(edit):
+    """``edit(arrays, meta)`` applied to a copy of a file (`_edit` edits the meta only)."""
+
+    def change(path, tmp_path):
+        arrays, meta = checkpoint.load(path)
+        arrays, meta = dict(arrays), copy.deepcopy(meta)
+        edit(arrays, meta)
+        return checkpoint.save(tmp_path / "fields.npz", arrays, meta)
+
+    return change
+
+
+def _gen(field, value):
+    def edit(arrays, meta):
+        old = meta["generator"]["fields"][field]
+        meta["generator"]["fields"][field] = value(old) if callable(value) else value
+
+    return _fields(edit)
+
+
+def _array(prefix, fn):
+    def edit(arrays, meta):
+        key = next(k for k in sorted(arrays) if k.startswith(prefix))
+        arrays[key] = fn(np.asarray(arrays[key]))
+
+    return _fields(edit)
+
+
+#: C2 (adversary s60): a file whose fields disagree with its arrays loaded on 754763a,
+#: then `dp_ntk.sample` failed (flax / TypeError) or sampled a generator the file
+#: misdescribed. (edit, the field the load-time ValueError names.)
+FIELD_EDITS = {
+    "generator n_classes a string": (_gen("n_classes", "abc"), "generator"),
+    "generator n_features a string": (_gen("n_features", "abc"), "generator"),
+    "generator n_features one more": (_gen("n_features", lambda v: v + 1), "generator_params"),
+    "generator hidden a list": (_gen("hidden", lambda v: v["__tuple__"]), "generator"),
+    "generator hidden doubled": (
+        _gen("hidden", lambda v: {"__tuple__": [2 * h for h in v["__tuple__"]]}),
+        "generator_params",
+    ),
+    "generator groups a list": (_gen("groups", []), "generator"),
+    "ntk_params leaf in float16": (_array("ntk_params/", lambda a: a.astype(np.float16)), "ntk_params"),
+    "generator_params leaf cut": (_array("generator_params/", lambda a: a[..., :1]), "generator_params"),
+    "noisy_embedding column short": (_array("noisy_embedding", lambda a: a[:, :1]), "noisy_embedding"),
+    "noisy_embedding row short": (_array("noisy_embedding", lambda a: a[:-1]), "noisy_embedding"),
+    "noisy_proportions one more": (_array("noisy_proportions", lambda a: np.append(a, 0.0)), "noisy_proportions"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(FIELD_EDITS))
+def test_a_dp_ntk_file_whose_fields_disagree_with_its_arrays_is_refused_at_load(
+    ntk_files, tmp_path, case
+):
+    change, field = FIELD_EDITS[case]
+    dp_ntk.sample(jax.random.key(1), dp_ntk.load(ntk_files["released"]), 3)  # unedited: fine
+    with pytest.raises(ValueError, match=f"^the file's {field} ") as err:
+        dp_ntk.load(change(ntk_files["released"], tmp_path))
+    assert not any(c.isdigit() for c in str(err.value)) and "abc" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_the_table_model_loader_refuses_a_generator_that_disagrees_with_its_params(tmp_path):
+    """``privkernels synth --model`` reads a table model with `load_table_synth`, which
+    rebuilds the result as `dp_ntk.load` does."""
+    schema = TabularSchema.from_columns(
+        "toy", [numeric("age", 17, 90), categorical("sex", ["F", "M"])], label="income",
+        classes=["<=50K", ">50K"],
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    age = rng.integers(17, 91, 50)
+    frame = {"age": age, "sex": rng.choice(["F", "M"], 50),
+             "income": np.where(age > 50, ">50K", "<=50K")}  # fmt: skip
+    model = fit_table(jax.random.key(0), frame, schema, epsilon=1.0, iterations=2, progress=False)
+    path = model.save(tmp_path / "t.npz")
+    load_table_synth(path)  # unedited: fine
+    doubled = _gen("hidden", lambda v: {"__tuple__": [2 * h for h in v["__tuple__"]]})
+    with pytest.raises(ValueError, match="the file's generator_params"):
+        load_table_synth(doubled(path, tmp_path))
 
 
 @pytest.fixture(scope="module")

@@ -172,16 +172,22 @@ def test_each_private_step_charges_its_own_release():
     assert len(pipe.privacy_report_.mechanisms) == 3  # bounds, moments, the model
 
 
+def _not_finite(z: np.ndarray) -> np.ndarray:
+    return np.full_like(z, np.nan)
+
+
 @pytest.mark.slow
 def test_a_refusal_after_the_scaler_released_restores_the_steps_and_charges_the_scaler():
-    """A label outside ``classes`` is read after the scaler's noise: the pipeline is put
-    back as it was; the scaler, which released, stays charged, and the classifier, which
-    refused before its noise, is not."""
+    """The classifier refuses what a FunctionTransformer made of the scaled rows (NaN),
+    seen only after the scaler's noise: the pipeline is put back as it was; the scaler,
+    which released, stays charged, and the classifier, which refused before its noise,
+    is not. (A label outside ``classes`` is refused before the scaler: test_pipeline_
+    settings_first.py.)"""
     acc = BudgetAccountant(3.0, 1e-4)
     x, _ = _data()
     y = (x[:, 0] > 0).astype(int)
     pipe = make_private_pipeline(
-        _scaler(acc),
+        _scaler(acc), FunctionTransformer(None),
         DPNTKClassifier(0.5, 1e-6, classes=[0, 1], random_state=jax.random.key(1),
                         budget_accountant=acc, **SMALL),  # type: ignore[arg-type]
     )  # fmt: skip
@@ -189,8 +195,10 @@ def test_a_refusal_after_the_scaler_released_restores_the_steps_and_charges_the_
         warnings.simplefilter("ignore", (ProjectionWarning, SmallSampleWarning))
         pipe.fit(x, y)
         before, mean = pipe.predict(x), pipe[0].mean_
-        with pytest.raises(ValueError, match="outside classes"):
-            pipe.fit(x, np.where(y == 1, 2, y))
+        pipe.set_params(functiontransformer__func=_not_finite)
+        with pytest.raises(ValueError, match="NaN"):
+            pipe.fit(x, y)
+        pipe.set_params(functiontransformer__func=None)
     assert pipe[0].mean_ is mean
     np.testing.assert_array_equal(pipe.predict(x), before)
     assert acc.spent().epsilon == pytest.approx(1.5)  # the first fit, then the scaler

@@ -73,3 +73,68 @@ def test_a_denormal_epsilon_is_a_value_error_before_any_draw(monkeypatch):
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     with pytest.raises(ValueError, match="too small"):
         R.fit(jax.random.key(7), x, x[:, 0], neighbouring="beta-close", epsilon=1e-320)
+
+
+def _largest_shift(message: str) -> float:
+    found = re.search(
+        r"largest kernel_shift that works with this k is ([0-9.]+e[-+][0-9]+)", message
+    )
+    assert found, message
+    return float(found.group(1))
+
+
+@pytest.mark.parametrize("shift", [3e38, 1e37])
+def test_beta_close_refuses_an_explicit_shift_whose_sample_sum_overflows_before_any_draw(
+    shift, monkeypatch
+):
+    """An explicit kernel_shift past `_check_auto_shift`'s bound (SHIFT_SUM_MARGIN k s <= the
+    largest float, k = 2**31 - 1 here): before, 3e38 drew the weights, entered the Gaussian
+    sampling mechanism and failed "K must be positive semi-definite", and 1e37 released an
+    all-zero model (the float32 sum overflowed); now validation refuses both, before any
+    draw, naming the largest shift that works with the fit's k."""
+    x = _unit_rows()
+    forbid_noise(monkeypatch)  # the samplers too: nothing is drawn, not even the weights
+    with pytest.raises(ValueError, match="too large for the Gaussian sampling") as err:
+        R.fit(
+            jax.random.key(7),
+            x,
+            x[:, 0],
+            neighbouring="beta-close",
+            epsilon=1.0,
+            kernel_shift=shift,
+        )
+    assert "semi-definite" not in str(err.value)
+    assert "k = 2147483647" in str(err.value)
+    assert _largest_shift(str(err.value)) < shift
+
+
+@pytest.mark.slow
+def test_the_named_largest_shift_fits_and_twice_it_is_refused(monkeypatch):
+    x = _unit_rows()
+    with pytest.raises(ValueError) as err:
+        R.fit(
+            jax.random.key(7), x, x[:, 0], neighbouring="beta-close", epsilon=1.0, kernel_shift=1e37
+        )
+    largest = _largest_shift(str(err.value))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = R.fit(
+            jax.random.key(7),
+            x,
+            x[:, 0],
+            neighbouring="beta-close",
+            epsilon=1.0,
+            kernel_shift=largest,
+        )
+    alpha = np.asarray(model.alpha)
+    assert np.all(np.isfinite(alpha)) and np.any(alpha != 0)  # the sum did not overflow
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="largest kernel_shift that works"):
+        R.fit(
+            jax.random.key(7),
+            x,
+            x[:, 0],
+            neighbouring="beta-close",
+            epsilon=1.0,
+            kernel_shift=2 * largest,
+        )

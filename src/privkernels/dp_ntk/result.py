@@ -22,12 +22,20 @@ import numpy as np
 
 from privkernels import checkpoint
 from privkernels._validation import check_int, check_key, check_labels
-from privkernels.dp_ntk.release import check_release_records
+from privkernels.dp_ntk.release import check_release_records, mean_embedding
 from privkernels.dp_ntk.train import DPNTKConfig
 from privkernels.generators import ColumnGroup, discretize, make_code
 from privkernels.privacy.report import PrivacyReport
 
-__all__ = ["DPNTKResult", "load", "sample", "FORMAT", "module_spec", "module_from_spec"]
+__all__ = [
+    "DPNTKResult",
+    "load",
+    "sample",
+    "FORMAT",
+    "check_fields",
+    "module_spec",
+    "module_from_spec",
+]
 
 #: File format name and version of `DPNTKResult.save`.
 FORMAT = "privkernels.dp_ntk.result/1"
@@ -142,7 +150,7 @@ def result_from(
         report, epsilon=config.epsilon, delta=config.delta, split=config.split,
         label_mode=config.label_mode,
     )  # fmt: skip
-    return DPNTKResult(
+    result = DPNTKResult(
         generator=generator
         if generator is not None
         else module_from_spec(meta["generator"], "generator"),
@@ -161,6 +169,89 @@ def result_from(
         groups=tuple(ColumnGroup(*g) for g in meta["groups"]),
         iteration=int(meta["iteration"]),
     )
+    check_fields(result, saved_generator=generator_params is None)
+    return result
+
+
+def check_fields(result: DPNTKResult, *, saved_generator: bool = True) -> None:
+    """Refuse (``ValueError`` naming the field, never a value) a result whose fields
+    disagree with its arrays, at load rather than at `sample`: the arrays' shapes against
+    ``config`` (`_check_arrays`), then the modules against their saved parameters
+    (`_check_modules`), shapes only (`jax.eval_shape`: nothing is run or drawn).
+    ``saved_generator=False``: ``generator_params`` is a placeholder its caller fills and
+    checks (a resume rebuilds them from the checkpoint against the generator's shapes)."""
+    _check_arrays(result)
+    _check_modules(result, saved_generator)
+
+
+def _check_arrays(result: DPNTKResult) -> None:
+    """``noisy_embedding`` ``(p, n_classes)``, ``noisy_proportions`` ``(n_classes,)``,
+    ``loss_history`` ``(iterations,)``, floats; ``groups`` inside a tabular row."""
+    c, shape = result.config.n_classes, tuple(result.config.data_shape)
+    emb, props = result.noisy_embedding, result.noisy_proportions
+    if emb.ndim != 2 or emb.shape[1] != c or not jnp.issubdtype(emb.dtype, jnp.floating):
+        raise ValueError("the file's noisy_embedding is not a float (p, n_classes) array "
+                         "for its config's n_classes")  # fmt: skip
+    if props is not None and (np.shape(props) != (c,) or np.asarray(props).dtype.kind != "f"):
+        raise ValueError("the file's noisy_proportions is not a float (n_classes,) array")
+    if np.ndim(result.loss_history) != 1 or result.iteration < 0:
+        raise ValueError("the file's loss_history / iteration do not describe a run")
+    width = shape[-1] if len(shape) == 1 else 0
+    if any(not 0 <= g.start < g.stop <= width for g in result.groups):
+        raise ValueError("the file's groups do not lie inside one row of its config's data_shape")
+
+
+def _check_modules(result: DPNTKResult, saved_generator: bool) -> None:
+    """The network and generator the file names, built for its config, have exactly the
+    saved parameters' tree, shapes and dtypes; the generator makes examples of
+    ``data_shape`` whose e-NTK embedding has the saved embedding's shape (eq. (6))."""
+    cfg, key = result.config, jax.random.key(0)  # a key for shapes only: nothing is drawn
+    for what, module in (("generator", result.generator), ("network", result.network)):
+        try:
+            hash(module)  # the modules are static arguments of the jitted sampling
+        except TypeError:
+            raise ValueError(f"the file's {what} fields hold a list where a tuple belongs; "
+                             f"pass {what}=") from None  # fmt: skip
+        if getattr(module, "n_classes", cfg.n_classes) != cfg.n_classes:
+            raise ValueError(f"the file's {what} field n_classes disagrees with its config")
+    x = jax.ShapeDtypeStruct((2, *cfg.data_shape), jnp.float32)
+    z = jax.ShapeDtypeStruct((2, cfg.d_code), jnp.float32)
+    onehot = jax.ShapeDtypeStruct((2, cfg.n_classes), jnp.float32)
+    net = _abstract("network", result.network.init, key, x)
+    _same_tree("ntk_params", net, result.ntk_params)
+    gen = _abstract("generator", result.generator.init, key, z, onehot)
+    if saved_generator:
+        _same_tree("generator_params", gen, result.generator_params)
+    out = _abstract("generator", result.generator.apply, gen, z, onehot)
+    if tuple(out.shape) != (2, *cfg.data_shape):
+        raise ValueError("the file's generator does not make examples of its config's data_shape")
+    embed = functools.partial(
+        mean_embedding, result.network, result.ntk_params, y=np.zeros(2, np.int32),
+        n_classes=cfg.n_classes, chunk_size=cfg.chunk_size, method=cfg.method, precision=None,
+    )  # fmt: skip
+    if tuple(_abstract("network", embed, out).shape) != tuple(result.noisy_embedding.shape):
+        raise ValueError("the file's noisy_embedding does not have its network's e-NTK shape")
+
+
+def _abstract(what: str, fn: Any, *args: Any) -> Any:
+    """``jax.eval_shape(fn, *args)``; a module that cannot be traced is the file's ``what``."""
+    try:
+        return jax.eval_shape(fn, *args)
+    except Exception as err:  # any failure to build or apply the module the file names
+        raise ValueError(f"the file's {what} does not build for its config's shapes; pass "
+                         f"{what}=") from err  # fmt: skip
+
+
+def _same_tree(what: str, expected: Any, saved: Any) -> None:
+    """Refuse ``saved`` unless its leaves' paths, shapes and dtypes are ``expected``'s."""
+
+    def leaves(tree: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
+        flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+        return {jax.tree_util.keystr(p): (tuple(v.shape), np.dtype(v.dtype)) for p, v in flat}
+
+    if leaves(expected) != leaves(saved):
+        raise ValueError(f"the file's {what} do not match the module its fields build "
+                         "(tree, shapes or dtypes)")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- modules

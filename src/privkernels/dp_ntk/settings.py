@@ -27,7 +27,7 @@ from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import public_key_of
 from privkernels.privacy.report import ADD_REMOVE
 
-__all__ = ["Settings", "Releases", "Plan", "FitKeys", "fit_keys", "plan"]
+__all__ = ["Settings", "Releases", "Plan", "FitKeys", "check_settings", "fit_keys", "plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +139,19 @@ def plan(
     ``data_shape``: one example's shape; ``n_classes``: the validated class count;
     ``chunk_size``: the run option; ``key``/``public_key``: split by `fit_keys`.
     """
+    config, releases = check_settings(
+        s, data_shape=data_shape, n_classes=n_classes, chunk_size=chunk_size
+    )
+    return Plan(config, releases, fit_keys(key, public_key))
+
+
+def check_settings(
+    s: Settings, *, data_shape: tuple[int, ...], n_classes: int, chunk_size: int | None
+) -> tuple[DPNTKConfig, Releases]:
+    """``(config, releases)`` of ``s`` on examples of ``data_shape`` with ``n_classes``
+    classes, or the ``ValueError``/``TypeError`` `plan` raises on them: public numbers
+    only, no key and no data (an estimator checks its settings with it before a pipeline
+    step in front of it draws noise)."""
     label_mode = s.label_mode
     if label_mode not in LABEL_MODES:
         raise ValueError(f"label_mode must be one of {LABEL_MODES}, got {label_mode!r}")
@@ -168,7 +181,7 @@ def plan(
         epsilon=None if s.budget is None else s.budget.epsilon,  # the file's record of it
         delta=None if s.budget is None else s.budget.delta,
     )
-    return Plan(config, releases, fit_keys(key, public_key))
+    return config, releases
 
 
 def _releases(

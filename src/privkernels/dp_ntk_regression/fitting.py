@@ -69,7 +69,7 @@ AUTO_SHIFT_SAMPLES = 2500
 
 #: Headroom of the Gaussian sampling mechanism's k-sample sum over the shift:
 #: ``SHIFT_SUM_MARGIN * k * s`` must stay below the release dtype's largest float
-#: (`_check_auto_shift`).
+#: (`_check_auto_shift`, `_check_explicit_shift`).
 SHIFT_SUM_MARGIN = 4.0
 
 #: The caveat every private report of this module carries (Def. 4.1 keeps y_n).
@@ -456,6 +456,8 @@ def _validate(
         eta_min = kernel_shift
     if eta_min is not None:
         eta_min = check_positive(eta_min, "eta_min")
+    if shares is not None and eta_min is not None:
+        _check_explicit_shift(s, kernel_shift, eta_min, shares[1], int(x_arr.shape[0]), name)
     y_mat, n_classes, target_ndim, inferred = _targets(inp.y, int(x_arr.shape[0]), inp.n_classes)
     cfg = RegressionConfig(
         width=check_int(s.width, "width"),
@@ -528,6 +530,45 @@ def _check_auto_shift(s: Settings, shift: float, budget: Budget | None, dtype: s
         f"<= {float(np.finfo(dtype).max):.3g}). The smallest epsilon that works with these "
         f"n, delta, beta, weight_std, input_bound and split is {math.ceil(exact / unit) * unit:.3g}"
         + (" (or pass dtype='float64')" if dtype == "float32" else "")
+    )
+
+
+def _check_explicit_shift(
+    s: Settings, shift: float, eta_min: float, kernel: Budget, n: int, dtype: str
+) -> None:
+    """Refuse an explicit ``kernel_shift`` the Gaussian sampling mechanism cannot carry in
+    ``dtype`` (before any draw; every number in the message is public).
+
+    The bound of `_check_auto_shift`, ``SHIFT_SUM_MARGIN k s <= max`` (the k-sample sum's
+    diagonal is ``(s + K_ii) chi2_k``, Gu et al., Alg. 1), with ``k`` the samples this fit
+    would draw: the given ``k``, else the largest private k capped at ``2**31 - 1`` (`_plan`).
+    The weights are not drawn yet, so eq. (1)'s k is taken with the paper's bound on M
+    (`max_k` without weights); the fixed-weights bound `_plan` also applies can only lower
+    it, and it is the cap whenever the sum can overflow in float32 (there ``k`` grows as
+    ``eta_min^2``). Beyond the bound the sum overflows: an all-zero model, or, for ``2 s``
+    past the largest float, a "not positive semi-definite" refusal inside the mechanism.
+    """
+    if isinstance(s.kernel_shift, str) or shift <= 0:
+        return  # the automatic shift: `_check_auto_shift`
+    top = float(np.finfo(dtype).max)
+    k = 2**31 - 1 if s.k is None else check_int(s.k, "k")
+    if SHIFT_SUM_MARGIN * k * shift <= top:
+        return
+    if s.k is None:  # the k eq. (1) allows (refused there, as in `_plan`, if none)
+        k = min(k, max_k(n, epsilon_alpha=kernel.epsilon, delta_alpha=kernel.delta,
+                         eta_min=eta_min, beta=check_positive(s.beta, "beta"),
+                         weight_std=check_positive(s.weight_std, "weight_std"),
+                         input_bound=check_input_bound(s.input_bound)))  # fmt: skip
+        if SHIFT_SUM_MARGIN * k * shift <= top:
+            return
+    largest = top / (SHIFT_SUM_MARGIN * k)
+    unit = 10.0 ** (math.floor(math.log10(largest)) - 2)  # rounded down to 3 significant digits
+    raise ValueError(
+        f"kernel_shift={shift:.3g} is too large for the Gaussian sampling mechanism in "
+        f"{dtype}: the fit would draw k = {k} samples, and their sum would overflow "
+        f"({SHIFT_SUM_MARGIN:g} k s must stay <= {top:.3g}). The largest kernel_shift that "
+        f"works with this k is {math.floor(largest / unit) * unit:.3g} (or pass a smaller k"
+        + (", or dtype='float64')" if dtype == "float32" else ")")
     )
 
 

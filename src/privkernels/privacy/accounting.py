@@ -84,6 +84,7 @@ __all__ = [
     "gsm_epsilon",
     "SelectionEvent",
     "candidate_rdp",
+    "check_repetitions",
     "repeat_and_select_epsilon",
     "tnb_gamma",
 ]
@@ -674,6 +675,18 @@ def tnb_gamma(mean: float, shape: float) -> float:
     return lo
 
 
+def check_repetitions(mean: Any, shape: Any) -> tuple[float, float]:
+    """``(mean, shape)`` of the truncated negative binomial number of repetitions
+    (Papernot & Steinke 2022, Theorem 2) as floats, or a ``ValueError``: ``mean`` a finite
+    number >= 1, ``shape`` a finite number >= 0 (public settings, no data)."""
+    mean, shape = float(mean), float(shape)
+    if not (math.isfinite(mean) and mean >= 1.0):
+        raise ValueError(f"mean must be a finite number >= 1, got {mean!r}")
+    if not (math.isfinite(shape) and shape >= 0.0):
+        raise ValueError(f"shape must be a finite number >= 0, got {shape!r}")
+    return mean, shape
+
+
 def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, delta: float) -> float:
     """Epsilon of repeat-and-select over ``candidates`` (Papernot & Steinke 2022, Thm. 2).
 
@@ -700,12 +713,7 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
     # heavy (seconds to import): loaded on first use
     from dp_accounting.rdp import rdp_privacy_accountant as rdp_mod
 
-    mean = float(mean)
-    shape = float(shape)
-    if not (math.isfinite(mean) and mean >= 1.0):
-        raise ValueError(f"mean must be a finite number >= 1, got {mean!r}")
-    if not (math.isfinite(shape) and shape >= 0.0):
-        raise ValueError(f"shape must be a finite number >= 0, got {shape!r}")
+    mean, shape = check_repetitions(mean, shape)
     d = check_delta(delta)
     curves = [candidate_rdp(c) for c in candidates]
     if not curves:

@@ -32,6 +32,7 @@ from privkernels.privacy.warnings import SeededKeyWarning
 
 __all__ = [
     "SEEDED_KEY_NOTE",
+    "check_seed",
     "fold_digest",
     "fresh_key",
     "looks_seeded",
@@ -186,11 +187,21 @@ def seed_keys(seed: jax.Array | int | None, *, name: str = "random_state") -> tu
 
     ``public_key=None`` tells a fit to derive its data-independent draws from ``key``.
     """
+    check_seed(seed, name=name)  # a wrong type: refused before any key is drawn
     if seed is None:
         return fresh_key(), fresh_key()
     if warn_seed(seed, name=name, stacklevel=4):
         return jax.random.key(int(seed)), None
     return seed, None
+
+
+def check_seed(seed: Any, *, name: str = "random_state") -> None:
+    """Refuse a ``random_state`` that is neither None, an int nor a JAX key (``TypeError``,
+    `privkernels._validation.check_key`): reads no data and draws nothing, so a pipeline
+    can run it before any step's noise (`seed_keys` runs it first too)."""
+    if seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)):
+        return
+    check_key(seed, name)
 
 
 def warn_seed(seed: Any, *, name: str = "random_state", stacklevel: int = 3) -> bool:

@@ -1,0 +1,120 @@
+"""`PrivatePipeline` refuses a later step's data-free settings before an earlier private
+scaler draws noise (adversary s60, B3: ``random_state`` of a wrong type, empty or repeated
+``classes``, every `DPNTKGenerator` setting and `PrivateSearchCV`'s fractions were found
+only when their own step fitted, after the scaler had released and been charged; C4: so
+was a label outside a later step's public ``classes``)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from _privacy_helpers import forbid_noise
+
+from privkernels.privacy import BudgetAccountant
+from privkernels.search import PrivateSearchCV
+from privkernels.sklearn import (
+    DPKIPClassifier,
+    DPNTKClassifier,
+    DPNTKGenerator,
+    DPNTKRegressor,
+    PrivateMinMaxScaler,
+    PrivateStandardScaler,
+    make_private_pipeline,
+)
+
+#: A small model: these tests check refusals and the ledger, not accuracy.
+SMALL = {"width": 16, "preprocessing": None, "fit_options": {"features": 32}}
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    x = np.random.default_rng(0).normal(size=(60, 3))
+    return x, (x[:, 0] > 0).astype(int)
+
+
+def _search(**kw: object) -> PrivateSearchCV:
+    reg = DPNTKRegressor(0.5, 1e-6, **SMALL)  # type: ignore[arg-type]
+    return PrivateSearchCV(reg, {"reg": [0.1, 1.0]}, epsilon=1.0, delta=1e-6, **kw)  # type: ignore[arg-type]
+
+
+#: (step, setting, expected error): each refused by the step's own fit on its settings.
+CASES = [
+    (DPNTKGenerator, {"label_mode": "bogus"}, ValueError),
+    (DPNTKGenerator, {"iterations": 0}, ValueError),
+    (DPNTKGenerator, {"d_code": -1}, ValueError),
+    (DPNTKGenerator, {"batch_size": 0}, ValueError),
+    (DPNTKGenerator, {"fit_options": {"learnin_rate": 0.1}}, TypeError),  # a typo
+    (DPNTKGenerator, {"fit_options": {"learning_rate": -1.0}}, ValueError),
+    (DPNTKGenerator, {"fit_options": {"split": (0.5,)}}, ValueError),
+    (DPNTKGenerator, {"fit_options": {"chunk_size": 0}}, ValueError),
+    (DPNTKGenerator, {"image_shape": (5, 5)}, ValueError),  # 25 values, X has 3 columns
+    (DPNTKGenerator, {"classes": [0, 0]}, ValueError),
+    (DPNTKGenerator, {"classes": []}, ValueError),
+    (DPNTKGenerator, {"random_state": "x"}, TypeError),
+    (DPNTKClassifier, {**SMALL, "classes": []}, ValueError),
+    (DPNTKClassifier, {**SMALL, "classes": [0, 0]}, ValueError),
+    (DPNTKClassifier, {**SMALL, "random_state": "x"}, TypeError),
+    (DPNTKRegressor, {**SMALL, "random_state": 1.5}, TypeError),
+    (DPKIPClassifier, {"classes": [0, 1], "epochs": 1, "random_state": "x"}, TypeError),
+    (PrivateStandardScaler, {"random_state": "x"}, TypeError),
+    (_search, {"score_share": 1.5}, ValueError),
+    (_search, {"validation_fraction": 0.0}, ValueError),
+    (_search, {"mean_runs": 0.5}, ValueError),
+    (_search, {"shape": -1.0}, ValueError),
+    (_search, {"random_state": "x"}, TypeError),
+]
+
+
+@pytest.mark.parametrize(
+    ("step", "params", "error"),
+    CASES,
+    ids=[
+        f"{c.__name__.strip('_')}-"
+        + "-".join(f"{k}={v}" for k, v in p.items() if SMALL.get(k) != v)
+        for c, p, _ in CASES
+    ],
+)
+def test_a_later_steps_setting_is_refused_before_the_scalers_noise(
+    step, params, error, monkeypatch
+):
+    acc = BudgetAccountant(10.0, 1e-3)
+    x, y = _data()
+    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
+                                 budget_accountant=acc).fit(x)  # fmt: skip
+    kw = {"random_state": jax.random.key(1), "budget_accountant": acc, **params}
+    est = step(**kw) if step is _search else step(0.5, 1e-6, **kw)
+    pipe = make_private_pipeline(scaler, est)
+    spent, state = acc.spent(), dict(scaler.__dict__)
+    forbid_noise(monkeypatch)
+    with pytest.raises(error):
+        pipe.fit(x, y)
+    assert acc.spent() == spent
+    assert scaler.__dict__ == state  # not refitted
+
+
+#: (step, its settings): classifiers and an array generator with public classes [0, 1].
+LABELLED = [
+    (DPNTKClassifier, {**SMALL, "classes": [0, 1]}),
+    (DPKIPClassifier, {"classes": [0, 1], "epochs": 1}),
+    (DPNTKGenerator, {"classes": [0, 1], "iterations": 1}),
+]
+
+
+@pytest.mark.parametrize(("step", "params"), LABELLED, ids=[c.__name__ for c, _ in LABELLED])
+def test_a_label_outside_a_later_steps_classes_is_refused_before_the_scalers_noise(
+    step, params, monkeypatch
+):
+    """C4: the label is read by the pipeline's pre-check with the step's own check and
+    message (no label value in it), not when the step fits after the scaler released."""
+    acc = BudgetAccountant(10.0, 1e-3)
+    x, y = _data()
+    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
+                                 budget_accountant=acc).fit(x)  # fmt: skip
+    est = step(0.5, 1e-6, random_state=jax.random.key(1), budget_accountant=acc, **params)
+    pipe = make_private_pipeline(scaler, est)
+    spent, state = acc.spent(), dict(scaler.__dict__)
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="^y holds a label outside classes$"):
+        pipe.fit(x, np.where(y == 1, 7, y))
+    assert acc.spent() == spent
+    assert scaler.__dict__ == state
