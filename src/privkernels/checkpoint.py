@@ -120,7 +120,12 @@ def load(
         arrays = {k: z[k] for k in z.files}
     if _META not in arrays:
         raise ValueError(f"{path} is not a privkernels file (no metadata)")
-    meta = json.loads(str(arrays.pop(_META)))
+    try:
+        meta = json.loads(str(arrays.pop(_META)))
+    except (ValueError, RecursionError):  # malformed or nested past the parser's depth
+        raise ValueError(f"{path} holds metadata that is not readable JSON") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} holds metadata that is not a JSON object")
     if format is not None and meta.get("format") != format:
         raise ValueError(f"{path} holds {meta.get('format')!r}, expected {format!r}")
     return arrays, meta

@@ -502,3 +502,14 @@ def test_a_dp_kip_file_must_say_its_plan_consistently(kip_file, tmp_path):
     for change in (drop_n, empty_history, other_plan):
         with pytest.raises(ValueError):
             dp_kip.load(_edit(kip_file, tmp_path, change, name=f"{change.__name__}.npz"))
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{not json", '{"a": ' * 5000 + "1" + "}" * 5000])
+def test_metadata_that_is_not_a_json_object_is_a_value_error(tmp_path, text):
+    """A file's metadata that is malformed, not an object, or nested past the parser's
+    depth is a ``ValueError`` naming the file (before: ``RecursionError`` or
+    ``AttributeError``, and a traceback from ``privkernels report``)."""
+    path = tmp_path / "m.npz"
+    np.savez(path, **{checkpoint._META: np.asarray(text)})
+    with pytest.raises(ValueError, match="metadata"):
+        checkpoint.load(path)
