@@ -239,8 +239,11 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"{type(base).__name__} is not a privkernels estimator")
         base.set_params(budget_accountant=self._accountant())  # covered by the search's charge
         table = isinstance(X, dict) or hasattr(X, "columns")
-        for params in grid:  # every grid point, before any data is read
-            _check_no_leak(clone(base).set_params(**params), table)
+        for params in grid:  # every grid point, before any data is read or noise drawn
+            cand = clone(base).set_params(**params)
+            _check_no_leak(cand, table)
+            # its own data-free settings checks; the search sets the budget and the key
+            cand.set_params(epsilon=1.0, delta=0.5, random_state=None)._check_fit_settings(None)
         bound = float(self.target_bound)
         if not (math.isfinite(bound) and bound > 0):
             raise ValueError(f"target_bound must be a finite number > 0, got {self.target_bound!r}")

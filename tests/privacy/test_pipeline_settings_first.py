@@ -118,3 +118,24 @@ def test_a_label_outside_a_later_steps_classes_is_refused_before_the_scalers_noi
         pipe.fit(x, np.where(y == 1, 7, y))
     assert acc.spent() == spent
     assert scaler.__dict__ == state
+
+
+@pytest.mark.parametrize("grid", [{"reg": [-1.0, 1.0]}, {"width": [0, 16]}], ids=["reg", "width"])
+def test_a_bad_grid_value_is_refused_before_any_noise(grid, monkeypatch) -> None:
+    """Every candidate's own settings checks run before the search (or a pipeline holding
+    it) draws noise: before, a ``reg=-1`` or ``width=0`` in the grid was found only when
+    that candidate fitted, after the scaler (and earlier candidates) had released."""
+    acc = BudgetAccountant(10.0, 1e-3)
+    x, y = _data()
+    reg = DPNTKRegressor(0.5, 1e-6, **SMALL)  # type: ignore[arg-type]
+    search = PrivateSearchCV(reg, grid, epsilon=1.0, delta=1e-6, random_state=jax.random.key(1),
+                             budget_accountant=acc)  # fmt: skip
+    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
+                                 budget_accountant=acc).fit(x)  # fmt: skip
+    spent = acc.spent()
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError):
+        make_private_pipeline(scaler, search).fit(x, y)
+    with pytest.raises(ValueError):
+        search.fit(x, y)
+    assert acc.spent() == spent
