@@ -38,6 +38,7 @@ __all__ = [
     "column_groups_from_schema",
     "make_code",
     "discretize",
+    "check_groups",
 ]
 
 
@@ -63,6 +64,30 @@ class ColumnGroup:
             raise ValueError(
                 f"ColumnGroup needs 0 <= start < stop, got [{self.start}, {self.stop})"
             )
+
+
+def check_groups(groups: Any, width: int) -> tuple[ColumnGroup, ...]:
+    """``groups`` as a tuple of `ColumnGroup` s that lie inside a row of ``width`` columns
+    and do not overlap (``ValueError``/``TypeError`` otherwise; public numbers only). The
+    default table network gathers its numeric columns from them, and a saved model's
+    groups must lie inside one row to load."""
+    try:
+        groups = tuple(groups)
+    except TypeError:
+        raise TypeError(
+            f"groups must be a sequence of ColumnGroup, got {type(groups).__name__}"
+        ) from None
+    if not all(isinstance(g, ColumnGroup) for g in groups):
+        raise TypeError("groups must be a sequence of ColumnGroup")
+    last = 0
+    for g in sorted(groups, key=lambda g: g.start):
+        if g.start < last or g.stop > width:
+            raise ValueError(
+                f"groups must lie inside a row of {width} columns without overlapping; "
+                f"[{g.start}, {g.stop}) does not"
+            )
+        last = g.stop
+    return groups
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:

@@ -865,6 +865,26 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
 # --------------------------------------------------------------------------- DP-NTK
 
 
+#: `dp_ntk.fit` / `fit_table` keywords `DPNTKGenerator.fit` passes itself (its own
+#: parameters, the budget, the keys and the accountant), refused in ``fit_options``; ``groups``
+#: too: a table's come from its schema, an array's generator has none.
+_GENERATOR_OWNS = frozenset(
+    {
+        "epsilon",
+        "delta",
+        "n_classes",
+        "label_mode",
+        "iterations",
+        "d_code",
+        "batch_size",
+        "progress",
+        "public_key",
+        "budget_accountant",
+        "groups",
+    }
+)
+
+
 class DPNTKGenerator(_DPEstimator):
     """Private synthetic data (DP-NTK): ``fit(X, y)``, then ``sample(n)`` / ``sample_df(n)``.
 
@@ -966,6 +986,9 @@ class DPNTKGenerator(_DPEstimator):
         unknown = sorted(set(opts) - set(inspect.signature(dp_ntk.fit).parameters))
         if unknown:
             raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")
+        owned = sorted(set(opts) & _GENERATOR_OWNS)
+        if owned:  # the fit passes these itself: a second value would fail after noise
+            raise ValueError(f"fit_options may not set {owned}: set them on the estimator")
         runs = run_options(**{k: opts[k] for k in ("mesh", "resume", "chunk_size") if k in opts})
         if opts.get("checkpoint_every") is not None:
             check_int(opts["checkpoint_every"], "checkpoint_every", minimum=1)

@@ -187,6 +187,8 @@ def fit_table(
     key = check_key(key)
     if not isinstance(schema, TabularSchema):
         raise TypeError(f"schema must be a TabularSchema, got {type(schema).__name__}")
+    if "groups" in fit_options:  # a table's column groups come from its schema
+        raise ValueError("fit_table takes the column groups from the schema, not groups=")
     check_fit_rows(_a_column(table), "table")
     feats, y = split_table(table, schema)
     x, _ = schema.encode(feats, unknown="error")
@@ -202,7 +204,7 @@ def fit_table(
         key, x, y, epsilon=epsilon, delta=delta, n_classes=n_classes, label_mode=label_mode,
         network=network,  # None: `default_table_network`, built after every check
         generator=generator if generator is not None else default_table_generator(schema, n_classes),
-        progress=progress, budget_accountant=budget_accountant, **{**opts, **fit_options},
+        progress=progress, budget_accountant=budget_accountant, **opts, **fit_options,
     )  # fmt: skip
     report = result.report
     if inferred:

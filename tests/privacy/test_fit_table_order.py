@@ -8,6 +8,7 @@ refused after a draw. The network is now built inside `dp_ntk.fit`, after its pl
 from __future__ import annotations
 
 import jax
+import numpy as np
 import pytest
 from _privacy_helpers import forbid_noise
 from test_synth import _frame, _schema
@@ -43,3 +44,38 @@ def test_the_default_network_is_the_schema_table_network() -> None:
     res = fit_table(jax.random.key(1), _frame(60), _schema(), epsilon=1.0, iterations=1,
                     batch_size=8, progress=False)  # fmt: skip
     assert res.result.network == default_table_network(_schema(), 2)
+
+
+def _groups_cases() -> dict[str, object]:
+    from privkernels.generators import ColumnGroup as G
+
+    return {
+        "past_the_row": ((G("numeric", 0, 8),), ValueError),
+        "far_past": ((G("numeric", 0, 3), G("numeric", 40, 50)), ValueError),
+        "overlapping": ((G("numeric", 0, 4), G("numeric", 2, 5)), ValueError),
+        "tuples": ((("numeric", 0, 5),), TypeError),
+        "a_string": ("numeric", TypeError),
+        "an_int": (5, TypeError),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_groups_cases()))
+def test_malformed_groups_are_refused_before_any_draw(name: str, monkeypatch) -> None:
+    """Second attack of s61, C1: `dp_ntk.fit(groups=)` never checked the groups; the
+    marginal network gathered columns past the row (clamped), the release was charged,
+    and its own model file then failed to load. Now refused before any draw."""
+    from privkernels import dp_ntk
+
+    groups, error = _groups_cases()[name]  # type: ignore[misc]
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(size=(40, 5)).astype(np.float32), rng.integers(0, 2, 40)
+    forbid_noise(monkeypatch)
+    with pytest.raises(error):
+        dp_ntk.fit(jax.random.key(0), x, y, epsilon=1.0, n_classes=2, groups=groups,
+                   iterations=2, batch_size=8, progress=False)  # fmt: skip
+
+
+def test_fit_table_refuses_groups_in_its_options(monkeypatch) -> None:
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="schema"):
+        fit_table(jax.random.key(0), _frame(50), _schema(), epsilon=1.0, groups=())

@@ -47,6 +47,9 @@ CASES = [
     (DPNTKGenerator, {"fit_options": {"learning_rate": -1.0}}, ValueError),
     (DPNTKGenerator, {"fit_options": {"split": (0.5,)}}, ValueError),
     (DPNTKGenerator, {"fit_options": {"chunk_size": 0}}, ValueError),
+    (DPNTKGenerator, {"fit_options": {"iterations": 2}}, ValueError),  # the fit passes its own
+    (DPNTKGenerator, {"fit_options": {"progress": False}}, ValueError),
+    (DPNTKGenerator, {"fit_options": {"groups": "x"}}, ValueError),
     (DPNTKGenerator, {"image_shape": (5, 5)}, ValueError),  # 25 values, X has 3 columns
     (DPNTKGenerator, {"classes": [0, 0]}, ValueError),
     (DPNTKGenerator, {"classes": []}, ValueError),
@@ -55,6 +58,8 @@ CASES = [
     (DPNTKClassifier, {**SMALL, "classes": [0, 0]}, ValueError),
     (DPNTKClassifier, {**SMALL, "random_state": "x"}, TypeError),
     (DPNTKRegressor, {**SMALL, "random_state": 1.5}, TypeError),
+    (DPNTKRegressor, {**SMALL, "random_state": 2**64}, ValueError),  # past jax.random.key
+    (DPNTKClassifier, {**SMALL, "random_state": -(2**70)}, ValueError),
     (DPKIPClassifier, {"classes": [0, 1], "epochs": 1, "random_state": "x"}, TypeError),
     (PrivateStandardScaler, {"random_state": "x"}, TypeError),
     (_search, {"score_share": 1.5}, ValueError),

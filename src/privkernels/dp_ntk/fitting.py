@@ -40,7 +40,13 @@ from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta,
 from privkernels.dp_ntk.settings import FitKeys, Plan, Settings, fit_keys, plan
 from privkernels.dp_ntk.train import DPNTKConfig, TrainState, run_steps, target_embedding
 from privkernels.features.marginal import reference_rows, with_marginals
-from privkernels.generators import ColumnGroup, ConvCondGenerator, TabularGenerator, make_code
+from privkernels.generators import (
+    ColumnGroup,
+    ConvCondGenerator,
+    TabularGenerator,
+    check_groups,
+    make_code,
+)
 from privkernels.options import RunOptions, run_options
 from privkernels.privacy.accountant import charged_release, outside_release
 from privkernels.privacy.budget import Budget, as_budget
@@ -230,7 +236,9 @@ def _models(
         generator = default_generator(cfg.data_shape, cfg.n_classes)
     _check_generator_range(x, generator)
     groups = s.groups
-    groups = tuple(getattr(generator, "groups", ()) or ()) if groups is None else tuple(groups)
+    if groups is None:
+        groups = getattr(generator, "groups", ()) or ()
+    groups = check_groups(groups, math.prod(cfg.data_shape))  # before the network's draws
     network = s.network
     if network is None:  # built here, after `plan`: its public draws follow every check
         network = default_network(cfg.n_classes, groups=groups)

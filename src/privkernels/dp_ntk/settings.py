@@ -12,6 +12,7 @@ the budget's shares (`Budget` values, split once by `Budget.split`), which relea
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -22,7 +23,7 @@ from privkernels._validation import check_int, check_positive
 from privkernels.dp_ntk.release import embedding_keys
 from privkernels.dp_ntk.train import LABEL_MODES, DPNTKConfig
 from privkernels.features.entk import check_method
-from privkernels.generators import ColumnGroup
+from privkernels.generators import ColumnGroup, check_groups
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import public_key_of
 from privkernels.privacy.report import ADD_REMOVE
@@ -181,6 +182,8 @@ def check_settings(
         epsilon=None if s.budget is None else s.budget.epsilon,  # the file's record of it
         delta=None if s.budget is None else s.budget.delta,
     )
+    if s.groups is not None:  # a generator's own groups: `fitting._models`
+        check_groups(s.groups, math.prod(config.data_shape))
     return config, releases
 
 

@@ -198,8 +198,14 @@ def seed_keys(seed: jax.Array | int | None, *, name: str = "random_state") -> tu
 def check_seed(seed: Any, *, name: str = "random_state") -> None:
     """Refuse a ``random_state`` that is neither None, an int nor a JAX key (``TypeError``,
     `privkernels._validation.check_key`): reads no data and draws nothing, so a pipeline
-    can run it before any step's noise (`seed_keys` runs it first too)."""
-    if seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)):
+    can run it before any step's noise (`seed_keys` runs it first too). An int must fit
+    ``jax.random.key``'s signed 64 bits (``ValueError``; the CLI's ``--seed`` takes
+    ``[0, 2**63)``)."""
+    if seed is None:
+        return
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        if not -(2**63) <= int(seed) < 2**63:
+            raise ValueError(f"{name} must be an int in [-2**63, 2**63) or a jax.random key")
         return
     check_key(seed, name)
 
