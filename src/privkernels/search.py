@@ -244,6 +244,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             _check_no_leak(cand, table)
             # its own data-free settings checks; the search sets the budget and the key
             cand.set_params(epsilon=1.0, delta=0.5, random_state=None)._check_fit_settings(None)
+            cand._check_tunable()
         bound = float(self.target_bound)
         if not (math.isfinite(bound) and bound > 0):
             raise ValueError(f"target_bound must be a finite number > 0, got {self.target_bound!r}")
@@ -290,6 +291,14 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             mean=self.mean_runs, shape=self.shape, score_share=self.score_share,
             validation_fraction=self.validation_fraction,
         )  # fmt: skip
+
+    def _check_fit_labels(self, y: Any) -> None:
+        """Every candidate's own check that the labels ``y`` lie in its public ``classes``
+        (`privkernels.pipeline.PrivatePipeline` runs it before any step's noise)."""
+        for cand in self._candidates(None, None):
+            est = clone(cand.base).set_params(**cand.params)
+            if hasattr(est, "_check_fit_labels"):
+                est._check_fit_labels(y)
 
     def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
         """Run the search on the private ``(X, y)``; see the class docstring."""

@@ -251,6 +251,12 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         ``n_train`` rows of ``row_shape`` records (planning a `PrivateSearchCV`; no data)."""
         raise ValueError(f"{type(self).__name__} cannot be tuned privately")
 
+    def _check_tunable(self) -> None:
+        """Refuse, on its settings alone, an estimator `PrivateSearchCV` cannot tune (the
+        refusals of `_privacy_events` that need no sizes), before any step's noise."""
+        if type(self)._privacy_events is _DPEstimator._privacy_events:
+            raise ValueError(f"{type(self).__name__} cannot be tuned privately")
+
     def _add_note(self, note: str) -> None:
         """Append ``note`` to the fitted release's report (`_with_note`)."""
         setattr(self, self._result_attr, _with_note(getattr(self, self._result_attr), note))
@@ -772,7 +778,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
         self._note_seed()
         return self
 
-    def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
+    def _check_tunable(self) -> None:
         opts = dict(self.fit_options or {})
         if opts.get("neighbouring", "replace-one") != "add-remove":
             raise ValueError(
@@ -783,6 +789,10 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
             )
         if str(opts.get("init", "gaussian")).startswith("dp_ntk"):
             raise ValueError("init='dp_ntk' (a second release) is not supported in a search")
+
+    def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
+        self._check_tunable()
+        opts = dict(self.fit_options or {})
         shape = tuple(self.image_shape) if self.image_shape is not None else tuple(row_shape)
         keep = ("neighbouring", "sampling_rate", "accountant", "kernel_options", "learn_labels",
                 "clip_space", "chunk_size", "grad_method", "jitter")  # fmt: skip

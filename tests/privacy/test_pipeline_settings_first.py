@@ -144,3 +144,37 @@ def test_a_bad_grid_value_is_refused_before_any_noise(grid, monkeypatch) -> None
     with pytest.raises(ValueError):
         search.fit(x, y)
     assert acc.spent() == spent
+
+
+#: A search step whose candidates refuse on their own settings or labels (third attack of
+#: s61, B1): each was found only after the scaler in front had released.
+SEARCH_STEPS = {
+    "label_outside_classes": (
+        lambda: PrivateSearchCV(
+            DPNTKClassifier(classes=[0, 1], **SMALL), {"reg": [0.1, 1.0]}, epsilon=1.0, delta=1e-6
+        ),  # fmt: skip
+        True,
+    ),
+    "dp_kip_replace_one": (
+        lambda: PrivateSearchCV(
+            DPKIPClassifier(classes=[0, 1], epochs=1), {"epochs": [1, 2]}, epsilon=1.0, delta=1e-6
+        ),  # fmt: skip
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEARCH_STEPS))
+def test_a_search_steps_candidates_are_checked_before_the_scalers_noise(name, monkeypatch):
+    make, bad_label = SEARCH_STEPS[name]
+    acc = BudgetAccountant(10.0, 1e-3)
+    x, y = _data()
+    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
+                                 budget_accountant=acc).fit(x)  # fmt: skip
+    search = make().set_params(random_state=jax.random.key(1), budget_accountant=acc)
+    spent, state = acc.spent(), dict(scaler.__dict__)
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError):
+        make_private_pipeline(scaler, search).fit(x, np.where(y == 1, 7, y) if bad_label else y)
+    assert acc.spent() == spent
+    assert scaler.__dict__ == state
