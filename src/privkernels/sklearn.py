@@ -325,12 +325,19 @@ def load(path: str | os.PathLike[str]) -> Any:
     """Read an estimator written by its ``save`` (format and privacy report checked)."""
     arrays, meta = checkpoint.load(path)
     block = meta.get("estimator")
-    if not block or block.get("format") != FORMAT:
+    if not isinstance(block, dict) or block.get("format") != FORMAT:
         raise ValueError(f"{path} is not a saved privkernels estimator")
     cls = {
         c.__name__: c for c in (DPNTKRegressor, DPNTKClassifier, DPKIPClassifier, DPNTKGenerator)
     }
-    est = cls[block["class"]](**block["params"])
+    make, params = cls.get(str(block.get("class"))), block.get("params")
+    if make is None or not isinstance(params, dict):
+        raise ValueError(f"{path} names no privkernels estimator and its parameters")
+    try:  # the estimator's own settings checks hold the file's parameters
+        est = make(**params)
+        est._check_fit_settings(None)
+    except TypeError as err:
+        raise ValueError(f"{path} holds parameters the estimator refuses ({err})") from None
     est._restore(arrays, meta, est._load_result(path))
     return est
 

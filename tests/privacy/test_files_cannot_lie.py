@@ -513,3 +513,63 @@ def test_metadata_that_is_not_a_json_object_is_a_value_error(tmp_path, text):
     np.savez(path, **{checkpoint._META: np.asarray(text)})
     with pytest.raises(ValueError, match="metadata"):
         checkpoint.load(path)
+
+
+def _drop(key):
+    return lambda meta: meta.pop(key)
+
+
+def _set(key, value):
+    return lambda meta: meta.__setitem__(key, value)
+
+
+MALFORMED_NTK = {
+    "no_groups": _drop("groups"),
+    "groups_not_rows": _set("groups", [5]),
+    "groups_of_strings": _set("groups", [["numeric", "0", "5"]]),
+    "iteration_none": _set("iteration", None),
+    "no_config": _drop("config"),
+    "no_generator": _drop("generator"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED_NTK))
+def test_a_malformed_dp_ntk_field_is_a_value_error(ntk_files, tmp_path, name):
+    """Third attack of s61, C2: a missing or ill-typed field raised ``KeyError`` or
+    ``TypeError`` (a traceback from ``privkernels report``); now a ``ValueError``."""
+    path = _edit(ntk_files["uniform"], tmp_path, MALFORMED_NTK[name])
+    with pytest.raises(ValueError):
+        dp_ntk.load(path)
+
+
+def test_a_dp_ntk_array_of_strings_is_a_value_error(ntk_files, tmp_path):
+    arrays, meta = checkpoint.load(ntk_files["uniform"])
+    arrays = {**arrays, "noisy_embedding": np.asarray([["a", "b"]])}
+    with pytest.raises(ValueError, match="arrays"):
+        dp_ntk.load(checkpoint.save(tmp_path / "s.npz", arrays, meta))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda b: b.__setitem__("class", "os"),
+        lambda b: b.__setitem__("params", [1, 2]),
+        lambda b: b["params"].__setitem__("bogus", 1),
+        lambda b: b["params"].__setitem__("width", "x"),
+    ],
+    ids=["class_os", "params_list", "unknown_param", "width_str"],
+)
+def test_a_malformed_estimator_file_is_a_value_error(tmp_path, change):
+    """C2 for `privkernels.sklearn.load`: a class outside the four estimators, parameters
+    that are not a mapping or that the estimator's own settings checks refuse."""
+    from privkernels.sklearn import DPNTKClassifier, load
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 3)), np.arange(40) % 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = DPNTKClassifier(classes=[0, 1], width=16, random_state=jax.random.key(0)).fit(x, y)
+    path = est.save(tmp_path / "c.npz")
+    edited = _edit(path, tmp_path, lambda meta: change(meta["estimator"]), name="e.npz")
+    with pytest.raises(ValueError):
+        load(edited)

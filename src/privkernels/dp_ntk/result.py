@@ -8,10 +8,12 @@ and only privkernels classes are rebuilt from a file).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -131,6 +133,18 @@ def load(
     return result_from(arrays, meta, generator=generator, network=network)
 
 
+@contextlib.contextmanager
+def _reading(field: str) -> Iterator[None]:
+    """Turn a missing or malformed ``field`` of a model file into a ``ValueError`` naming
+    it (a crafted file raised ``KeyError``/``TypeError`` and a traceback in the CLI)."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, AttributeError) as err:
+        raise ValueError(
+            f"the file's {field} is missing or malformed ({type(err).__name__})"
+        ) from None
+
+
 def result_from(
     arrays: dict[str, np.ndarray],
     meta: dict[str, Any],
@@ -139,9 +153,13 @@ def result_from(
     network: nn.Module | None,
     generator_params: Any = None,
 ) -> DPNTKResult:
-    """Rebuild a result from `release_arrays` / `release_meta` entries."""
-    report = PrivacyReport.from_dict(meta["report"])
-    config = DPNTKConfig.from_dict(meta["config"])
+    """Rebuild a result from `release_arrays` / `release_meta` entries (a field that is
+    missing or of the wrong kind is a ``ValueError`` naming it, no value; `check_fields`
+    then holds the fields to each other)."""
+    with _reading("report"):
+        report = PrivacyReport.from_dict(meta["report"])
+    with _reading("config"):
+        config = DPNTKConfig.from_dict(meta["config"])
     if report.private and (
         config.epsilon is None or abs(report.epsilon - config.epsilon) > 1e-9 * config.epsilon
     ):
@@ -150,26 +168,28 @@ def result_from(
         report, epsilon=config.epsilon, delta=config.delta, split=config.split,
         label_mode=config.label_mode,
     )  # fmt: skip
+    if generator is None:
+        generator = module_from_spec(meta.get("generator"), "generator")
+    if network is None:
+        network = module_from_spec(meta.get("network"), "network")
+    saved_generator = generator_params is None  # else a resume's, checked by unflatten_like
+    with _reading("arrays"):
+        if saved_generator:
+            generator_params = checkpoint.dict_tree(arrays, "generator_params")
+        ntk_params = checkpoint.dict_tree(arrays, "ntk_params")
+        noisy_embedding = jnp.asarray(arrays["noisy_embedding"])
+        loss_history = np.asarray(arrays["loss_history"], np.float32)
+    with _reading("groups"):
+        groups = tuple(ColumnGroup(*g) for g in meta["groups"])
+    with _reading("iteration"):
+        iteration = int(meta["iteration"])
     result = DPNTKResult(
-        generator=generator
-        if generator is not None
-        else module_from_spec(meta["generator"], "generator"),
-        generator_params=(
-            checkpoint.dict_tree(arrays, "generator_params")
-            if generator_params is None
-            else generator_params
-        ),
-        network=network if network is not None else module_from_spec(meta["network"], "network"),
-        ntk_params=checkpoint.dict_tree(arrays, "ntk_params"),
-        noisy_embedding=jnp.asarray(arrays["noisy_embedding"]),
-        noisy_proportions=arrays.get("noisy_proportions"),
-        report=report,
-        loss_history=np.asarray(arrays["loss_history"], np.float32),
-        config=config,
-        groups=tuple(ColumnGroup(*g) for g in meta["groups"]),
-        iteration=int(meta["iteration"]),
-    )
-    check_fields(result, saved_generator=generator_params is None)
+        generator=generator, generator_params=generator_params, network=network,
+        ntk_params=ntk_params, noisy_embedding=noisy_embedding,
+        noisy_proportions=arrays.get("noisy_proportions"), report=report,
+        loss_history=loss_history, config=config, groups=groups, iteration=iteration,
+    )  # fmt: skip
+    check_fields(result, saved_generator=saved_generator)
     return result
 
 
