@@ -31,6 +31,7 @@ import pytest
 
 from privkernels import dp_kip, dp_ntk, dp_ntk_regression
 from privkernels.data.schema import TabularSchema, categorical, numeric
+from privkernels.generators import ColumnGroup
 from privkernels.preprocessing import PrivateStandardScaler
 from privkernels.synth import fit_table
 
@@ -123,6 +124,10 @@ CASES: dict[str, Callable[[Path], Path]] = {
                                         epsilon=1.0, width=64),
     "private_standard_scaler": _scaler,
     "table_default": _table,
+    # dp_ntk.fit with column groups: its default network takes the marginal code (01eb4cb)
+    "dp_ntk_groups": _fit_case(dp_ntk, lambda: _tabular(80, 3), 14, epsilon=1.0, n_classes=2,
+                               iterations=3, batch_size=20,
+                               groups=(ColumnGroup("numeric", 0, 5),)),
 }  # fmt: skip
 
 
@@ -160,7 +165,7 @@ def _stored() -> dict[str, Any]:
     return json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {"cases": {}}
 
 
-@pytest.mark.slow  # about 80 s in all: ten small fits
+@pytest.mark.slow  # about 90 s in all: eleven small fits
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_same_key_same_release(case: str, tmp_path: Path) -> None:
     if jax.default_backend() != "cpu":
