@@ -244,6 +244,9 @@ class PrivatePipeline(Pipeline):
         ``epsilon=None``)."""
         private = dict(self._private_steps())  # a step without a report: refused first
         shape = _data_shape(X)
+        n_labels = getattr(y, "shape", (None,))[0] if y is not None else None
+        if shape is not None and n_labels is not None and n_labels != shape[0]:
+            raise ValueError("X and y hold different numbers of rows")  # no count named
         totals: dict[Any, tuple[float, float]] = {}
         for name, step in self.steps:
             if name in private:

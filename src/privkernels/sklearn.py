@@ -212,14 +212,17 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
 
     def _check_fit_labels(self, y: Any) -> None:
         """Refuse, before any noise, labels ``y`` outside the public ``classes`` with the
-        message `_encode_classes` gives (no label value in it); nothing to check without
-        ``classes`` or for labels that are not one flat column (the fit refuses those)."""
-        if getattr(self, "classes", None) is None or y is None:
+        message `_encode_classes` gives (no label value in it), and ``y`` that is missing
+        or not one column of labels; nothing to check without ``classes``."""
+        if getattr(self, "classes", None) is None:
             return
+        if y is None:
+            raise ValueError(f"{type(self).__name__} needs y, one label per row")
         y = np.asarray(y)
         y = y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
-        if y.ndim == 1:
-            _label_codes(y, self._public_classes())
+        if y.ndim != 1:
+            raise ValueError("y must be one column of labels")
+        _label_codes(y, self._public_classes())
 
     def _keys(self) -> tuple[Any, Any]:
         """``(key, public_key)`` of a fit (`privkernels.privacy.keys.seed_keys`), or the pair

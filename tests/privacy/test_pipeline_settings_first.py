@@ -178,3 +178,21 @@ def test_a_search_steps_candidates_are_checked_before_the_scalers_noise(name, mo
         make_private_pipeline(scaler, search).fit(x, np.where(y == 1, 7, y) if bad_label else y)
     assert acc.spent() == spent
     assert scaler.__dict__ == state
+
+
+@pytest.mark.parametrize("labels", ["two_columns", "one_short", "none"])
+def test_labels_of_the_wrong_shape_are_refused_before_the_scalers_noise(labels, monkeypatch):
+    """Third attack of s61, C5: the shape of ``y`` is public; it was refused only by the
+    classifier's fit, after the scaler in front had released."""
+    acc = BudgetAccountant(10.0, 1e-3)
+    x, y = _data()
+    y = {"two_columns": np.stack([y, y], 1), "one_short": y[:-1], "none": None}[labels]
+    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
+                                 budget_accountant=acc).fit(x)  # fmt: skip
+    est = DPNTKClassifier(0.5, 1e-6, classes=[0, 1], random_state=jax.random.key(1),
+                          budget_accountant=acc, **SMALL)  # fmt: skip
+    spent = acc.spent()
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError):
+        make_private_pipeline(scaler, est).fit(x, y)
+    assert acc.spent() == spent
