@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -522,15 +523,21 @@ def _check_auto_shift(s: Settings, shift: float, budget: Budget | None, dtype: s
             f"epsilon={budget.epsilon:.3g} is too small for the Gaussian sampling mechanism: "
             "kernel_shift='auto' (proportional to 1/epsilon) overflows a float"
         )
-    unit = 10.0 ** (math.floor(math.log10(exact)) - 2)  # rounded up to 3 significant digits
     raise ValueError(
         f"epsilon={budget.epsilon:.3g} is too small for the Gaussian sampling mechanism in "
         f"{dtype}: kernel_shift='auto' needs s = {shift:.3g}, and the sum of its "
         f"k = {AUTO_SHIFT_SAMPLES} samples would overflow ({SHIFT_SUM_MARGIN:g} k s must stay "
         f"<= {float(np.finfo(dtype).max):.3g}). The smallest epsilon that works with these "
-        f"n, delta, beta, weight_std, input_bound and split is {math.ceil(exact / unit) * unit:.3g}"
+        f"n, delta, beta, weight_std, input_bound and split is {_three_digits(exact, math.ceil):.3g}"
         + (" (or pass dtype='float64')" if dtype == "float32" else "")
     )
+
+
+def _three_digits(x: float, direction: Callable[[float], float]) -> float:
+    """``x > 0`` rounded to 3 significant digits by ``direction`` (``math.ceil``: up, for a
+    smallest value that works; ``math.floor``: down, for a largest)."""
+    unit = 10.0 ** (math.floor(math.log10(x)) - 2)
+    return direction(x / unit) * unit
 
 
 def _check_explicit_shift(
@@ -562,12 +569,11 @@ def _check_explicit_shift(
         if SHIFT_SUM_MARGIN * k * shift <= top:
             return
     largest = top / (SHIFT_SUM_MARGIN * k)
-    unit = 10.0 ** (math.floor(math.log10(largest)) - 2)  # rounded down to 3 significant digits
     raise ValueError(
         f"kernel_shift={shift:.3g} is too large for the Gaussian sampling mechanism in "
         f"{dtype}: the fit would draw k = {k} samples, and their sum would overflow "
         f"({SHIFT_SUM_MARGIN:g} k s must stay <= {top:.3g}). The largest kernel_shift that "
-        f"works with this k is {math.floor(largest / unit) * unit:.3g} (or pass a smaller k"
+        f"works with this k is {_three_digits(largest, math.floor):.3g} (or pass a smaller k"
         + (", or dtype='float64')" if dtype == "float32" else ")")
     )
 
