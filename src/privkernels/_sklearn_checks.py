@@ -34,4 +34,6 @@ def checked_data(
         check_numeric(y, "y")
     if isinstance(y, str) and y == "no_validation":  # X alone (scikit-learn's convention)
         return validate_data(est, X, reset=reset, **kwargs)
+    if y is not None and np.shape(y)[:1] != np.shape(X)[:1]:  # scikit-learn's names both n
+        raise ValueError("X and y hold different numbers of rows")
     return validate_data(est, X, y, reset=reset, **kwargs)

@@ -60,6 +60,9 @@ class ColumnGroup:
             raise ValueError(
                 f"ColumnGroup.kind must be 'numeric' or 'categorical', got {self.kind!r}"
             )
+        bounds = (self.start, self.stop)
+        if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in bounds):
+            raise TypeError("ColumnGroup start and stop must be ints")
         if not (0 <= self.start < self.stop):
             raise ValueError(
                 f"ColumnGroup needs 0 <= start < stop, got [{self.start}, {self.stop})"

@@ -41,6 +41,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from sklearn.base import OneToOneFeatureMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import Pipeline, make_pipeline
@@ -136,6 +137,15 @@ def _holds_private(step: Any) -> bool:
     """Whether a step's parameters hold a private estimator or a budget accountant."""
     params = step.get_params(deep=True) if hasattr(step, "get_params") else {}
     return any(_private_value(v) for v in params.values())
+
+
+def _rows(data: Any) -> int | None:
+    """The number of rows of an array, a frame, a series or a list (None: a mapping of
+    columns, or no data)."""
+    if data is None or isinstance(data, dict):
+        return None
+    shape = np.shape(data) if not hasattr(data, "shape") else data.shape
+    return int(shape[0]) if len(shape) else None
 
 
 def _data_shape(X: Any) -> tuple[int, ...] | None:
@@ -244,8 +254,7 @@ class PrivatePipeline(Pipeline):
         ``epsilon=None``)."""
         private = dict(self._private_steps())  # a step without a report: refused first
         shape = _data_shape(X)
-        n_labels = getattr(y, "shape", (None,))[0] if y is not None else None
-        if shape is not None and n_labels is not None and n_labels != shape[0]:
+        if _rows(y) is not None and _rows(X) is not None and _rows(y) != _rows(X):
             raise ValueError("X and y hold different numbers of rows")  # no count named
         totals: dict[Any, tuple[float, float]] = {}
         for name, step in self.steps:

@@ -955,7 +955,15 @@ class DPNTKGenerator(_DPEstimator):
             raise TypeError(f"schema must be a TabularSchema, dict or path, got {type(s).__name__}")
         return s
 
+    def _check_owned_options(self) -> None:
+        """Refuse ``fit_options`` that `fit` passes itself (`_GENERATOR_OWNS`): a second
+        value would fail after a pipeline step's noise, or be dropped silently."""
+        owned = sorted(set(self.fit_options or {}) & _GENERATOR_OWNS)
+        if owned:
+            raise ValueError(f"fit_options may not set {owned}: set them on the estimator")
+
     def fit(self, X: Any, y: Any = None) -> DPNTKGenerator:
+        self._check_owned_options()  # before any key or data
         key, public_key = self._keys()
         self._sample_base = sampling_key(key, public_key)
         opts: dict[str, Any] = dict(label_mode=self.label_mode, iterations=self.iterations,
@@ -1006,9 +1014,7 @@ class DPNTKGenerator(_DPEstimator):
         unknown = sorted(set(opts) - set(inspect.signature(dp_ntk.fit).parameters))
         if unknown:
             raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")
-        owned = sorted(set(opts) & _GENERATOR_OWNS)
-        if owned:  # the fit passes these itself: a second value would fail after noise
-            raise ValueError(f"fit_options may not set {owned}: set them on the estimator")
+        self._check_owned_options()
         runs = run_options(**{k: opts[k] for k in ("mesh", "resume", "chunk_size") if k in opts})
         if opts.get("checkpoint_every") is not None:
             check_int(opts["checkpoint_every"], "checkpoint_every", minimum=1)

@@ -573,3 +573,22 @@ def test_a_malformed_estimator_file_is_a_value_error(tmp_path, change):
     edited = _edit(path, tmp_path, lambda meta: change(meta["estimator"]), name="e.npz")
     with pytest.raises(ValueError):
         load(edited)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _set("iteration", float("inf")),
+        _set("iteration", "SECRET-7731"),
+        _set("groups", [["SECRET-7731", 0, 3]]),
+        _set("groups", [["numeric", 0.5, 2.5]]),
+    ],
+    ids=["iteration_inf", "iteration_text", "groups_kind_text", "groups_float_bounds"],
+)
+def test_a_malformed_field_names_no_file_value(ntk_files, tmp_path, change):
+    """Fourth attack of s61, F3/F5: an infinite iteration raised ``OverflowError``; a text
+    iteration or group kind was repeated in the message; float group bounds loaded."""
+    path = _edit(ntk_files["uniform"], tmp_path, change)
+    with pytest.raises(ValueError) as err:
+        dp_ntk.load(path)
+    assert "SECRET" not in str(err.value)

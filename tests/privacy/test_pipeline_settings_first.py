@@ -196,3 +196,45 @@ def test_labels_of_the_wrong_shape_are_refused_before_the_scalers_noise(labels, 
     with pytest.raises(ValueError):
         make_private_pipeline(scaler, est).fit(x, y)
     assert acc.spent() == spent
+
+
+@pytest.mark.parametrize("form", ["y_list", "x_list", "both_lists"])
+def test_a_row_count_mismatch_in_lists_is_refused_before_the_scalers_noise(form, monkeypatch):
+    """Fourth attack of s61, F1: with ``X`` or ``y`` a list the row counts were not
+    compared; the scaler released, then scikit-learn named both counts."""
+    acc = BudgetAccountant(10.0, 1e-3)
+    x, y = _data()
+    xs, ys = {"y_list": (x, list(y[:-1])), "x_list": (x.tolist(), y[:-1]),
+              "both_lists": (x.tolist(), list(y[:-1]))}[form]  # fmt: skip
+    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
+                                 budget_accountant=acc).fit(x)  # fmt: skip
+    est = DPNTKClassifier(0.5, 1e-6, classes=[0, 1], random_state=jax.random.key(1),
+                          budget_accountant=acc, **SMALL)  # fmt: skip
+    spent = acc.spent()
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="^X and y hold different numbers of rows$"):
+        make_private_pipeline(scaler, est).fit(xs, ys)
+    assert acc.spent() == spent
+
+
+def test_an_add_remove_fit_with_y_of_another_length_names_no_count(monkeypatch):
+    """F2: under add-remove n is private; scikit-learn's message named both counts."""
+    x, y = _data()
+    est = DPKIPClassifier(1.0, 1e-6, classes=[0, 1], epochs=1, batch_size=8,
+                          random_state=jax.random.key(1),
+                          fit_options={"neighbouring": "add-remove", "sampling_rate": 0.5})  # fmt: skip
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError) as err:
+        est.fit(x, y[:-1])
+    assert not any(c.isdigit() for c in str(err.value))
+
+
+def test_a_generators_own_options_are_refused_by_a_plain_fit(monkeypatch):
+    """F4: a standalone fit accepted ``fit_options={"iterations": 2}`` and saved a file its
+    own `load` then refused."""
+    x, y = _data()
+    gen = DPNTKGenerator(1.0, 1e-6, classes=[0, 1], random_state=jax.random.key(1),
+                         fit_options={"iterations": 2})  # fmt: skip
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="fit_options may not set"):
+        gen.fit(x, y)

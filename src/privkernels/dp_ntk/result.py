@@ -134,12 +134,17 @@ def load(
 
 
 @contextlib.contextmanager
-def _reading(field: str) -> Iterator[None]:
+def _reading(field: str, *also: type[Exception]) -> Iterator[None]:
     """Turn a missing or malformed ``field`` of a model file into a ``ValueError`` naming
-    it (a crafted file raised ``KeyError``/``TypeError`` and a traceback in the CLI)."""
+    it and no value (a crafted file raised ``KeyError``/``TypeError``/``OverflowError`` and
+    a traceback in the CLI); ``also``: more errors to rename (a ``ValueError`` that would
+    repeat the file's value)."""
+    caught: tuple[type[Exception], ...] = (
+        KeyError, TypeError, IndexError, AttributeError, OverflowError, *also,
+    )  # fmt: skip
     try:
         yield
-    except (KeyError, TypeError, IndexError, AttributeError) as err:
+    except caught as err:
         raise ValueError(
             f"the file's {field} is missing or malformed ({type(err).__name__})"
         ) from None
@@ -179,10 +184,10 @@ def result_from(
         ntk_params = checkpoint.dict_tree(arrays, "ntk_params")
         noisy_embedding = jnp.asarray(arrays["noisy_embedding"])
         loss_history = np.asarray(arrays["loss_history"], np.float32)
-    with _reading("groups"):
+    with _reading("groups", ValueError):
         groups = tuple(ColumnGroup(*g) for g in meta["groups"])
-    with _reading("iteration"):
-        iteration = int(meta["iteration"])
+    with _reading("iteration", ValueError):
+        iteration = check_int(meta["iteration"], "iteration", minimum=0)
     result = DPNTKResult(
         generator=generator, generator_params=generator_params, network=network,
         ntk_params=ntk_params, noisy_embedding=noisy_embedding,
