@@ -200,7 +200,8 @@ def check_seed(seed: Any, *, name: str = "random_state") -> None:
     `privkernels._validation.check_key`): reads no data and draws nothing, so a pipeline
     can run it before any step's noise (`seed_keys` runs it first too). An int must fit
     ``jax.random.key``'s signed 64 bits (``ValueError``; the CLI's ``--seed`` takes
-    ``[0, 2**63)``)."""
+    ``[0, 2**63)``). With 64-bit JAX types off, ``jax.random.key`` keeps an int's low 32
+    bits: ints that differ only above them give one key (an int seed is public anyway)."""
     if seed is None:
         return
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
