@@ -32,6 +32,18 @@ def _data() -> tuple[np.ndarray, np.ndarray]:
     return x, (x[:, 0] > 0).astype(int)
 
 
+def _scaler(acc: BudgetAccountant, x: np.ndarray) -> PrivateMinMaxScaler:
+    """The private scaler in front of each pipeline, fitted (charged once to ``acc``)."""
+    return PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
+                               budget_accountant=acc).fit(x)  # fmt: skip
+
+
+def _classifier(acc: BudgetAccountant) -> DPNTKClassifier:
+    """A small classifier with public classes [0, 1], charged to ``acc``."""
+    return DPNTKClassifier(0.5, 1e-6, classes=[0, 1], random_state=jax.random.key(1),
+                           budget_accountant=acc, **SMALL)  # fmt: skip
+
+
 def _search(**kw: object) -> PrivateSearchCV:
     reg = DPNTKRegressor(0.5, 1e-6, **SMALL)  # type: ignore[arg-type]
     return PrivateSearchCV(reg, {"reg": [0.1, 1.0]}, epsilon=1.0, delta=1e-6, **kw)  # type: ignore[arg-type]
@@ -84,8 +96,7 @@ def test_a_later_steps_setting_is_refused_before_the_scalers_noise(
 ):
     acc = BudgetAccountant(10.0, 1e-3)
     x, y = _data()
-    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
-                                 budget_accountant=acc).fit(x)  # fmt: skip
+    scaler = _scaler(acc, x)
     kw = {"random_state": jax.random.key(1), "budget_accountant": acc, **params}
     est = step(**kw) if step is _search else step(0.5, 1e-6, **kw)
     pipe = make_private_pipeline(scaler, est)
@@ -113,8 +124,7 @@ def test_a_label_outside_a_later_steps_classes_is_refused_before_the_scalers_noi
     message (no label value in it), not when the step fits after the scaler released."""
     acc = BudgetAccountant(10.0, 1e-3)
     x, y = _data()
-    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
-                                 budget_accountant=acc).fit(x)  # fmt: skip
+    scaler = _scaler(acc, x)
     est = step(0.5, 1e-6, random_state=jax.random.key(1), budget_accountant=acc, **params)
     pipe = make_private_pipeline(scaler, est)
     spent, state = acc.spent(), dict(scaler.__dict__)
@@ -135,8 +145,7 @@ def test_a_bad_grid_value_is_refused_before_any_noise(grid, monkeypatch) -> None
     reg = DPNTKRegressor(0.5, 1e-6, **SMALL)  # type: ignore[arg-type]
     search = PrivateSearchCV(reg, grid, epsilon=1.0, delta=1e-6, random_state=jax.random.key(1),
                              budget_accountant=acc)  # fmt: skip
-    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
-                                 budget_accountant=acc).fit(x)  # fmt: skip
+    scaler = _scaler(acc, x)
     spent = acc.spent()
     forbid_noise(monkeypatch)
     with pytest.raises(ValueError):
@@ -169,8 +178,7 @@ def test_a_search_steps_candidates_are_checked_before_the_scalers_noise(name, mo
     make, bad_label = SEARCH_STEPS[name]
     acc = BudgetAccountant(10.0, 1e-3)
     x, y = _data()
-    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
-                                 budget_accountant=acc).fit(x)  # fmt: skip
+    scaler = _scaler(acc, x)
     search = make().set_params(random_state=jax.random.key(1), budget_accountant=acc)
     spent, state = acc.spent(), dict(scaler.__dict__)
     forbid_noise(monkeypatch)
@@ -187,10 +195,8 @@ def test_labels_of_the_wrong_shape_are_refused_before_the_scalers_noise(labels, 
     acc = BudgetAccountant(10.0, 1e-3)
     x, y = _data()
     y = {"two_columns": np.stack([y, y], 1), "one_short": y[:-1], "none": None}[labels]
-    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
-                                 budget_accountant=acc).fit(x)  # fmt: skip
-    est = DPNTKClassifier(0.5, 1e-6, classes=[0, 1], random_state=jax.random.key(1),
-                          budget_accountant=acc, **SMALL)  # fmt: skip
+    scaler = _scaler(acc, x)
+    est = _classifier(acc)
     spent = acc.spent()
     forbid_noise(monkeypatch)
     with pytest.raises(ValueError):
@@ -206,10 +212,8 @@ def test_a_row_count_mismatch_in_lists_is_refused_before_the_scalers_noise(form,
     x, y = _data()
     xs, ys = {"y_list": (x, list(y[:-1])), "x_list": (x.tolist(), y[:-1]),
               "both_lists": (x.tolist(), list(y[:-1]))}[form]  # fmt: skip
-    scaler = PrivateMinMaxScaler(0.5, 1e-6, bounds=(-4.0, 4.0), random_state=jax.random.key(0),
-                                 budget_accountant=acc).fit(x)  # fmt: skip
-    est = DPNTKClassifier(0.5, 1e-6, classes=[0, 1], random_state=jax.random.key(1),
-                          budget_accountant=acc, **SMALL)  # fmt: skip
+    scaler = _scaler(acc, x)
+    est = _classifier(acc)
     spent = acc.spent()
     forbid_noise(monkeypatch)
     with pytest.raises(ValueError, match="^X and y hold different numbers of rows$"):
