@@ -144,7 +144,7 @@ def _rows(data: Any) -> int | None:
     columns, or no data)."""
     if data is None or isinstance(data, dict):
         return None
-    shape = np.shape(data) if not hasattr(data, "shape") else data.shape
+    shape = getattr(data, "shape", None) or np.shape(data)  # a sparse matrix: its own shape
     return int(shape[0]) if len(shape) else None
 
 
@@ -254,7 +254,8 @@ class PrivatePipeline(Pipeline):
         ``epsilon=None``)."""
         private = dict(self._private_steps())  # a step without a report: refused first
         shape = _data_shape(X)
-        if _rows(y) is not None and _rows(X) is not None and _rows(y) != _rows(X):
+        n_x, n_y = _rows(X), _rows(y)
+        if n_x is not None and n_y is not None and n_x != n_y:
             raise ValueError("X and y hold different numbers of rows")  # no count named
         totals: dict[Any, tuple[float, float]] = {}
         for name, step in self.steps:
