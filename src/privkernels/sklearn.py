@@ -296,6 +296,27 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
             self.n_features_in_ = meta["estimator"]["n_features_in_"]
         if "estimator/classes_" in arrays:
             self.classes_ = arrays["estimator/classes_"]
+            self._check_restored_classes(result)
+
+    def _check_restored_classes(self, result: Any) -> None:
+        """Refuse (``ValueError``, no label named) a file whose ``classes_`` are not distinct
+        labels, differ from its public ``classes`` parameter, or are not one per class of the
+        model: an edited file would otherwise map scores to the wrong labels."""
+        classes = np.asarray(self.classes_)
+        if classes.ndim != 1 or len(np.unique(classes)) != classes.shape[0]:
+            raise ValueError("the file's classes_ is not a flat list of distinct labels")
+        if getattr(self, "classes", None) is not None:
+            public = self._public_classes()
+            if (
+                public.shape != classes.shape
+                or public.astype(str).tolist() != classes.astype(str).tolist()
+            ):
+                raise ValueError("the file's classes_ differ from its classes parameter")
+        n = getattr(getattr(result, "config", None), "n_classes", None)
+        if n is not None and int(n) != classes.shape[0]:
+            raise ValueError(
+                f"the file's classes_ name {classes.shape[0]} classes, its model {int(n)}"
+            )
 
 
 def _label_codes(y: np.ndarray, classes: np.ndarray) -> np.ndarray:

@@ -592,3 +592,63 @@ def test_a_malformed_field_names_no_file_value(ntk_files, tmp_path, change):
     with pytest.raises(ValueError) as err:
         dp_ntk.load(path)
     assert "SECRET" not in str(err.value)
+
+
+def _set_params_classes(classes):
+    return lambda meta: meta["estimator"]["params"].__setitem__("classes", classes)
+
+
+def _set_classes_array(arrays, classes):
+    arrays["estimator/classes_"] = np.asarray(classes)
+
+
+@pytest.fixture(scope="module")
+def classifier_file(tmp_path_factory):
+    from privkernels.sklearn import DPNTKClassifier
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(45, 3)), np.arange(45) % 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = DPNTKClassifier(classes=[0, 1, 2], width=16, random_state=0).fit(x, y)
+    return est.save(tmp_path_factory.mktemp("clf") / "c.npz"), x
+
+
+def test_an_unedited_classifier_file_loads_with_its_classes(classifier_file):
+    from privkernels.sklearn import load
+
+    path, x = classifier_file
+    est = load(path)
+    assert est.classes_.tolist() == [0, 1, 2]
+    assert set(est.predict(x).tolist()) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize(
+    "classes", [[0, 1], [0, 1, 2, 3], [5, 6, 7]], ids=["fewer", "more", "relabelled"]
+)
+def test_a_classifier_file_whose_classes_parameter_was_edited_is_refused(
+    classifier_file, tmp_path, classes
+):
+    """Left alone in s61: ``params.classes`` edited to other labels loaded, and predictions
+    then named labels the model was never fitted with."""
+    from privkernels.sklearn import load
+
+    edited = _edit(classifier_file[0], tmp_path, _set_params_classes(classes), name="e.npz")
+    with pytest.raises(ValueError, match="classes"):
+        load(edited)
+
+
+@pytest.mark.parametrize(
+    "classes", [[0, 1], [0, 0, 1], [[0, 1, 2]]], ids=["fewer", "repeated", "nested"]
+)
+def test_a_classifier_file_whose_classes_array_was_edited_is_refused(
+    classifier_file, tmp_path, classes
+):
+    from privkernels.sklearn import load
+
+    arrays, meta = checkpoint.load(classifier_file[0])
+    meta["estimator"]["params"]["classes"] = None  # only the model can disagree now
+    _set_classes_array(arrays, classes)
+    edited = checkpoint.save(tmp_path / "a.npz", arrays, meta)
+    with pytest.raises(ValueError, match="classes"):
+        load(edited)
