@@ -138,3 +138,14 @@ def test_the_named_largest_shift_fits_and_twice_it_is_refused(monkeypatch):
             epsilon=1.0,
             kernel_shift=2 * largest,
         )
+
+
+def test_a_huge_explicit_shift_is_refused_naming_the_shift_not_only_epsilon(monkeypatch):
+    """Left alone in s61: float64 with kernel_shift=1e200 was refused as "epsilon_alpha too
+    small" although epsilon was 1; the message now names the explicit shift too."""
+    x = _unit_rows()
+    forbid_noise(monkeypatch, samplers=False)
+    with jax.enable_x64(True), pytest.raises(ValueError) as err:
+        R.fit(jax.random.key(7), x, x[:, 0], neighbouring="beta-close", epsilon=1.0,
+              kernel_shift=1e200, dtype="float64")  # fmt: skip
+    assert "kernel_shift" in str(err.value)

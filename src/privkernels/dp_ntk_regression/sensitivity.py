@@ -78,9 +78,10 @@ def _k_from_m(m_bound: float, epsilon_alpha: float, delta_alpha: float) -> float
     """Largest real k with ``M <= eps / sqrt(8 k log(1/delta))`` (eq. (1) when M is
     the paper's M); ``-inf`` when even k = 1 violates ``M <= Delta(1)``.
 
-    Raises ``ValueError`` when ``M**2`` underflows to 0 in float64 (an epsilon so small
-    that the kernel shift chosen for it drives ``M`` below ~1e-154): the condition cannot
-    be evaluated then, and no k is claimed. Every number in the message is public.
+    Raises ``ValueError`` when ``M**2`` underflows to 0 in float64 (``M`` below ~1e-154:
+    an epsilon so small that the automatic kernel shift chosen for it is huge, or a huge
+    explicit ``kernel_shift`` / ``eta_min``): the condition cannot be evaluated then, and
+    no k is claimed. Every number in the message is public.
     """
     eight_log, delta_at_1 = delta_branches(epsilon_alpha, delta_alpha)
     if not m_bound <= delta_at_1:
@@ -88,10 +89,11 @@ def _k_from_m(m_bound: float, epsilon_alpha: float, delta_alpha: float) -> float
     denom = eight_log * m_bound**2
     if not denom > 0.0:
         raise ValueError(
-            f"epsilon_alpha={epsilon_alpha:.3g} is too small for the Gaussian sampling "
-            f"mechanism in float64: its sensitivity bound M = {m_bound:.3g} squared underflows "
-            "to 0, so the condition M <= Delta(k) (Gu et al., eq. (1)) cannot be evaluated; "
-            "use a larger epsilon (or kernel share of split)"
+            f"the sensitivity bound M = {m_bound:.3g} (at epsilon_alpha={epsilon_alpha:.3g}) is "
+            "too small for the Gaussian sampling mechanism in float64: M squared underflows "
+            "to 0, so the condition M <= Delta(k) (Gu et al., eq. (1)) cannot be evaluated. "
+            "M = n sigma^2 B^4 beta / eta_min: use a larger epsilon (or kernel share of split) "
+            "with the automatic kernel_shift, or a smaller explicit kernel_shift / eta_min"
         )
     return epsilon_alpha**2 / denom
 
