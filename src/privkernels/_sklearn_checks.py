@@ -30,6 +30,7 @@ def checked_data(
         )
     if reset:
         check_fit_rows(X, "X")
+    _check_shapes(X, y, bool(kwargs.get("multi_output")))
     if kwargs.get("y_numeric"):
         check_numeric(y, "y")
     if isinstance(y, str) and y == "no_validation":  # X alone (scikit-learn's convention)
@@ -37,3 +38,19 @@ def checked_data(
     if y is not None and np.shape(y)[:1] != np.shape(X)[:1]:  # scikit-learn's names both n
         raise ValueError("X and y hold different numbers of rows")
     return validate_data(est, X, y, reset=reset, **kwargs)
+
+
+def _check_shapes(X: Any, y: Any, multi_output: bool) -> None:
+    """Refuse ``X`` without columns and ``y`` of the wrong rank before scikit-learn does: its
+    messages print the whole shape, whose row count is private under add-remove."""
+    if np.ndim(X) == 2 and np.shape(X)[1] == 0:
+        raise ValueError("X has no features (0 columns)")
+    if y is None or (isinstance(y, str) and y == "no_validation"):
+        return
+    ndim = np.ndim(y)
+    if ndim > 2 or (ndim == 2 and not multi_output and np.shape(y)[1] != 1):
+        cols = "" if ndim > 2 else f" with {np.shape(y)[1]} columns"
+        raise ValueError(
+            f"y must be one column of labels (1-D, or 2-D with one column), got a {ndim}-D "
+            f"array{cols}"
+        )

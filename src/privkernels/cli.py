@@ -467,8 +467,14 @@ def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
     return np.column_stack(feats).astype(np.float32), y
 
 
+#: A label the CLI reads as an integer: optional sign, ASCII digits, within int64.
+_INT_LABEL = re.compile(r"[+-]?[0-9]{1,18}")
+
+
 def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
+    """Whether ``text`` is an int64 label (``str.isdigit`` also accepts superscripts, which
+    ``int`` refuses; 19+ digits may overflow int64)."""
+    return _INT_LABEL.fullmatch(text) is not None
 
 
 def _typed_labels(y: np.ndarray, classes: list[str] | None) -> tuple[np.ndarray, list[Any] | None]:

@@ -228,7 +228,7 @@ def private_standardize(
     Public ``bounds``: one `column_moments` release at the whole ``budget``. None: the
     budget is split by `standardize_budgets` between `column_bounds` and `column_moments`.
     """
-    x = _rows(X)
+    x = _rows(X, "y" if what == "target" else "X")
     k_bounds, k_moments = jax.random.split(key)
     if bounds is None:
         b_bounds, b_mom = standardize_budgets(budget)

@@ -54,7 +54,7 @@ from privkernels import checkpoint, dp_kip, dp_ntk
 from privkernels import dp_ntk_regression as R
 from privkernels._sklearn_accounting import AccountedMixin
 from privkernels._sklearn_checks import checked_data
-from privkernels._validation import check_fraction, check_int
+from privkernels._validation import check_finite, check_fraction, check_int
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_kip.estimator_defaults import (
@@ -482,6 +482,10 @@ class _RegressionBase(_DPEstimator):
         before any noise (`privkernels.privacy.accountant.charged_release`)."""
         share = self._share()
         self._check_settings(share)
+        if share is not None:  # the private scales read X (and y) in float32: refuse first
+            check_finite(np.asarray(X, np.float64), "X", dtype=np.float32)
+            if n_classes is None:
+                check_finite(np.asarray(y, np.float64), "y", dtype=np.float32)
         acc = self._accountant()
         charged_release(
             acc, self.epsilon, self.delta, str(self.neighbouring),
