@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -38,12 +39,13 @@ import numpy as np
 
 import privkernels
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
-from privkernels._validation import MIN_FIT_ROWS, check_fit_rows
+from privkernels._validation import MIN_FIT_ROWS, check_fit_rows, check_numeric
 from privkernels.data.frames import infer_schema, read_csv, write_csv
 from privkernels.data.schema import MISSING_TOKENS, TabularSchema
 from privkernels.privacy.accountant import LEDGER_FORMAT, BudgetAccountant, ledger_lock
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
 from privkernels.privacy.report import PrivacyReport
+from privkernels.privacy.warnings import PrivacyLeakWarning
 from privkernels.synth import fit_table, load_table_synth
 from privkernels.tuning import events_of_report, same_events
 
@@ -51,6 +53,14 @@ __all__ = ["main"]
 
 #: The smallest number of rows a command fits on: the one rule of every fit.
 MIN_ROWS = MIN_FIT_ROWS
+
+#: The note of every ``synth`` fit whose public schema allows missing values (`_read_table`).
+MISSING_NOTE = (
+    "privkernels synth told its caller, without noise, which of the schema's nullable columns "
+    "hold '?' or empty cells in the private data (a PrivacyLeakWarning on stderr, not in any "
+    "released file); that message is not covered by the (epsilon, delta) guarantee. This note "
+    "is written whenever the schema allows missing values, whatever the data holds"
+)
 
 #: Defaults resolved after the checks (``None`` in the parser, so that a value the user
 #: gave can be told from the default: ``synth --model`` refuses a given ``--delta``).
@@ -425,8 +435,9 @@ def _missing_columns(cols: dict[str, np.ndarray], names: Sequence[str]) -> list[
 
 
 def _read_table(path: str, schema: TabularSchema) -> dict[str, np.ndarray]:
-    """The CSV's schema columns and label; says which columns are dropped and which hold
-    missing-value markers (column names are public schema; no value, no count)."""
+    """The CSV's schema columns and label; says which columns are dropped (public: the
+    header) and warns which hold missing-value markers (read from the private records
+    without noise: a `PrivacyLeakWarning`; column names only, no value, no count)."""
     cols = _read_rows(path)
     used = [c.name for c in schema.columns] + [schema.label]
     extra = [c for c in cols if c not in used]
@@ -434,8 +445,21 @@ def _read_table(path: str, schema: TabularSchema) -> dict[str, np.ndarray]:
         _say(f"warning: DATA column(s) {extra} are not in the schema: dropped, not read")
     missing = _missing_columns(cols, used)
     if missing:
-        _say(f"note: column(s) {missing} hold '?' or empty cells: read as missing values")
+        warnings.warn(f"column(s) {missing} hold '?' or empty cells (read as missing values): "
+                      "which columns hold them was read from the private data without noise; "
+                      "the privacy guarantee does not cover it", PrivacyLeakWarning,
+                      stacklevel=2)  # fmt: skip
     return {c: cols[c] for c in used if c in cols}
+
+
+def _with_missing_note(model: Any, report: PrivacyReport) -> tuple[Any, PrivacyReport]:
+    """``model`` and ``report`` with `MISSING_NOTE` when the public schema allows a missing
+    value in some column (then `_read_table` may have warned): keyed on the schema, never on
+    the data, so the released report carries no bit read without noise."""
+    if not any(c.nullable for c in model.schema.columns):
+        return model, report
+    result = dataclasses.replace(model.result, report=model.report.with_note(MISSING_NOTE))
+    return dataclasses.replace(model, result=result), report.with_note(MISSING_NOTE)
 
 
 def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -444,7 +468,7 @@ def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
         with np.load(path, allow_pickle=False) as z:
             if "x" not in z.files or "y" not in z.files:
                 raise ValueError(f"{path} must hold arrays 'x' and 'y'")
-            x, y = np.asarray(z["x"], np.float32), np.asarray(z["y"])
+            x, y = _npz_features(z["x"]), np.asarray(z["y"])
         _check_rows(len(x))
         return x, y
     cols = _read_rows(path)
@@ -467,13 +491,26 @@ def _read_xy(path: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
     return np.column_stack(feats).astype(np.float32), y
 
 
-#: A label the CLI reads as an integer: optional sign, ASCII digits, within int64.
-_INT_LABEL = re.compile(r"[+-]?[0-9]{1,18}")
+def _npz_features(x: np.ndarray) -> np.ndarray:
+    """An ``.npz``'s ``x`` as float32, refused without a value in the message when it holds
+    text that is not a number (numpy's parse quotes the cell), complex numbers (a cast
+    would drop their imaginary parts, as the Python API refuses) or no numbers at all."""
+    check_numeric(x, "DATA's x")
+    if x.dtype.kind not in "biufSU":  # dates, durations, records: no number to read
+        raise ValueError(f"DATA's x must hold numbers, not {x.dtype.kind!r}-kind values")
+    return np.asarray(x, np.float32)
+
+
+#: A label the CLI reads as an integer: the canonical ASCII decimal form of an int64
+#: (``str(int(t)) == t``: no sign but a leading '-', no leading zero, no '-0').
+_INT_LABEL = re.compile(r"0|-?[1-9][0-9]{0,17}")
 
 
 def _is_int(text: str) -> bool:
-    """Whether ``text`` is an int64 label (``str.isdigit`` also accepts superscripts, which
-    ``int`` refuses; 19+ digits may overflow int64)."""
+    """Whether ``text`` is an int64 label written as ``str(int(text))`` writes it, so that
+    reading it as an int merges no two labels ('1' and '01' stay two classes, as strings);
+    ``str.isdigit`` also accepts superscripts, which ``int`` refuses; 19+ digits may
+    overflow int64."""
     return _INT_LABEL.fullmatch(text) is not None
 
 
@@ -584,6 +621,7 @@ def _cmd_synth(a: argparse.Namespace) -> int:
                                       iterations=a.iterations, progress=not a.quiet,
                                       public_key=public_key)  # fmt: skip
                 report = model.report
+        model, report = _with_missing_note(model, report)
         k_sample = sampling_key(key, public_key)
         model.save(_model_path(out))
     write_csv(model.sample(k_sample, n), out)

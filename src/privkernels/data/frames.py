@@ -287,19 +287,39 @@ def infer_schema(
 
 
 def read_csv(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """A CSV file with a header row -> ``{column: object array of str}`` (no pandas needed)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
-    if not rows or not rows[0]:
-        raise ValueError(f"{path}: no header row")
-    header = [h.strip() for h in rows[0]]
-    body = [r for r in rows[1:] if r]
+    """A UTF-8 CSV file with a header row -> ``{column: object array of str}`` (no pandas).
+
+    A UTF-8 byte-order mark is dropped. Every refusal is a ``ValueError`` that names the
+    file and the kind of problem, never a byte, a cell, a row number or a row count (the
+    count is private under add-remove neighbours): text that is not UTF-8, a field over
+    `csv.field_size_limit`, a header repeating a column name (refused before any data row
+    is read), rows of the wrong length.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            header = [h.strip() for h in next(reader, [])]
+            _check_header(path, header)
+            body = [r for r in reader if r]
+    except UnicodeDecodeError:  # its message holds a byte of the file and its offset
+        raise ValueError(f"{path} is not UTF-8 text (save the CSV as UTF-8)") from None
+    except csv.Error as err:  # a field over the limit, or a NUL byte; the message is dropped
+        what = "a field is longer than csv's field size limit" if "limit" in str(err) else (
+            "csv cannot parse it")  # fmt: skip
+        raise ValueError(f"{path} is not a readable CSV: {what}") from None
     if not body:
         raise ValueError(f"{path}: no data rows")
-    bad = [i + 2 for i, r in enumerate(body) if len(r) != len(header)]
-    if bad:
-        raise ValueError(f"{path}: rows {bad[:5]} do not have {len(header)} fields")
+    if any(len(r) != len(header) for r in body):
+        raise ValueError(f"{path}: some rows do not have {len(header)} fields")
     return {h: np.array([r[j].strip() for r in body], dtype=object) for j, h in enumerate(header)}
+
+
+def _check_header(path: str | os.PathLike[str], header: list[str]) -> None:
+    """A header row that names each column once (a dict of columns keeps one of each)."""
+    if not header:
+        raise ValueError(f"{path}: no header row")
+    if len(set(header)) != len(header):
+        raise ValueError(f"{path}: the header repeats a column name (each column needs its own)")
 
 
 def write_csv(columns: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
