@@ -139,7 +139,8 @@ def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
 def _check_no_leak(est: Any, table: bool) -> None:
     """Refuse a candidate that would read the private data without noise (its search
     report could not cover it): labels or a schema read from the data, diagnostics."""
-    if table and getattr(est, "schema", "") is None:
+    table = table and hasattr(est, "schema")  # only a generator reads a table's schema
+    if table and est.schema is None:
         raise ValueError("pass the public schema= to the generator: a search infers none")
     if not table and not is_regressor(est) and getattr(est, "classes", None) is None:
         raise ValueError(
@@ -300,11 +301,20 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             if hasattr(est, "_check_fit_labels"):
                 est._check_fit_labels(y)
 
+    def _check_fit_data(self, X: Any, y: Any) -> None:
+        """Every candidate's own data checks on ALL rows, before the first candidate's
+        noise: a fit sees only its training rows, so a bad validation row (a label outside
+        ``classes``, a NaN target, a value outside the schema) would otherwise be found
+        after a release, or scored."""
+        for cand in self._candidates(X, y):
+            clone(cand.base).set_params(**cand.params)._check_fit_data(X, y)
+
     def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
         """Run the search on the private ``(X, y)``; see the class docstring."""
         Budget(self.epsilon, self.delta)  # a bad budget fails first, before any data
         cands = self._candidates(X, y)
         relation = self._relation(cands)
+        self._check_fit_data(X, y)
         n = _n_rows(X)
         key, public_key = seed_keys(self.random_state)
         with seeded_call():

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 import jax
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -54,7 +54,7 @@ from privkernels import checkpoint, dp_kip, dp_ntk
 from privkernels import dp_ntk_regression as R
 from privkernels._sklearn_accounting import AccountedMixin
 from privkernels._sklearn_checks import checked_data
-from privkernels._validation import check_finite, check_fraction, check_int
+from privkernels._validation import check_finite, check_fraction, check_int, check_numeric
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_kip.estimator_defaults import (
@@ -94,7 +94,7 @@ from privkernels.privacy.warnings import ProjectionWarning, SmallSampleWarning, 
 from privkernels.scores import binary_decision, scores_to_proba
 from privkernels.search import PrivateSearchCV
 from privkernels.synth import FORMAT as TABLE_FORMAT
-from privkernels.synth import fit_table, load_table_synth
+from privkernels.synth import check_table, fit_table, load_table_synth
 
 __all__ = [
     "DPKIPClassifier",
@@ -224,6 +224,21 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
             raise ValueError("y must be one column of labels")
         _label_codes(y, self._public_classes())
 
+    #: `checked_data` keywords of this estimator's fit (its compute dtype, target kind).
+    _fit_data: ClassVar[dict[str, Any]] = {"dtype": np.float64}
+
+    def _checked(self, X: Any, y: Any) -> tuple[Any, Any]:
+        """``(X, y)`` as this estimator's fit reads them, refused (``ValueError``, no value
+        named) where the fit would refuse them before its noise."""
+        return checked_data(self, X, y, **self._fit_data)
+
+    def _check_fit_data(self, X: Any, y: Any) -> None:
+        """Every refusal `fit` makes on ``(X, y)`` before its noise, run on a clone (nothing
+        is fitted or set here): `PrivateSearchCV` runs it on all rows before its first
+        candidate, whose fit sees only some of them."""
+        clone(self)._checked(X, y)
+        self._check_fit_labels(y)
+
     def _keys(self) -> tuple[Any, Any]:
         """``(key, public_key)`` of a fit (`privkernels.privacy.keys.seed_keys`), or the pair
         a `PrivateSearchCV` run hands this fit (consumed once)."""
@@ -284,6 +299,8 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         arrays, meta = checkpoint.load(p)
         if hasattr(self, "classes_"):
             c = np.asarray(self.classes_)
+            if c.dtype.kind == "O":  # e.g. ints from a pandas object column: keep them numbers
+                c = np.asarray(c.tolist())
             arrays["estimator/classes_"] = c if c.dtype.kind in "biuf" else c.astype(str)
         meta["estimator"] = {"format": FORMAT, "class": type(self).__name__,
                              "params": _json_params(self.get_params()),
@@ -294,29 +311,67 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         setattr(self, self._result_attr, result)
         if meta["estimator"]["n_features_in_"]:
             self.n_features_in_ = meta["estimator"]["n_features_in_"]
-        if "estimator/classes_" in arrays:
+        has = "estimator/classes_" in arrays
+        if has != self._expects_classes(result):
+            raise ValueError(
+                f"the file's model and its classes_ do not make a {type(self).__name__}"
+            )
+        if has:
             self.classes_ = arrays["estimator/classes_"]
             self._check_restored_classes(result)
 
     def _check_restored_classes(self, result: Any) -> None:
-        """Refuse (``ValueError``, no label named) a file whose ``classes_`` are not distinct
-        labels, differ from its public ``classes`` parameter, or are not one per class of the
+        """Refuse (``ValueError``, no label named) a file whose ``classes_`` are not what
+        ``save`` writes (a sorted list of distinct, finite numbers, booleans or text),
+        differ from its public ``classes`` parameter, or are not one per class of the
         model: an edited file would otherwise map scores to the wrong labels."""
         classes = np.asarray(self.classes_)
-        if classes.ndim != 1 or len(np.unique(classes)) != classes.shape[0]:
-            raise ValueError("the file's classes_ is not a flat list of distinct labels")
+        kind = _label_kind(classes)
+        if kind is None or classes.ndim != 1 or classes.size == 0:
+            raise ValueError("the file's classes_ is not a list of numbers, booleans or text")
+        if kind == "number" and not np.all(np.isfinite(classes.astype(np.float64))):
+            raise ValueError("the file's classes_ holds a non-finite value")
+        if not np.array_equal(np.unique(classes), classes):
+            raise ValueError("the file's classes_ is not a sorted list of distinct labels")
         if getattr(self, "classes", None) is not None:
             public = self._public_classes()
-            if (
-                public.shape != classes.shape
-                or public.astype(str).tolist() != classes.astype(str).tolist()
-            ):
+            if _label_kind(public) != kind or public.shape != classes.shape:
                 raise ValueError("the file's classes_ differ from its classes parameter")
-        n = getattr(getattr(result, "config", None), "n_classes", None)
-        if n is not None and int(n) != classes.shape[0]:
-            raise ValueError(
-                f"the file's classes_ name {classes.shape[0]} classes, its model {int(n)}"
+            same = (
+                np.array_equal(public.astype(np.float64), classes.astype(np.float64))
+                if kind == "number"
+                else np.array_equal(public, classes)
             )
+            if not same:
+                raise ValueError("the file's classes_ differ from its classes parameter")
+        n = _restored_n_classes(result)
+        if n is None or int(n) != classes.shape[0]:
+            raise ValueError(
+                f"the file's classes_ name {classes.shape[0]} classes, its model "
+                + ("none" if n is None else str(int(n)))
+            )
+
+    def _expects_classes(self, result: Any) -> bool:
+        """Whether a file of this estimator holding ``result`` carries ``classes_``."""
+        return True
+
+
+def _label_kind(labels: np.ndarray) -> str | None:
+    """``"bool"``, ``"number"`` or ``"text"``: the kinds of label array ``save`` writes."""
+    return {"b": "bool", "i": "number", "u": "number", "f": "number", "U": "text"}.get(
+        labels.dtype.kind
+    )
+
+
+def _restored_n_classes(result: Any) -> int | None:
+    """The class count of a loaded release (``config.n_classes``; an array generator holds
+    its release as ``.result``), None for a regression model or a table synthesiser."""
+    for obj in (result, getattr(result, "result", None)):
+        cfg = getattr(obj, "config", None)
+        if cfg is not None:
+            n = getattr(cfg, "n_classes", None)
+            return None if n is None else int(n)
+    return None
 
 
 def _label_codes(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -482,10 +537,8 @@ class _RegressionBase(_DPEstimator):
         before any noise (`privkernels.privacy.accountant.charged_release`)."""
         share = self._share()
         self._check_settings(share)
-        if share is not None:  # the private scales read X (and y) in float32: refuse first
+        if share is not None:  # the private scales read X in float32: refuse it first
             check_finite(np.asarray(X, np.float64), "X", dtype=np.float32)
-            if n_classes is None:
-                check_finite(np.asarray(y, np.float64), "y", dtype=np.float32)
         acc = self._accountant()
         charged_release(
             acc, self.epsilon, self.delta, str(self.neighbouring),
@@ -677,9 +730,38 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
         tags.target_tags.multi_output = True  # (n, c) real targets are supported
         return tags
 
+    _fit_data: ClassVar[dict[str, Any]] = dict(dtype=np.float64, y_numeric=True, multi_output=True)
+
+    def _checked(self, X: Any, y: Any) -> tuple[Any, Any]:
+        """As `_DPEstimator._checked`, and targets finite in float32 when the private scales
+        read them (they compute in float32)."""
+        X, y = super()._checked(X, y)
+        y = np.asarray(y, np.float64)
+        check_finite(y, "y", dtype=self._target_dtype())
+        return X, y
+
+    def _target_dtype(self) -> Any:
+        """The dtype the targets are computed in: float32 (the private scales, and the
+        model unless ``fit_options`` asks for float64 without them)."""
+        wide = (self.fit_options or {}).get("dtype") in ("float64", np.float64)
+        return np.float64 if wide and self._share() is None else np.float32
+
+    def _check_fit_labels(self, y: Any) -> None:
+        """A regressor's labels are its targets: numeric and finite in the dtype they are
+        computed in, checked before any step's noise (`privkernels.pipeline.PrivatePipeline`
+        runs this on ``y``)."""
+        if y is None:
+            raise ValueError("DPNTKRegressor needs y, one target (row) per row of X")
+        check_numeric(y, "y")
+        check_finite(np.asarray(y, np.float64), "y", dtype=self._target_dtype())
+
+    def _expects_classes(self, result: Any) -> bool:
+        """A model with classes is a classifier's: its file would need ``classes_``."""
+        return _restored_n_classes(result) is not None
+
     def fit(self, X: Any, y: Any) -> DPNTKRegressor:
-        X, y = checked_data(self, X, y, dtype=np.float64, y_numeric=True, multi_output=True)
-        self._fit(X, np.asarray(y, np.float64), None)
+        X, y = self._checked(X, y)
+        self._fit(X, y, None)
         self._note_seed()
         return self
 
@@ -720,7 +802,7 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
         self.classes = classes
 
     def fit(self, X: Any, y: Any) -> DPNTKClassifier:
-        X, y = checked_data(self, X, y, dtype=np.float64)
+        X, y = self._checked(X, y)
         codes = self._encode_classes(y)
         self._fit(X, codes, len(self.classes_))
         self._finish(self.model_)
@@ -793,8 +875,10 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
             raise ValueError(f"image_shape {shape} does not match {X.shape[1]} features")
         return X.reshape((X.shape[0], *shape))
 
+    _fit_data: ClassVar[dict[str, Any]] = {"dtype": np.float32}
+
     def fit(self, X: Any, y: Any) -> DPKIPClassifier:
-        X, y = checked_data(self, X, y, dtype=np.float32)
+        X, y = self._checked(X, y)
         codes = self._encode_classes(y)
         n_public, hp = self._defaults(X.shape[0], len(self.classes_))
         warn_small_data(n_public, self.epsilon)
@@ -1011,6 +1095,22 @@ class DPNTKGenerator(_DPEstimator):
         self._note_seed()
         return self
 
+    _fit_data: ClassVar[dict[str, Any]] = {"dtype": np.float32}
+
+    def _checked(self, X: Any, y: Any) -> tuple[Any, Any]:
+        """Arrays: as `_DPEstimator._checked` (``y`` required); a table: the checks of
+        `privkernels.synth.fit_table` against the schema (``schema`` required: without it
+        the schema is read from the data at fit, with a warning)."""
+        if not (hasattr(X, "columns") or isinstance(X, dict)):
+            if y is None:
+                raise ValueError("array input needs y (class labels)")
+            return super()._checked(X, y)
+        if self.schema is None:
+            return X, y
+        schema = self._schema(X)
+        check_table(X if y is None else _with_label(X, y, schema.label), schema)
+        return X, y
+
     def _row_shape(self, d: int) -> tuple[int, ...]:
         """One example's shape for rows of ``d`` columns: ``image_shape``, or ``(d,)``."""
         shape = tuple(int(s) for s in self.image_shape) if self.image_shape is not None else (d,)
@@ -1056,9 +1156,7 @@ class DPNTKGenerator(_DPEstimator):
                            n_classes=n_classes, chunk_size=runs.chunk_size)  # fmt: skip
 
     def _fit_arrays(self, key: jax.Array, X: Any, y: Any, opts: dict[str, Any]) -> None:
-        if y is None:
-            raise ValueError("array input needs y (class labels)")
-        X, y = checked_data(self, X, y, dtype=np.float32)
+        X, y = self._checked(X, y)
         codes = self._encode_classes(y)
         shape = self._row_shape(X.shape[1])
         opts = {k: v for k, v in opts.items() if v is not None}
@@ -1121,6 +1219,10 @@ class DPNTKGenerator(_DPEstimator):
         super()._restore(arrays, meta, result)
         if not isinstance(result, _ArraySynth):
             self.schema_ = result.schema
+
+    def _expects_classes(self, result: Any) -> bool:
+        """Array releases carry ``classes_``; a table's classes are in its schema."""
+        return isinstance(result, _ArraySynth)
 
 
 @dataclasses.dataclass(frozen=True)

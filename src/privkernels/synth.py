@@ -44,6 +44,7 @@ from privkernels.privacy.report import PrivacyReport
 __all__ = [
     "FORMAT",
     "TableSynth",
+    "check_table",
     "default_table_network",
     "fit_table",
     "load_table_synth",
@@ -143,6 +144,17 @@ def _a_column(table: Any) -> Any:
         return None
 
 
+def check_table(table: Any, schema: TabularSchema) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(x (n, d) float32 codes, y (n,) labels)`` of a private table, refused
+    (``ValueError``, no value named, before any noise) where it does not match the public
+    ``schema``: too few rows, a missing column, a value out of bounds or unknown, a label
+    outside the schema's classes."""
+    check_fit_rows(_a_column(table), "table")
+    feats, y = split_table(table, schema)
+    x, _ = schema.encode(feats, unknown="error")
+    return x, y
+
+
 def fit_table(
     key: jax.Array,
     table: Any,
@@ -189,9 +201,7 @@ def fit_table(
         raise TypeError(f"schema must be a TabularSchema, got {type(schema).__name__}")
     if "groups" in fit_options:  # a table's column groups come from its schema
         raise ValueError("fit_table takes the column groups from the schema, not groups=")
-    check_fit_rows(_a_column(table), "table")
-    feats, y = split_table(table, schema)
-    x, _ = schema.encode(feats, unknown="error")
+    x, y = check_table(table, schema)
     # the one read of the label range (warned, noted below) when the schema lists no classes
     n_classes, inferred = infer_n_classes(y, len(schema.classes) or None)
     # the schema's column groups: `dp_ntk.fit` builds `default_table_network` from them

@@ -70,3 +70,92 @@ def test_cli_labels_that_look_like_integers_are_never_echoed(tmp_path, bad):
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert bad not in r.stderr and "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------------------- searches
+
+
+def _search_case(kind, row):
+    from privkernels.sklearn import DPNTKClassifier
+
+    rng = np.random.default_rng(0)
+    x = rng.random((40, 3))
+    if kind == "label":
+        y = np.arange(40) % 2
+        y[row] = 5
+        return DPNTKClassifier(classes=[0, 1], width=16), x, y
+    if kind == "nan_target":
+        y = rng.random(40)
+        y[row] = np.nan
+        return DPNTKRegressor(width=16), x, y
+    return DPNTKClassifier(classes=[0, 1], width=16), x, (np.arange(40) % 2)[:39]
+
+
+@pytest.mark.parametrize("row", [3, 35], ids=["training_row", "validation_row"])
+@pytest.mark.parametrize("kind", ["label", "nan_target", "short_y"])
+def test_a_search_checks_every_row_before_its_first_candidate(monkeypatch, kind, row):
+    """r2/b1: a bad row the split put in the validation part was found after the first
+    candidate's noise: a label outside classes was scored as a miss and released."""
+    from privkernels.sklearn import PrivateSearchCV
+
+    est, x, y = _search_case(kind, row)
+    acc = BudgetAccountant(100.0, 1e-2)
+    forbid_noise(monkeypatch, samplers=False)  # the split and the picks are public draws
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError):
+            PrivateSearchCV(est, {"reg": [0.1, 1.0]}, epsilon=1.0, random_state=0,
+                            budget_accountant=acc).fit(x, y)  # fmt: skip
+    assert acc.spent().epsilon == 0.0
+
+
+@pytest.mark.parametrize("col,value", [("lab", "zz"), ("a", 7.0), ("a", "?")])
+def test_a_table_search_checks_every_row_against_the_schema_first(monkeypatch, col, value):
+    """r2/b1b: the same for a generator's table (row 35 is a validation row)."""
+    from privkernels.data.schema import TabularSchema
+    from privkernels.sklearn import PrivateSearchCV
+
+    schema = TabularSchema.from_dict({
+        "name": "t", "label": "lab", "classes": ["n", "y"], "source": "public", "columns": [
+            {"name": "a", "kind": "numeric", "bounds": [0, 1]},
+            {"name": "b", "kind": "numeric", "bounds": [0, 1]}]})  # fmt: skip
+    rng = np.random.default_rng(0)
+    table = {"a": rng.random(40).round(3).astype(object), "b": rng.random(40).round(3),
+             "lab": np.where(np.arange(40) % 2, "y", "n").astype(object)}  # fmt: skip
+    table[col][35] = value
+    acc = BudgetAccountant(100.0, 1e-2)
+    forbid_noise(monkeypatch, samplers=False)
+    with pytest.raises(ValueError):
+        PrivateSearchCV(DPNTKGenerator(schema=schema), {"iterations": [2, 3]}, epsilon=1.0,
+                        random_state=0, budget_accountant=acc).fit(table)  # fmt: skip
+    assert acc.spent().epsilon == 0.0
+
+
+def test_a_classifier_search_on_a_dataframe_still_needs_public_classes(monkeypatch):
+    """r2/c12: any X with columns was taken for a table, so the classes= check was skipped."""
+    pd = pytest.importorskip("pandas")
+    from privkernels.sklearn import DPNTKClassifier, PrivateSearchCV
+
+    x = pd.DataFrame(np.random.default_rng(0).random((40, 3)), columns=list("abc"))
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="classes="):
+        PrivateSearchCV(DPNTKClassifier(width=16), {"reg": [0.1, 1.0]}, epsilon=1.0,
+                        random_state=0).fit(x, np.arange(40) % 2)  # fmt: skip
+
+
+def test_a_pipeline_checks_a_regressor_s_targets_before_the_scaler_s_noise(monkeypatch):
+    """r2/b2: PrivatePipeline(scaler, regressor) with a target of 1e39 drew the scaler's noise."""
+    from privkernels.sklearn import PrivateStandardScaler, make_private_pipeline
+
+    x = np.random.default_rng(0).uniform(size=(30, 4))
+    y = x[:, 0].copy()
+    y[4] = 1e39
+    acc = BudgetAccountant(10.0, 1e-3)
+    pipe = make_private_pipeline(
+        PrivateStandardScaler(epsilon=0.3, bounds=(0.0, 1.0), budget_accountant=acc),
+        DPNTKRegressor(width=16, preprocessing=None, budget_accountant=acc),
+    )
+    forbid_noise(monkeypatch)
+    with pytest.raises(ValueError, match="^y contains"):
+        pipe.fit(x, y)
+    assert acc.spent().epsilon == 0.0

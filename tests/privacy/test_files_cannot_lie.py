@@ -602,16 +602,20 @@ def _set_classes_array(arrays, classes):
     arrays["estimator/classes_"] = np.asarray(classes)
 
 
+def _three_class_file(factory, make, x):
+    """A saved 3-class estimator ``make(classes=[0, 1, 2], random_state=0)`` fitted on ``x``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = make(classes=[0, 1, 2], random_state=0).fit(x, np.arange(x.shape[0]) % 3)
+    return est.save(factory.mktemp("three") / "three.npz")
+
+
 @pytest.fixture(scope="module")
 def classifier_file(tmp_path_factory):
     from privkernels.sklearn import DPNTKClassifier
 
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(45, 3)), np.arange(45) % 3
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        est = DPNTKClassifier(classes=[0, 1, 2], width=16, random_state=0).fit(x, y)
-    return est.save(tmp_path_factory.mktemp("clf") / "c.npz"), x
+    x = np.random.default_rng(0).normal(size=(45, 3))
+    return _three_class_file(tmp_path_factory, lambda **kw: DPNTKClassifier(width=16, **kw), x), x
 
 
 def test_an_unedited_classifier_file_loads_with_its_classes(classifier_file):
@@ -652,3 +656,127 @@ def test_a_classifier_file_whose_classes_array_was_edited_is_refused(
     edited = checkpoint.save(tmp_path / "a.npz", arrays, meta)
     with pytest.raises(ValueError, match="classes"):
         load(edited)
+
+
+def _with_arrays(path, tmp_path, change, name="w.npz"):
+    arrays, meta = checkpoint.load(path)
+    change(arrays, meta)
+    return checkpoint.save(tmp_path / name, arrays, meta)
+
+
+def _no_param(meta):
+    meta["estimator"]["params"]["classes"] = None
+
+
+@pytest.mark.parametrize(
+    "classes",
+    [
+        np.array([2, 0, 1]),
+        np.array([b"0", b"1", b"2"]),
+        np.array([0, 1, 2], complex),
+        np.array([0.0, np.nan, 1.0]),
+        np.array(["0", "1", "2"]),
+    ],
+    ids=["permuted", "bytes", "complex", "nan", "text_for_numbers"],
+)
+def test_a_classes_array_save_never_writes_is_refused(classifier_file, tmp_path, classes):
+    """s62 attack c2/c3/c6: with ``params.classes`` None (one edit), a permuted, bytes,
+    complex or NaN ``classes_`` loaded and relabelled every prediction."""
+    from privkernels.sklearn import load
+
+    def change(arrays, meta):
+        if classes.dtype.kind != "U":
+            _no_param(meta)
+        arrays["estimator/classes_"] = classes
+
+    with pytest.raises(ValueError, match="classes"):
+        load(_with_arrays(classifier_file[0], tmp_path, change))
+
+
+def test_a_classifier_file_without_classes_is_refused(classifier_file, tmp_path):
+    """s62 attack c7: it loaded, and ``predict`` raised ``AttributeError``."""
+    from privkernels.sklearn import load
+
+    edited = _with_arrays(classifier_file[0], tmp_path,
+                          lambda a, m: a.pop("estimator/classes_"))  # fmt: skip
+    with pytest.raises(ValueError, match="classes_"):
+        load(edited)
+
+
+@pytest.fixture(scope="module")
+def regressor_file(tmp_path_factory):
+    from privkernels.sklearn import DPNTKRegressor
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3))
+    y = np.stack([x[:, 0], x[:, 1], x[:, 2]], 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = DPNTKRegressor(width=16, random_state=0).fit(x, y)
+    return est.save(tmp_path_factory.mktemp("reg") / "r.npz")
+
+
+def test_a_regression_model_cannot_load_as_a_classifier_nor_the_reverse(
+    regressor_file, classifier_file, tmp_path
+):
+    """s62 attack c12: a 3-target regression file relabelled ``DPNTKClassifier`` with a
+    ``classes_`` added loaded (the model has no class count); a 3-class classifier file
+    relabelled ``DPNTKRegressor`` loaded and returned one-hot scores."""
+    from privkernels.sklearn import load
+
+    def as_classifier(arrays, meta):
+        meta["estimator"]["class"] = "DPNTKClassifier"
+        arrays["estimator/classes_"] = np.array([0, 1, 2])
+
+    def as_regressor(arrays, meta):
+        meta["estimator"]["class"] = "DPNTKRegressor"
+        meta["estimator"]["params"].pop("classes")
+        arrays.pop("estimator/classes_")
+
+    with pytest.raises(ValueError, match="classes"):
+        load(_with_arrays(regressor_file, tmp_path, as_classifier, "a.npz"))
+    with pytest.raises(ValueError, match="classes"):
+        load(_with_arrays(classifier_file[0], tmp_path, as_regressor, "b.npz"))
+    assert load(regressor_file).predict(np.zeros((2, 3))).shape == (2, 3)
+
+
+@pytest.fixture(scope="module")
+def generator_file(tmp_path_factory):
+    from privkernels.sklearn import DPNTKGenerator
+
+    x = np.random.default_rng(0).uniform(size=(45, 4))
+    return _three_class_file(tmp_path_factory, lambda **kw: DPNTKGenerator(iterations=1, **kw), x)
+
+
+@pytest.mark.parametrize("classes", [[0, 1, 2, 3, 4], [7]], ids=["five", "one"])
+def test_an_array_generator_file_s_class_count_is_checked(generator_file, tmp_path, classes):
+    """s62 attack c3/c4: generator results hold their config one level down, so the count
+    check never ran and a 3-class generator loaded with 5 or 1 classes."""
+    from privkernels.sklearn import load
+
+    def change(arrays, meta):
+        _no_param(meta)
+        arrays["estimator/classes_"] = np.array(classes)
+
+    assert load(generator_file).classes_.tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="classes"):
+        load(_with_arrays(generator_file, tmp_path, change))
+
+
+@pytest.mark.parametrize(
+    "classes",
+    [np.array([0.0, 123456792.0], np.float32), np.array([0, 2**63 + 5], np.uint64)],
+    ids=["float32", "uint64"],
+)
+def test_classes_of_any_numeric_dtype_survive_save_and_load(tmp_path, classes):
+    """s62 attack c1/c2: the first version of the check compared ``str`` forms, and a float32
+    or uint64 class list came back from JSON in another form: the file was refused."""
+    from privkernels.sklearn import DPNTKClassifier, load
+
+    x = np.random.default_rng(0).normal(size=(40, 3))
+    y = classes[np.arange(40) % 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = DPNTKClassifier(classes=classes, width=16, random_state=0).fit(x, y)
+    back = load(est.save(tmp_path / "c.npz"))
+    assert np.array_equal(back.predict(x), est.predict(x))
