@@ -808,8 +808,9 @@ def _npz_report(path: Path) -> PrivacyReport:
     if "report" not in meta:
         raise ValueError(f"{path} holds no privacy report (format {meta.get('format')!r})")
     report = PrivacyReport.from_dict(meta["report"])
-    _load_checked(str(path), meta)  # the method's own checks (records against the config)
-    return report
+    loaded = _load_checked(str(path), meta)  # the method's own checks (records against the config)
+    # an estimator's whole cost: its private preprocessing composed with its model's release
+    return getattr(loaded, "privacy_report_", report)
 
 
 def _check_beside(path: Path, report: Any) -> None:
@@ -851,16 +852,16 @@ def _check_search_beside(path: Path, search: Any, saved: Any) -> None:
         raise ValueError(f"{path} does not match the search that chose the model beside it")
 
 
-def _load_checked(path: str, meta: dict[str, Any]) -> None:
+def _load_checked(path: str, meta: dict[str, Any]) -> Any:
     """Load a result file with its method's loader, which checks the report against the
     saved configuration (relation, sensitivities, budget shares): ``ValueError`` otherwise.
-    Checkpoints (resumable runs) are checked by the fit that resumes them."""
+    Returns what the loader read (None for a checkpoint: resumable runs are checked by the
+    fit that resumes them)."""
     if "estimator" in meta:
         # privkernels.sklearn loads scikit-learn (seconds): only estimator files pay
         from privkernels.sklearn import load as load_estimator
 
-        load_estimator(path)
-        return
+        return load_estimator(path)
     loaders: dict[str, Callable[[str], Any]] = {
         dp_kip.result.FORMAT: dp_kip.load,
         dp_ntk.result.FORMAT: dp_ntk.load,
@@ -868,8 +869,7 @@ def _load_checked(path: str, meta: dict[str, Any]) -> None:
         synth.FORMAT: synth.load_table_synth,
     }
     loader = loaders.get(str(meta.get("format", "")))
-    if loader is not None:
-        loader(path)
+    return None if loader is None else loader(path)
 
 
 # ----------------------------------------------------------------------- entry point

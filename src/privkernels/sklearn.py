@@ -667,7 +667,38 @@ class _RegressionBase(_DPEstimator):
         sc = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
         self._scaling = sc or None
         pre = meta["estimator"].get("preprocessing_report")
+        if pre is not None and not isinstance(pre, dict):
+            raise ValueError("the file's preprocessing_report is not a report")
         self._pre_report = None if pre is None else PrivacyReport.from_dict(pre)  # re-verified
+        self._check_restored_scaling(result)
+
+    def _check_restored_scaling(self, result: Any) -> None:
+        """Refuse (``ValueError``) a file whose scales or preprocessing report are not what
+        a fit with its parameters writes: an edit dropping the report would understate the
+        cost, one dropping or changing the scales would change every prediction."""
+        private = self.epsilon is not None and self._share() is not None
+        scaled = self._share() is not None
+        if (self._scaling is not None) != scaled or (self._pre_report is not None) != private:
+            raise ValueError("the file's scales or preprocessing report do not match its "
+                             "preprocessing parameter")  # fmt: skip
+        if scaled:
+            d = int(getattr(self, "n_features_in_", 0))
+            targets = _restored_n_classes(result) is None
+            names = {"x_mean", "x_scale", *(("y_mean", "y_scale") if targets else ())}
+            sc = self._scaling or {}
+            if set(sc) != names or any(
+                v.dtype.kind != "f" or not np.all(np.isfinite(v)) for v in sc.values()
+            ):
+                raise ValueError("the file's scales are not the ones a fit writes")
+            if sc["x_mean"].shape != (d,) or sc["x_scale"].shape != (d,):
+                raise ValueError("the file's feature scales do not match its n_features_in_")
+            if any(np.any(sc[k] <= 0) for k in names if k.endswith("_scale")):
+                raise ValueError("the file's scales must be > 0")
+        if private and self.epsilon is not None:
+            total = self.privacy_report_
+            if not (math.isclose(total.epsilon, float(self.epsilon), rel_tol=1e-9)
+                    and math.isclose(total.delta, float(self.delta), rel_tol=1e-9)):  # fmt: skip
+                raise ValueError("the file's reports do not add up to its epsilon and delta")
 
     _result_attr = "model_"
 

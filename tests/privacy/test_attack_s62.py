@@ -159,3 +159,60 @@ def test_a_pipeline_checks_a_regressor_s_targets_before_the_scaler_s_noise(monke
     with pytest.raises(ValueError, match="^y contains"):
         pipe.fit(x, y)
     assert acc.spent().epsilon == 0.0
+
+
+# --------------------------------------------------------------------------- estimator files
+
+
+@pytest.fixture(scope="module")
+def scaled_file(tmp_path_factory):
+    """A DPNTKClassifier file fitted with the default private preprocessing (eps 1)."""
+    from privkernels.sklearn import DPNTKClassifier
+
+    x = np.random.default_rng(0).normal(size=(40, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = DPNTKClassifier(classes=[0, 1], width=16, random_state=0).fit(x, np.arange(40) % 2)
+    return est.save(tmp_path_factory.mktemp("scaled") / "c.npz")
+
+
+def test_cli_report_of_an_estimator_file_includes_its_private_preprocessing(scaled_file, capsys):
+    """adv9b/b2: `privkernels report` printed the model's (0.9, 9e-06) only, not the whole
+    (1, 1e-05) the estimator's `privacy_report_` says."""
+    from privkernels.cli import main
+    from privkernels.sklearn import load
+
+    assert load(scaled_file).privacy_report_.epsilon == pytest.approx(1.0)
+    assert main(["report", str(scaled_file)]) == 0
+    assert capsys.readouterr().out.startswith("(1, 1e-05)-DP")
+
+
+def _drop_report(arrays, meta):
+    meta["estimator"].pop("preprocessing_report")
+
+
+def _drop_scales(arrays, meta):
+    for k in [k for k in arrays if k.startswith("estimator/scaling/")]:
+        arrays.pop(k)
+
+
+def _zero_scale(arrays, meta):
+    arrays["estimator/scaling/x_scale"] = np.zeros_like(arrays["estimator/scaling/x_scale"])
+
+
+def _small_epsilon(arrays, meta):
+    meta["estimator"]["params"]["epsilon"] = 0.1
+
+
+@pytest.mark.parametrize("change", [_drop_report, _drop_scales, _zero_scale, _small_epsilon])
+def test_an_estimator_file_cannot_hide_or_change_its_preprocessing(scaled_file, tmp_path, change):
+    """adv9b/c6, c10: without its preprocessing report the file loaded and said eps 0.9 for a
+    1.0 release; dropped or zeroed scales loaded and changed every prediction; an edited
+    epsilon parameter loaded beside reports that add up to another."""
+    from privkernels import checkpoint
+    from privkernels.sklearn import load
+
+    arrays, meta = checkpoint.load(scaled_file)
+    change(arrays, meta)
+    with pytest.raises(ValueError):
+        load(checkpoint.save(tmp_path / "e.npz", arrays, meta))
