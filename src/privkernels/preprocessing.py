@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -71,6 +71,10 @@ BOUNDED_BINS = 32
 
 #: Share of a scaler's epsilon and delta spent on the bounds when none are given.
 BOUNDS_SHARE = 0.5
+#: Fraction of ``n`` a histogram bin must exceed to count as occupied (`column_bounds`).
+DEFAULT_TAIL = 0.005
+
+R = TypeVar("R")
 
 N_PUBLIC = "n, the number of rows (public under replace-one neighbours)"
 
@@ -145,8 +149,9 @@ def column_bounds(
     budget: Budget,
     *,
     bounds: Any = None,
-    tail: float = 0.005,
+    tail: float = DEFAULT_TAIL,
     what: str = "column",
+    budget_accountant: Any = None,
 ) -> tuple[np.ndarray, MechanismRecord]:
     """Private per-column bounds ``(d, 2)`` float64 from one noisy histogram release.
 
@@ -158,10 +163,31 @@ def column_bounds(
         to them and binned on an even grid inside; None bins on `LOG_GRID`.
       tail: fraction of ``n`` a bin must exceed to count as occupied.
       what: what the columns are, for the record (``"feature"``, ``"target"``).
+      budget_accountant: charged ``budget`` before any noise (None: an open ``with
+        BudgetAccountant(...)`` block's, or none).
 
     Returns:
       ``(bounds (d, 2), record)``; sensitivity ``sqrt(2 d)`` (module docstring).
     """
+    return _charge(budget_accountant, budget, lambda out: (out[1],),
+                   lambda: _bounds_release(key, X, budget, bounds, tail, what))  # fmt: skip
+
+
+def _charge(accountant: Any, budget: Budget, records_of: Callable[[Any], Any],
+            release: Callable[[], R]) -> R:  # fmt: skip
+    """``release()`` charged ``budget`` under replace-one to ``accountant`` (None: the
+    default one), settled with the records ``records_of(result)``; inside a release already
+    charged to the same accountant (a scaler's or an estimator's fit) it just runs."""
+    return charged_release(
+        accountant, budget.epsilon, budget.delta, REPLACE_ONE, release,
+        report_of=lambda out: PrivacyReport.from_mechanisms(records_of(out), REPLACE_ONE),
+    )  # fmt: skip
+
+
+def _bounds_release(
+    key: jax.Array, X: Any, budget: Budget, bounds: Any, tail: float, what: str
+) -> tuple[np.ndarray, MechanismRecord]:
+    """`column_bounds`'s release, uncharged."""
     x = _rows(X)
     tail = check_fraction(tail, "tail")
     n, d = x.shape
@@ -181,7 +207,13 @@ def column_bounds(
 
 
 def column_moments(
-    key: jax.Array, X: Any, bounds: np.ndarray, budget: Budget, *, what: str = "column"
+    key: jax.Array,
+    X: Any,
+    bounds: np.ndarray,
+    budget: Budget,
+    *,
+    what: str = "column",
+    budget_accountant: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, MechanismRecord]:
     """Private per-column mean and variance of ``X`` clipped to ``bounds`` (one release).
 
@@ -195,7 +227,16 @@ def column_moments(
       ``(mean (d,), var (d,), record)`` float64; ``var`` is floored at the noise level
       of its estimate, ``(hi - lo)^2 max(1e-6, noise_std / (2 n))`` (public numbers), so a
       column whose spread the noise hides is not blown up. Sensitivity ``sqrt(1.25 d)``.
+      ``budget_accountant`` is charged as in `column_bounds`.
     """
+    return _charge(budget_accountant, budget, lambda out: (out[2],),
+                   lambda: _moments_release(key, X, bounds, budget, what))  # fmt: skip
+
+
+def _moments_release(
+    key: jax.Array, X: Any, bounds: np.ndarray, budget: Budget, what: str
+) -> tuple[np.ndarray, np.ndarray, MechanismRecord]:
+    """`column_moments`'s release, uncharged."""
     x = _rows(X)
     n, d = x.shape
     lo, hi = np.asarray(bounds, np.float64)[:, 0], np.asarray(bounds, np.float64)[:, 1]
@@ -221,23 +262,38 @@ def standardize_budgets(budget: Budget) -> tuple[Budget, Budget]:
 
 
 def private_standardize(
-    key: jax.Array, X: Any, budget: Budget, *, bounds: Any = None, what: str = "column"
+    key: jax.Array,
+    X: Any,
+    budget: Budget,
+    *,
+    bounds: Any = None,
+    what: str = "column",
+    budget_accountant: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, tuple[MechanismRecord, ...]]:
     """Private ``(mean (d,), scale (d,), records)`` of the columns of ``X (n, d)``.
 
     Public ``bounds``: one `column_moments` release at the whole ``budget``. None: the
     budget is split by `standardize_budgets` between `column_bounds` and `column_moments`.
+    ``budget_accountant`` is charged the whole ``budget`` as in `column_bounds`.
     """
+    return _charge(budget_accountant, budget, lambda out: out[2],
+                   lambda: _standardize_release(key, X, budget, bounds, what))  # fmt: skip
+
+
+def _standardize_release(
+    key: jax.Array, X: Any, budget: Budget, bounds: Any, what: str
+) -> tuple[np.ndarray, np.ndarray, tuple[MechanismRecord, ...]]:
+    """`private_standardize`'s releases, uncharged."""
     x = _rows(X, "y" if what == "target" else "X")
     k_bounds, k_moments = jax.random.split(key)
     if bounds is None:
         b_bounds, b_mom = standardize_budgets(budget)
-        bnd, rec_b = column_bounds(k_bounds, x, b_bounds, what=what)
+        bnd, rec_b = _bounds_release(k_bounds, x, b_bounds, None, DEFAULT_TAIL, what)
         records: tuple[MechanismRecord, ...] = (rec_b,)
     else:
         lo, hi = _public_bounds(bounds, x.shape[1])
         bnd, b_mom, records = np.stack([lo, hi], axis=1), budget, ()
-    mean, var, rec_m = column_moments(k_moments, x, bnd, b_mom, what=what)
+    mean, var, rec_m = _moments_release(k_moments, x, bnd, b_mom, what)
     return mean, np.sqrt(var), (*records, rec_m)
 
 
@@ -310,7 +366,9 @@ class PrivateStandardScaler(_PrivateScaler):
 
         def release() -> PrivacyReport:
             with seeded_call():
-                mean, scale, records = private_standardize(key, x, budget, bounds=self.bounds)
+                mean, scale, records = private_standardize(
+                    key, x, budget, bounds=self.bounds, budget_accountant=self._accountant()
+                )
             self.mean_, self.scale_, self.var_ = mean, scale, scale**2
             return self._report(records)
 
@@ -368,7 +426,9 @@ class PrivateMinMaxScaler(_PrivateScaler):
 
         def release() -> PrivacyReport:
             with seeded_call():
-                bnd, record = column_bounds(key, x, budget, bounds=self.bounds)
+                bnd, record = column_bounds(
+                    key, x, budget, bounds=self.bounds, budget_accountant=self._accountant()
+                )
             self.data_min_, self.data_max_ = bnd[:, 0], bnd[:, 1]
             self.scale_ = (b - a) / (self.data_max_ - self.data_min_)
             self.min_ = a - self.data_min_ * self.scale_

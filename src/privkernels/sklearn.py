@@ -570,7 +570,7 @@ class _RegressionBase(_DPEstimator):
         self._pre_report: PrivacyReport | None = None
         if share is not None:
             key, k_pre = jax.random.split(key)
-            eps, delta = self._preprocess(k_pre, X, y if n_classes is None else None, share)
+            eps, delta = self._preprocess(k_pre, X, y if n_classes is None else None, share, acc)
             X, y = self._scaled(X), self._scaled_y(y)
         if share is not None and X.shape[0] < self._min_validated_n:
             warnings.warn(
@@ -595,7 +595,9 @@ class _RegressionBase(_DPEstimator):
         main, pre = budget.split(1.0 - share, share)
         return [main, *(pre.split(1.0 - TARGET_SHARE, TARGET_SHARE) if regression else (pre,))]
 
-    def _preprocess(self, key: jax.Array, X: Any, y: Any, share: float) -> tuple[Any, Any]:
+    def _preprocess(
+        self, key: jax.Array, X: Any, y: Any, share: float, acc: Any
+    ) -> tuple[Any, Any]:
         """Learn the feature (and target) scales; return the model's (epsilon, delta).
 
         Private fit: `privkernels.preprocessing.private_standardize` on the features
@@ -609,10 +611,12 @@ class _RegressionBase(_DPEstimator):
             return None, self.delta
         parts = self._budgets(Budget(self.epsilon, self.delta), share, y2 is not None)
         k_x, k_y = jax.random.split(key)
-        mx, sx, records = private_standardize(k_x, x, parts[1], what="feature")
+        mx, sx, records = private_standardize(k_x, x, parts[1], what="feature",
+                                              budget_accountant=acc)  # fmt: skip
         stats = [(mx, sx)]
         if y2 is not None:
-            my, sy, rec_y = private_standardize(k_y, y2, parts[2], what="target")
+            my, sy, rec_y = private_standardize(k_y, y2, parts[2], what="target",
+                                                budget_accountant=acc)  # fmt: skip
             stats.append((my, sy))
             records = (*records, *rec_y)
         self._set_scaling(x.shape[1], *stats)

@@ -216,3 +216,35 @@ def test_an_estimator_file_cannot_hide_or_change_its_preprocessing(scaled_file, 
     change(arrays, meta)
     with pytest.raises(ValueError):
         load(checkpoint.save(tmp_path / "e.npz", arrays, meta))
+
+
+def _public_releases():
+    import jax
+
+    from privkernels import dp_ntk, preprocessing
+    from privkernels.privacy.budget import Budget
+
+    k = jax.random.key(0)
+    x = np.random.default_rng(0).uniform(size=(40, 3))
+    y = np.arange(40) % 2
+    b = Budget(0.5, 1e-6)
+    return {
+        "private_standardize": lambda: preprocessing.private_standardize(k, x, b),
+        "column_bounds": lambda: preprocessing.column_bounds(k, x, b),
+        "column_moments": lambda: preprocessing.column_moments(
+            k, x, np.array([[0.0, 1.0]] * 3), b),
+        "private_class_proportions": lambda: dp_ntk.private_class_proportions(
+            k, y, n_classes=2, epsilon=0.5, delta=1e-6),
+        "private_class_counts": lambda: dp_ntk.private_class_counts(
+            k, y, n_classes=2, epsilon=0.5, delta=1e-6),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(_public_releases()))
+def test_public_release_functions_charge_the_open_accountant(name):
+    """r2/b3: inside ``with BudgetAccountant(...)`` these drew noise on private data and
+    charged nothing."""
+    relation = "add-remove" if name == "private_class_counts" else "replace-one"
+    with BudgetAccountant(1.0, 1e-5, neighbouring=relation) as acc:
+        _public_releases()[name]()
+    assert acc.spent().epsilon == pytest.approx(0.5)

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privkernels._validation import check_array, check_int, check_labels
+from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.budget import Budget, as_budget
 from privkernels.privacy.keys import release_key
 from privkernels.privacy.release import gaussian_release, matches_gaussian_release
@@ -159,13 +160,26 @@ def private_embedding(
     *,
     epsilon: float | None,
     delta: float | None = 1e-5,
+    budget_accountant: Any = None,
     **options: Any,
 ) -> tuple[jax.Array, PrivacyReport]:
     """`embedding_release` at ``(epsilon, delta)`` (``epsilon=None``: no noise), for callers
     holding floats; ``options`` are its other keywords (``n_classes`` and ``network``
     required; ``params``, ``chunk_size``, ``method``, ``mesh``, ``neighbouring``), and the
-    arguments and the result are documented there."""
-    return embedding_release(key, x, y, budget=as_budget(epsilon, delta), **options)
+    arguments and the result are documented there. ``budget_accountant`` (None: an open
+    ``with BudgetAccountant(...)`` block's, or none) is charged before any noise."""
+    budget = as_budget(epsilon, delta)
+    relation = str(options.get("neighbouring", REPLACE_ONE))
+    return _charged(budget_accountant, budget, relation,
+                    lambda: embedding_release(key, x, y, budget=budget, **options))  # fmt: skip
+
+
+def _charged(accountant: Any, budget: Budget | None, relation: str, release: Any) -> Any:
+    """``release()`` (returning ``(value, report)``) charged ``budget`` under ``relation``
+    to ``accountant`` (`privkernels.privacy.accountant.charged_release`)."""
+    eps, delta = (None, 0.0) if budget is None else (budget.epsilon, budget.delta)
+    return charged_release(accountant, eps, delta, relation, release,
+                           report_of=lambda out: out[1])  # fmt: skip
 
 
 def embedding_release(
@@ -274,9 +288,13 @@ def private_class_proportions(
     n_classes: int,
     epsilon: float | None,
     delta: float | None = 1e-5,
+    budget_accountant: Any = None,
 ) -> tuple[np.ndarray, PrivacyReport]:
-    """`proportions_release` at ``(epsilon, delta)`` (``epsilon=None``: exact proportions)."""
-    return proportions_release(key, y, n_classes=n_classes, budget=as_budget(epsilon, delta))
+    """`proportions_release` at ``(epsilon, delta)`` (``epsilon=None``: exact proportions),
+    charged to ``budget_accountant`` as `private_embedding` is."""
+    budget = as_budget(epsilon, delta)
+    return _charged(budget_accountant, budget, REPLACE_ONE,
+                    lambda: proportions_release(key, y, n_classes=n_classes, budget=budget))  # fmt: skip
 
 
 def proportions_release(
@@ -323,12 +341,15 @@ def private_class_counts(
     epsilon: float,
     delta: float = 1e-5,
     per_class: bool = True,
+    budget_accountant: Any = None,
 ) -> tuple[np.ndarray, PrivacyReport]:
-    """`counts_release` at ``(epsilon, delta)``."""
+    """`counts_release` at ``(epsilon, delta)`` (add-remove), charged to
+    ``budget_accountant`` as `private_embedding` is."""
     budget = as_budget(epsilon, delta)
     if budget is None:
         raise ValueError("private_class_counts needs a budget (epsilon is None)")
-    return counts_release(key, y, n_classes=n_classes, budget=budget, per_class=per_class)
+    return _charged(budget_accountant, budget, ADD_REMOVE, lambda: counts_release(
+        key, y, n_classes=n_classes, budget=budget, per_class=per_class))  # fmt: skip
 
 
 def counts_release(
