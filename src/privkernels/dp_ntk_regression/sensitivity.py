@@ -74,28 +74,24 @@ def delta_branches(epsilon_alpha: float, delta_alpha: float) -> tuple[float, flo
     return 8.0 * math.log(1.0 / delta_alpha), epsilon_alpha / gsm_divisor(1, delta_alpha)
 
 
+#: Largest k `_k_from_m` reports: fits draw at most ``2**31 - 1`` samples, so any larger
+#: bound is as good as infinite (and stays an exact float).
+K_LIMIT = 2.0**62
+
+
 def _k_from_m(m_bound: float, epsilon_alpha: float, delta_alpha: float) -> float:
     """Largest real k with ``M <= eps / sqrt(8 k log(1/delta))`` (eq. (1) when M is
-    the paper's M); ``-inf`` when even k = 1 violates ``M <= Delta(1)``.
+    the paper's M), capped at `K_LIMIT`; ``-inf`` when even k = 1 violates ``M <= Delta(1)``.
 
-    Raises ``ValueError`` when ``M**2`` underflows to 0 in float64 (``M`` below ~1e-154:
-    an epsilon so small that the automatic kernel shift chosen for it is huge, or a huge
-    explicit ``kernel_shift`` / ``eta_min``): the condition cannot be evaluated then, and
-    no k is claimed. Every number in the message is public.
+    Computed as ``(eps / M)^2 / (8 log(1/delta))``, never squaring ``M``: a tiny ``M`` (a
+    huge ``eta_min``, a tiny ``beta``) allows a huge k rather than underflowing. ``M`` that
+    underflowed to 0 stands for a positive value below the smallest float: any k.
     """
     eight_log, delta_at_1 = delta_branches(epsilon_alpha, delta_alpha)
     if not m_bound <= delta_at_1:
         return -math.inf
-    denom = eight_log * m_bound**2
-    if not denom > 0.0:
-        raise ValueError(
-            f"the sensitivity bound M = {m_bound:.3g} (at epsilon_alpha={epsilon_alpha:.3g}) is "
-            "too small for the Gaussian sampling mechanism in float64: M squared underflows "
-            "to 0, so the condition M <= Delta(k) (Gu et al., eq. (1)) cannot be evaluated. "
-            "M = n sigma^2 B^4 beta / eta_min: use a larger epsilon (or kernel share of split) "
-            "with the automatic kernel_shift, or a smaller explicit kernel_shift / eta_min"
-        )
-    return epsilon_alpha**2 / denom
+    ratio = epsilon_alpha / m_bound if m_bound > 0.0 else math.inf
+    return min(ratio * ratio / eight_log, K_LIMIT)
 
 
 def max_k(
