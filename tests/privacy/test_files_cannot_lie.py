@@ -780,3 +780,52 @@ def test_classes_of_any_numeric_dtype_survive_save_and_load(tmp_path, classes):
         est = DPNTKClassifier(classes=classes, width=16, random_state=0).fit(x, y)
     back = load(est.save(tmp_path / "c.npz"))
     assert np.array_equal(back.predict(x), est.predict(x))
+
+
+def _nan_first(name):
+    def change(arrays, meta):
+        a = np.array(arrays[name], dtype=np.float32)
+        a.reshape(-1)[0] = np.nan
+        arrays[name] = a
+
+    return change
+
+
+def _set_array(name, fn):
+    def change(arrays, meta):
+        arrays[name] = fn(np.asarray(arrays[name]))
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _nan_first("support_x"),
+        _nan_first("support_targets"),
+        _set_array("support_y", lambda a: a[::-1].copy()),
+        _set_array("support_targets", lambda a: a[:, :1].copy()),
+    ],
+    ids=["nan_support", "nan_targets", "relabelled", "one_target_column"],
+)
+def test_a_dp_kip_file_with_an_edited_support_set_is_refused(kip_file, tmp_path, change):
+    """s62 attack c9/c11: NaN supports loaded (every row predicted as class 0), relabelled
+    or narrowed supports changed every prediction."""
+    with pytest.raises(ValueError, match="support"):
+        dp_kip.load(_with_arrays(kip_file, tmp_path, change))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_nan_first("alpha"), _nan_first("weights"), _set_array("alpha", lambda a: a[..., :2].copy())],
+    ids=["nan_alpha", "nan_weights", "two_of_three_columns"],
+)
+def test_a_regression_classifier_file_with_edited_arrays_is_refused(
+    classifier_file, tmp_path, change
+):
+    """s62 attack c9/c11: a NaN alpha loaded (NaN probabilities); a 3-class file with a
+    2-column alpha never predicted the third class."""
+    from privkernels.sklearn import load
+
+    with pytest.raises(ValueError):
+        load(_with_arrays(classifier_file[0], tmp_path, change))

@@ -23,6 +23,7 @@ from privkernels import checkpoint
 from privkernels._batching import map_row_chunks
 from privkernels._validation import check_array, check_int, check_labels
 from privkernels.dp_kip.dp_ntk_init import NTK_SPLIT
+from privkernels.dp_kip.init import support_labels
 from privkernels.dp_kip.kernels import KernelSpec, make_kernel
 from privkernels.dp_kip.krr import make_predictor
 from privkernels.dp_kip.train import DPKIPConfig
@@ -116,6 +117,7 @@ def load(path: str | os.PathLike[str]) -> DPKIPResult:
     report = PrivacyReport.from_dict(meta["report"])
     _check_report(report, config, int(meta["steps_done"]))
     _check_run(config, int(meta["steps_done"]), meta.get("history") or {})
+    _check_support(arrays, config)
     kp = None
     if any(k.startswith("kernel_params/") for k in arrays):
         kp = checkpoint.dict_tree(arrays, "kernel_params")
@@ -130,6 +132,21 @@ def load(path: str | os.PathLike[str]) -> DPKIPResult:
         kernel_params=kp,
         steps_done=int(meta["steps_done"]),
     )
+
+
+def _check_support(arrays: Mapping[str, np.ndarray], config: DPKIPConfig) -> None:
+    """Refuse (``ValueError``) a support set a fit with ``config`` does not write: inputs
+    ``(m, *input_shape)`` and targets ``(m, c)`` finite floats, labels the class-balanced
+    ``support_labels(c, spc)`` (an edit would relabel or break every prediction)."""
+    m, c = config.n_support, config.n_classes
+    xs, ts, ys = (np.asarray(arrays[k]) for k in ("support_x", "support_targets", "support_y"))
+    if xs.shape != (m, *config.input_shape) or ts.shape != (m, c):
+        raise ValueError("the file's support set does not have its config's shape")
+    for a in (xs, ts):
+        if a.dtype.kind != "f" or not np.all(np.isfinite(a)):
+            raise ValueError("the file's support set holds non-finite or non-float values")
+    if not np.array_equal(ys, support_labels(c, config.support_per_class)):
+        raise ValueError("the file's support labels are not the class-balanced ones a fit writes")
 
 
 def _check_report(report: PrivacyReport, config: DPKIPConfig, steps_done: int) -> None:

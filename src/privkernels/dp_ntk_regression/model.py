@@ -146,6 +146,7 @@ def load(path: str | os.PathLike[str]) -> DPNTKRegressionModel:
     ):
         raise ValueError("saved report and config disagree on the budget")
     check_records(report, config, weights=arrays["weights"], x_tilde=arrays["x_tilde"])
+    _check_arrays(arrays, config)
     with x64(config.dtype == "float64"):
         dt = jnp.float64 if config.dtype == "float64" else jnp.float32
         return DPNTKRegressionModel(
@@ -160,6 +161,19 @@ def load(path: str | os.PathLike[str]) -> DPNTKRegressionModel:
                 else None
             ),
         )
+
+
+def _check_arrays(arrays: Any, config: RegressionConfig) -> None:
+    """Refuse (``ValueError``) released arrays a fit does not write: non-finite or
+    non-float values, or (classifiers) ``alpha`` without one column per class."""
+    for name in ("alpha", "x_tilde", "weights", "sketch_a", "sketch_b"):
+        a = np.asarray(arrays.get(name, np.zeros(1)))
+        if a.dtype.kind != "f" or not np.all(np.isfinite(a)):
+            raise ValueError(f"the file's {name} holds non-finite or non-float values")
+    alpha = np.asarray(arrays["alpha"])
+    axis = 0 if config.solver == "kernel-mean" else -1  # class moments (c, d', d')
+    if config.n_classes is not None and alpha.shape[axis] != config.n_classes:
+        raise ValueError("the file's alpha does not have one column per class of its config")
 
 
 def check_records(
