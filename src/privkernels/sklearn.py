@@ -309,8 +309,11 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
 
     def _restore(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], result: Any) -> None:
         setattr(self, self._result_attr, result)
-        if meta["estimator"]["n_features_in_"]:
-            self.n_features_in_ = meta["estimator"]["n_features_in_"]
+        d = meta["estimator"].get("n_features_in_", 0)
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise ValueError("the file's n_features_in_ is not a count of columns")
+        if d:
+            self.n_features_in_ = d
         has = "estimator/classes_" in arrays
         if has != self._expects_classes(result):
             raise ValueError(
@@ -1225,11 +1228,12 @@ class DPNTKGenerator(_DPEstimator):
     def sample(
         self, n: int, *, random_state: jax.Array | int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``n`` synthetic rows ``(X, y)``: X ``(n, n_features)`` (tabular: raw values, object)."""
+        """``n`` synthetic rows ``(X, y)``: X ``(n, n_features)`` (tabular: raw values, object),
+        y ``(n,)`` label values (arrays: values of ``classes_``, not their codes)."""
         check_is_fitted(self, "synth_")
         cols = self.synth_.sample(self._sample_key(random_state), n)
         if isinstance(self.synth_, _ArraySynth):
-            return cols["x"], cols["y"]
+            return cols["x"], np.asarray(self.classes_)[np.asarray(cols["y"])]
         label = self.synth_.schema.label
         feats = [c for c in cols if c != label]
         return np.column_stack([cols[c] for c in feats]).astype(object), cols[label]

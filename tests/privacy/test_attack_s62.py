@@ -248,3 +248,41 @@ def test_public_release_functions_charge_the_open_accountant(name):
     with BudgetAccountant(1.0, 1e-5, neighbouring=relation) as acc:
         _public_releases()[name]()
     assert acc.spent().epsilon == pytest.approx(0.5)
+
+
+def test_an_array_generator_samples_label_values_not_codes():
+    """r2/c5: with classes=['cat', 'dog'] ``sample`` returned y in {0, 1} (the codes), and a
+    search's train-on-synthetic score compared those codes with the validation labels."""
+    x = np.random.default_rng(0).uniform(size=(40, 3))
+    y = np.where(np.arange(40) % 2, "dog", "cat")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = DPNTKGenerator(classes=["cat", "dog"], iterations=1, random_state=0).fit(x, y)
+    _, ys = gen.sample(50)
+    assert set(ys.tolist()) <= {"cat", "dog"}
+
+
+@pytest.fixture(scope="module")
+def plain_file(tmp_path_factory):
+    """A DPNTKClassifier file without private preprocessing (no scales to compare with)."""
+    from privkernels.sklearn import DPNTKClassifier
+
+    x = np.random.default_rng(0).normal(size=(40, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = DPNTKClassifier(classes=[0, 1], width=16, preprocessing=None, random_state=0)
+        est.fit(x, np.arange(40) % 2)
+    return est.save(tmp_path_factory.mktemp("plain") / "c.npz")
+
+
+@pytest.mark.parametrize("value", [-1, "4", 4.5, True])
+def test_an_estimator_file_with_a_bad_feature_count_is_refused(plain_file, tmp_path, value):
+    """adv9b/c10: n_features_in_ of -1, '4', 4.5 or True loaded; a missing one was a
+    KeyError traceback in ``privkernels report``."""
+    from privkernels import checkpoint
+    from privkernels.sklearn import load
+
+    arrays, meta = checkpoint.load(plain_file)
+    meta["estimator"]["n_features_in_"] = value
+    with pytest.raises(ValueError):
+        load(checkpoint.save(tmp_path / "e.npz", arrays, meta))
