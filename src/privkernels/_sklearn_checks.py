@@ -30,7 +30,8 @@ def checked_data(
         )
     if reset:
         check_fit_rows(X, "X")
-    _check_shapes(X, y, bool(kwargs.get("multi_output")))
+    if _n_is_private(est):
+        _check_shapes(X, y, bool(kwargs.get("multi_output")))
     if kwargs.get("y_numeric"):
         check_numeric(y, "y")
     if isinstance(y, str) and y == "no_validation":  # X alone (scikit-learn's convention)
@@ -38,6 +39,14 @@ def checked_data(
     if y is not None and np.shape(y)[:1] != np.shape(X)[:1]:  # scikit-learn's names both n
         raise ValueError("X and y hold different numbers of rows")
     return validate_data(est, X, y, reset=reset, **kwargs)
+
+
+def _n_is_private(est: Any) -> bool:
+    """Whether ``est`` releases under add-remove, where the row count n is private (under
+    replace-one it is public, and scikit-learn's messages, which its estimator checks
+    expect, may name it)."""
+    relation = getattr(est, "_relation", None)
+    return callable(relation) and relation() == "add-remove"
 
 
 def _check_shapes(X: Any, y: Any, multi_output: bool) -> None:
