@@ -301,12 +301,12 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             if hasattr(est, "_check_fit_labels"):
                 est._check_fit_labels(y)
 
-    def _check_fit_data(self, X: Any, y: Any) -> None:
+    def _check_fit_data(self, X: Any, y: Any, cands: list[_EstimatorCandidate]) -> None:
         """Every candidate's own data checks on ALL rows, before the first candidate's
         noise: a fit sees only its training rows, so a bad validation row (a label outside
         ``classes``, a NaN target, a value outside the schema) would otherwise be found
         after a release, or scored."""
-        for cand in self._candidates(X, y):
+        for cand in cands:
             clone(cand.base).set_params(**cand.params)._check_fit_data(X, y)
 
     def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
@@ -314,7 +314,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         Budget(self.epsilon, self.delta)  # a bad budget fails first, before any data
         cands = self._candidates(X, y)
         relation = self._relation(cands)
-        self._check_fit_data(X, y)
+        self._check_fit_data(X, y, cands)
         n = _n_rows(X)
         key, public_key = seed_keys(self.random_state)
         with seeded_call():
