@@ -81,3 +81,19 @@ def _release_compiled_programs() -> Iterator[None]:
     yield
     jax.clear_caches()
     gc.collect()
+
+
+class StopBeforeFit(BaseException):
+    """Raised by the `halt_table_fit` stub: the CLI reached its table fit."""
+
+
+@pytest.fixture
+def halt_table_fit(monkeypatch: pytest.MonkeyPatch) -> type[StopBeforeFit]:
+    """``privkernels.cli.fit_table`` replaced by a stub that raises `StopBeforeFit`, so a
+    ``synth`` run stops just before its fit (and after every check and warning before it)."""
+
+    def fit(*args: object, **kwargs: object) -> None:
+        raise StopBeforeFit
+
+    monkeypatch.setattr("privkernels.cli.fit_table", fit)
+    return StopBeforeFit

@@ -133,7 +133,7 @@ def test_rows_of_the_wrong_length_are_refused_without_row_numbers(tmp_path, monk
     assert str(n + 2) not in err and "[" not in err
 
 
-def test_missing_markers_are_a_privacy_leak_warning(tmp_path, monkeypatch, capsys):
+def test_missing_markers_are_a_privacy_leak_warning(tmp_path, halt_table_fit, capsys):
     """adv9b/b4: synth printed "note: column(s) ['a'] hold '?' or empty cells" as a plain
     stderr line: a fact read from the private data without noise, unwarned."""
     rows = _rows()
@@ -141,15 +141,8 @@ def test_missing_markers_are_a_privacy_leak_warning(tmp_path, monkeypatch, capsy
     data = tmp_path / "d.csv"
     data.write_text("a,b,lab\n" + "\n".join(rows) + "\n")
 
-    class Stop(BaseException):
-        pass
-
-    def fit(*args, **kwargs):
-        raise Stop
-
-    monkeypatch.setattr(cli, "fit_table", fit)
     with pytest.warns(PrivacyLeakWarning, match=r"\['a'\] hold '\?' or empty cells"):
-        with pytest.raises(Stop):
+        with pytest.raises(halt_table_fit):
             main(_argv("synth", data, tmp_path))
     assert "hold '?'" not in capsys.readouterr().err  # not also a plain line
 
