@@ -181,9 +181,9 @@ def _check_labels_read(step: Any, y: Any, n: int | None) -> None:
 
 def _check_relations(charges: list[tuple[str, float | None, str]]) -> None:
     """Refuse private steps ``(name, epsilon, relation)`` under different neighbouring
-    relations: basic composition (Dwork & Roth 2014, Theorem 3.16; `privkernels.privacy.
-    compose`) holds under one relation, and a non-private step (``epsilon=None``) makes
-    the whole non-private, which composes under any."""
+    relations: basic composition (Dwork & Roth 2014, Theorem 3.16;
+    `privkernels.privacy.compose`) holds under one relation, and a non-private step
+    (``epsilon=None``) makes the whole non-private, whatever the relations."""
     if any(eps is None for _, eps, _ in charges) or len({r for *_, r in charges}) < 2:
         return
     named = ", ".join(f"{name!r} {relation}" for name, _, relation in charges)
@@ -230,10 +230,12 @@ def _check_fit_params(steps: list[tuple[str, Any]], params: dict[str, Any]) -> N
                 f"PrivatePipeline has no step {name!r} for the fit parameter {key!r}. "
                 "Nothing was fitted"
             )
-        if not _fit_takes(by_name[name], param):
+        step = by_name[name]
+        if not _fit_takes(step, param):
+            kind = "passthrough" if step is None or step == "passthrough" else type(step).__name__
             raise ValueError(
-                f"PrivatePipeline step {name!r} ({type(by_name[name]).__name__}) does not "
-                f"take the fit parameter {param!r}. Nothing was fitted"
+                f"PrivatePipeline step {name!r} ({kind}) does not take the fit parameter "
+                f"{param!r}. Nothing was fitted"
             )
 
 
