@@ -153,6 +153,7 @@ def test_a_fit_param_a_step_takes_still_reaches_it():
     assert hasattr(pipe.steps[1][1], "mean_")
 
 
+@pytest.mark.slow  # a real (non-private) NTK fit: about 2.5 s on one core
 def test_a_non_private_step_under_another_relation_still_fits():
     """Guard: compose() makes a pipeline with a non-private step non-private whatever the
     relations, so the pre-check refuses no more than the report would."""
