@@ -16,10 +16,19 @@ and leaves the scaler refitted beside the old model (issue #52, finding D).
    ``fit`` runs before its noise, reused, not copied) and, for a step with public
    ``classes``, its check that every label of ``y`` is one of them (``_check_fit_labels``,
    the step's own message, naming no label: ``y`` reaches every step unchanged);
-3. checks on each accountant that the sum of its steps' planned ``(epsilon, delta)``
+3. for a classifier step that reads its classes from ``y`` (``classes=None``), runs the
+   refusals its own ``fit`` makes on ``y`` before its noise (its data checks and its class
+   encoding, on a clone), with the `privkernels.privacy.PrivacyLeakWarning` of that read;
+4. checks on each accountant that the sum of its steps' planned ``(epsilon, delta)``
    (``_planned_charge``; basic sequential composition, Dwork & Roth 2014, Theorem 3.16)
    fits in what remains (`privkernels.privacy.BudgetAccountant.check`), refusing
-   (`privkernels.privacy.BudgetExceededError`) before any step runs if it does not.
+   (`privkernels.privacy.BudgetExceededError`) before any step runs if it does not;
+5. refuses private steps that release under different neighbouring relations, which
+   `pipeline_report` could not compose after the fit (`privkernels.privacy.compose`: one
+   relation, unless a step is non-private, which makes the whole non-private);
+6. refuses fit parameters (``step__param``) for a step the pipeline does not have, or
+   that the step's ``fit`` does not take (without metadata routing; with it,
+   scikit-learn's own routing refuses them before any step fits).
 
 Then the steps fit as in a plain ``Pipeline``, and each private step charges its own
 release (one ledger entry per step). Nothing is reserved for the pipeline as a whole:
@@ -37,12 +46,14 @@ charged (a failure after a step's noise is charged at its plan).
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from sklearn.base import OneToOneFeatureMixin
+from sklearn import get_config
+from sklearn.base import OneToOneFeatureMixin, clone, is_classifier
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.utils.validation import check_is_fitted
@@ -154,6 +165,80 @@ def _data_shape(X: Any) -> tuple[int, ...] | None:
     return None if shape is None or len(shape) < 2 else tuple(int(s) for s in shape)
 
 
+def _check_labels_read(step: Any, y: Any, n: int | None) -> None:
+    """For a classifier step that reads its classes from ``y`` (``classes=None``): the
+    refusals its own ``fit`` makes on ``y`` before its noise, run on a clone (nothing is set
+    on the step), with the `privkernels.privacy.PrivacyLeakWarning` its fit gives for the
+    same read. ``y`` reaches every step unchanged, but the columns a step sees are not known
+    before the fit: a stand-in ``X`` of zeros, ``(n, 1)``, lets the step's data checks
+    (``_checked``) run on ``y`` alone. ``n``: the rows of ``y`` (of ``X`` without ``y``)."""
+    if getattr(step, "classes", 0) is not None or not is_classifier(step) or n is None:
+        return
+    probe = clone(step)
+    _, y_checked = probe._checked(np.zeros((n, 1)), y)
+    probe._encode_classes(y_checked)
+
+
+def _check_relations(charges: list[tuple[str, float | None, str]]) -> None:
+    """Refuse private steps ``(name, epsilon, relation)`` under different neighbouring
+    relations: basic composition (Dwork & Roth 2014, Theorem 3.16;
+    `privkernels.privacy.compose`) holds under one relation, and a non-private step
+    (``epsilon=None``) makes the whole non-private, whatever the relations."""
+    if any(eps is None for _, eps, _ in charges) or len({r for *_, r in charges}) < 2:
+        return
+    named = ", ".join(f"{name!r} {relation}" for name, _, relation in charges)
+    raise ValueError(
+        f"PrivatePipeline steps release under different neighbouring relations ({named}), "
+        "whose reports cannot be composed into one guarantee: give every private step the "
+        "same relation. Nothing was fitted"
+    )
+
+
+def _fit_takes(step: Any, param: str) -> bool:
+    """Whether ``step.fit(X, y, **{param: ...})`` takes ``param`` (its signature: a name
+    after ``X`` and ``y``, or ``**kwargs``)."""
+    if step is None or step == "passthrough":
+        return False
+    try:
+        params = list(inspect.signature(step.fit).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: the call decides
+        return True
+    kinds = inspect.Parameter
+    if any(p.kind is kinds.VAR_KEYWORD for p in params):
+        return True
+    positional = [
+        p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    ]
+    named = [p.name for p in positional[2:] if p.kind is kinds.POSITIONAL_OR_KEYWORD]
+    return param in named + [p.name for p in params if p.kind is kinds.KEYWORD_ONLY]
+
+
+def _check_fit_params(steps: list[tuple[str, Any]], params: dict[str, Any]) -> None:
+    """Refuse, before any step fits, a fit parameter ``step__param`` whose step the pipeline
+    does not have, or whose step's ``fit`` does not take it: a step after a private one
+    would fail after that step's noise (a parameter without ``__`` scikit-learn refuses
+    before any step fits; with metadata routing, so does its ``process_routing``)."""
+    if get_config().get("enable_metadata_routing", False):
+        return
+    by_name = dict(steps)
+    for key in params:
+        name, sep, param = key.partition("__")
+        if not sep:
+            continue
+        if name not in by_name:
+            raise ValueError(
+                f"PrivatePipeline has no step {name!r} for the fit parameter {key!r}. "
+                "Nothing was fitted"
+            )
+        step = by_name[name]
+        if not _fit_takes(step, param):
+            kind = "passthrough" if step is None or step == "passthrough" else type(step).__name__
+            raise ValueError(
+                f"PrivatePipeline step {name!r} ({kind}) does not take the fit parameter "
+                f"{param!r}. Nothing was fitted"
+            )
+
+
 class PrivatePipeline(Pipeline):
     """A ``Pipeline`` whose fit is checked whole before any step draws noise.
 
@@ -167,8 +252,10 @@ class PrivatePipeline(Pipeline):
       memory: must be None (a cached private step would be reused uncharged: refused).
 
     Guarantee (module docstring): a fit refused for a step's settings, for a label outside
-    a step's public ``classes``, for a step that would read the data without noise, or
-    for the accountants' budgets draws no noise, charges nothing and leaves every step as
+    a step's public ``classes`` (or labels its fit refuses when it reads ``classes`` from
+    ``y``), for a step that would read the data without noise, for steps under different
+    neighbouring relations, for a fit parameter no step takes, or for the accountants'
+    budgets draws no noise, charges nothing and leaves every step as
     it was. ``privacy_report_`` is
     `pipeline_report` of the fitted pipeline.
     """
@@ -206,6 +293,7 @@ class PrivatePipeline(Pipeline):
                 "from the cache would hold a release no accountant was charged for. Nothing "
                 "was fitted"
             )
+        _check_fit_params(list(self.steps), params)
         for acc, (eps, delta) in self._plan(X, y).items():
             acc.check(eps, delta, acc.neighbouring)
         before = (list(self.steps), [dict(getattr(s, "__dict__", {})) for _, s in self.steps])
@@ -248,22 +336,26 @@ class PrivatePipeline(Pipeline):
         return out
 
     def _plan(self, X: Any, y: Any) -> dict[Any, tuple[float, float]]:
-        """Check every step's settings (and ``y`` against its public ``classes``) and return
-        ``{accountant: (epsilon, delta)}``, the sums each accountant must still hold (each
-        step's charge checked by `privkernels.privacy.BudgetAccountant.check`: relation,
-        ``epsilon=None``)."""
+        """Check every step's settings (and ``y`` against its public ``classes``, or by its
+        own fit's checks when it reads them from ``y``) and that the steps' relations compose,
+        and return ``{accountant: (epsilon, delta)}``, the sums each accountant must still
+        hold (each step's charge checked by `privkernels.privacy.BudgetAccountant.check`:
+        relation, ``epsilon=None``)."""
         private = dict(self._private_steps())  # a step without a report: refused first
         shape = _data_shape(X)
         n_x, n_y = _rows(X), _rows(y)
         if n_x is not None and n_y is not None and n_x != n_y:
             raise ValueError("X and y hold different numbers of rows")  # no count named
         totals: dict[Any, tuple[float, float]] = {}
+        charges: list[tuple[str, float | None, str]] = []
         for name, step in self.steps:
             if name in private:
                 step._check_fit_settings(shape)
                 if hasattr(step, "_check_fit_labels"):
                     step._check_fit_labels(y)
+                _check_labels_read(step, y, n_y if n_y is not None else n_x)
                 acc, eps, delta, relation = self._charge_of(step)
+                charges.append((name, eps, str(relation)))
                 if acc is not None:
                     cost = acc.check(eps, delta, relation)
                     e0, d0 = totals.get(acc, (0.0, 0.0))
@@ -271,6 +363,7 @@ class PrivatePipeline(Pipeline):
             keeps = step is None or step == "passthrough" or isinstance(step, OneToOneFeatureMixin)
             if not (keeps or type(step).__name__ in _SHAPE_KEEPING):
                 shape = None  # the next step's columns are not known before the fit
+        _check_relations(charges)
         return totals
 
     @staticmethod
