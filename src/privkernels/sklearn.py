@@ -571,9 +571,29 @@ class _RegressionBase(_DPEstimator):
     def _check_solver(self) -> None:
         """Refuse a ``fit_options["solver"]`` this estimator cannot fit (none here)."""
 
+    def _check_checkpoint(self) -> None:
+        """Refuse ``fit_options`` ``resume=True`` (it returns a saved model and never reads
+        data, while this estimator always passes its data) and a ``checkpoint_path`` that
+        exists or cannot be written, as `privkernels.dp_ntk_regression.fit` refuses them
+        before its own noise: called when something is released before that fit."""
+        opts = self.fit_options or {}
+        if opts.get("resume"):
+            raise ValueError(
+                f"{type(self).__name__} cannot resume (fit_options resume=True): a resumed "
+                "model reads no data; load it with privkernels.dp_ntk_regression.load"
+            )
+        path = opts.get("checkpoint_path")
+        if path is not None and checkpoint.check_writable(path).exists():
+            raise ValueError(
+                f"checkpoint {path} exists: a fit would overwrite it; delete it or choose "
+                "another checkpoint_path"
+            )
+
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         super()._check_fit_settings(shape)
         self._check_settings(self._share(), whole=True)
+        if shape is not None:  # not for `load`: the fitted model's checkpoint exists by then
+            self._check_checkpoint()
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
         """One fit, charged whole (the private scales and the model) to the accountant
@@ -581,6 +601,7 @@ class _RegressionBase(_DPEstimator):
         share = self._share()
         self._check_settings(share)
         if share is not None:  # the private scales read X in float32: refuse it first
+            self._check_checkpoint()  # and what the model's fit refuses after them
             check_finite(np.asarray(X, np.float64), "X", dtype=np.float32)
         acc = self._accountant()
         charged_release(

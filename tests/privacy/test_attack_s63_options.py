@@ -178,6 +178,24 @@ def test_kernel_mean_settings_refused_before_any_noise(monkeypatch, make, behind
     _refused_at_zero(monkeypatch, est, y, match, behind_scaler=behind_scaler)
 
 
+@pytest.mark.parametrize("behind_scaler", [False, True], ids=["auto", "pipeline"])
+@pytest.mark.parametrize("case", ["exists", "resume"])
+def test_regression_checkpoint_refused_before_any_noise(monkeypatch, tmp_path, case,
+                                                        behind_scaler):  # fmt: skip
+    """b9 (same path): an existing checkpoint_path, or resume=True (which the estimator
+    cannot do: it always passes its data), was refused by dp_ntk_regression.fit after the
+    private scales (0.7 charged) or the scaler (0.3)."""
+    path = tmp_path / "m.npz"
+    options = {"checkpoint_path": str(path)}
+    if case == "exists":
+        path.write_text("x")
+    else:
+        options["resume"] = True
+    est = DPNTKClassifier(0.7, 5e-6, classes=[0, 1], width=16, fit_options=options)
+    match = "exists: a fit would overwrite it" if case == "exists" else "cannot resume"
+    _refused_at_zero(monkeypatch, est, Y, match, behind_scaler=behind_scaler)
+
+
 # --------------------------------------------------------------------------- b7: searches
 
 
