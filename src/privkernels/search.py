@@ -151,6 +151,19 @@ def _check_no_leak(est: Any, table: bool) -> None:
         raise ValueError("diagnostics=True reads the data without noise: not in a search")
 
 
+def _check_no_files(est: Any) -> None:
+    """Refuse a candidate whose ``fit_options`` name a checkpoint (or a resume): each run
+    would write its release to disk, where the unchosen runs must stay hidden (the
+    guarantee of repeat-and-select, Papernot & Steinke 2022, holds only with them
+    unseen), and the second run would find the first one's file after the charge."""
+    opts = getattr(est, "fit_options", None) or {}
+    if opts.get("checkpoint_path") is not None or opts.get("resume"):
+        raise ValueError(
+            "fit_options checkpoint_path / resume are not supported in a search: each run "
+            "would keep its release on disk (fit the chosen settings alone to checkpoint)"
+        )
+
+
 def _best_has(name: str) -> Any:
     """`available_if` check: the searched estimator has ``name``."""
 
@@ -243,6 +256,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         for params in grid:  # every grid point, before any data is read or noise drawn
             cand = clone(base).set_params(**params)
             _check_no_leak(cand, table)
+            _check_no_files(cand)
             # its own data-free settings checks; the search sets the budget and the key
             cand.set_params(epsilon=1.0, delta=0.5, random_state=None)._check_fit_settings(None)
             cand._check_tunable()

@@ -41,6 +41,7 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -62,6 +63,7 @@ from privkernels.dp_kip.estimator_defaults import (
     public_row_count,
     warn_small_data,
 )
+from privkernels.dp_kip.fitting import check_run_arguments
 from privkernels.dp_kip.settings import Settings as KIPSettings
 from privkernels.dp_ntk.release import DP_NTK_RELATIONS
 from privkernels.dp_ntk.settings import Settings as NTKSettings
@@ -254,10 +256,32 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         `privkernels.pipeline.PrivatePipeline` sums them before any step's noise)."""
         return self._accountant(), self.epsilon, self.delta, self._relation()
 
+    #: Keywords this estimator's ``fit`` hands its method itself (its own parameters, the
+    #: budget, the keys, the accountant): refused in ``fit_options`` (`_check_owned_options`).
+    _owned_options: ClassVar[frozenset[str]] = frozenset()
+
+    def _check_owned_options(self) -> None:
+        """Refuse (``ValueError``) ``fit_options`` that are not a mapping, or that name a
+        keyword in `_owned_options`: the method's call would get it twice (a ``TypeError``
+        after a pipeline step's or the private scales' noise), or drop it silently."""
+        opts = self.fit_options
+        if opts is None:
+            return
+        if not isinstance(opts, Mapping):
+            raise ValueError("fit_options must be a dict of keyword arguments or None")
+        owned = sorted(set(opts) & self._owned_options)
+        if owned:
+            raise ValueError(
+                f"{type(self).__name__} fit_options may not set {owned}: the estimator passes "
+                "them itself (set its parameters instead)"
+            )
+
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         """Refuse, before any noise, the settings a fit refuses without reading data (here
-        the budget, ``random_state``'s type and the public ``classes``; subclasses check
-        more). ``shape``: the data's ``(n, *row)``, or None."""
+        ``fit_options`` keywords the estimator passes itself, the budget, ``random_state``'s
+        type and the public ``classes``; subclasses check more). ``shape``: the data's
+        ``(n, *row)``, or None."""
+        self._check_owned_options()
         if self.epsilon is not None:
             Budget(self.epsilon, self.delta)
         check_seed(self.random_state)
@@ -394,6 +418,8 @@ def _json_params(params: dict[str, Any]) -> dict[str, Any]:
             v = None  # the seed determines the noise: a file holding it would undo the privacy
         if k == "budget_accountant":
             v = None  # a live ledger of this session, not a property of the release
+        if k == "fit_options" and isinstance(v, dict) and "mesh" in v:
+            v = {o: w for o, w in v.items() if o != "mesh"}  # this session's devices, likewise
         if k == "schema" and v is not None and not isinstance(v, (dict, str)):
             v = v.to_dict()
         if isinstance(v, np.ndarray):
@@ -450,9 +476,18 @@ CLASSIFIER_MIN_VALIDATED_N = 3750
 _FITTED_STATE = ("model_", "_scaling", "_pre_report")
 
 
+#: `privkernels.dp_ntk_regression.fit` keywords a regression estimator passes itself: its
+#: parameters (`_RegressionBase._settings`), the budget, the class count, the keys, the accountant.
+_REGRESSION_OWNS = frozenset(
+    {"epsilon", "delta", "n_classes", "public_key", "budget_accountant", "width", "reg",
+     "fit_intercept", "kernel_shift", "input_bound", "beta", "neighbouring"}
+)  # fmt: skip
+
+
 class _RegressionBase(_DPEstimator):
     _auto_share: ClassVar[float] = AUTO_SHARE
     _min_validated_n: ClassVar[int] = MIN_VALIDATED_N
+    _owned_options = _REGRESSION_OWNS
 
     def __init__(
         self,
@@ -522,6 +557,8 @@ class _RegressionBase(_DPEstimator):
         noise (`privkernels.dp_ntk_regression.check_replace_one_settings`): a typo must
         not cost the scaling's budget. ``whole``: check them even when this fit releases
         nothing before the model's (a pipeline step released before it)."""
+        self._check_owned_options()  # before `_settings` merges fit_options in
+        self._check_solver()
         if self.epsilon is not None:
             Budget(self.epsilon, self.delta)
         if share is None and not whole:  # nothing is released before the model's fit
@@ -531,9 +568,32 @@ class _RegressionBase(_DPEstimator):
         check_input_bound(self.input_bound)
         R.check_replace_one_settings(epsilon=self.epsilon, delta=self.delta, **self._settings())
 
+    def _check_solver(self) -> None:
+        """Refuse a ``fit_options["solver"]`` this estimator cannot fit (none here)."""
+
+    def _check_checkpoint(self) -> None:
+        """Refuse ``fit_options`` ``resume=True`` (it returns a saved model and never reads
+        data, while this estimator always passes its data) and a ``checkpoint_path`` that
+        exists or cannot be written, as `privkernels.dp_ntk_regression.fit` refuses them
+        before its own noise: called when something is released before that fit."""
+        opts = self.fit_options or {}
+        if opts.get("resume"):
+            raise ValueError(
+                f"{type(self).__name__} cannot resume (fit_options resume=True): a resumed "
+                "model reads no data; load it with privkernels.dp_ntk_regression.load"
+            )
+        path = opts.get("checkpoint_path")
+        if path is not None and checkpoint.check_writable(path).exists():
+            raise ValueError(
+                f"checkpoint {path} exists: a fit would overwrite it; delete it or choose "
+                "another checkpoint_path"
+            )
+
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         super()._check_fit_settings(shape)
         self._check_settings(self._share(), whole=True)
+        if shape is not None:  # not for `load`: the fitted model's checkpoint exists by then
+            self._check_checkpoint()
 
     def _fit(self, X: Any, y: Any, n_classes: int | None) -> None:
         """One fit, charged whole (the private scales and the model) to the accountant
@@ -541,6 +601,7 @@ class _RegressionBase(_DPEstimator):
         share = self._share()
         self._check_settings(share)
         if share is not None:  # the private scales read X in float32: refuse it first
+            self._check_checkpoint()  # and what the model's fit refuses after them
             check_finite(np.asarray(X, np.float64), "X", dtype=np.float32)
         acc = self._accountant()
         charged_release(
@@ -784,6 +845,16 @@ class DPNTKRegressor(RegressorMixin, _RegressionBase):
         wide = (self.fit_options or {}).get("dtype") in ("float64", np.float64)
         return np.float64 if wide and self._share() is None else np.float32
 
+    def _check_solver(self) -> None:
+        """``solver='kernel-mean'`` releases class means of one-hot labels; a regressor's real
+        targets (they are converted to floats) are refused by it after the private scales:
+        refused here, before any noise."""
+        if (self.fit_options or {}).get("solver") == "kernel-mean":
+            raise ValueError(
+                "DPNTKRegressor fits real targets: fit_options solver='kernel-mean' needs class "
+                "labels (use DPNTKClassifier)"
+            )
+
     def _check_fit_labels(self, y: Any) -> None:
         """A regressor's labels are its targets: numeric and finite in the dtype they are
         computed in, checked before any step's noise (`privkernels.pipeline.PrivatePipeline`
@@ -857,6 +928,14 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
 # --------------------------------------------------------------------------- DP-KIP
 
 
+#: `dp_kip.fit` keywords `DPKIPClassifier.fit` passes itself: its parameters, the budget, the
+#: class count, the progress flag, the keys and the accountant.
+_KIP_OWNS = frozenset(
+    {"epsilon", "delta", "n_classes", "kernel", "support_per_class", "epochs", "batch_size",
+     "learning_rate", "clip_norm", "relative_reg", "progress", "public_key", "budget_accountant"}
+)  # fmt: skip
+
+
 class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
     """Private distilled support set (DP-KIP) and kernel ridge regression on it.
 
@@ -881,6 +960,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
 
     _result_attr = "result_"
     _min_classes = 2
+    _owned_options = _KIP_OWNS
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  kernel: str = "fc_ntk", support_per_class: int | None = None, epochs: int = 10,
@@ -916,6 +996,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
     _fit_data: ClassVar[dict[str, Any]] = {"dtype": np.float32}
 
     def fit(self, X: Any, y: Any) -> DPKIPClassifier:
+        self._check_owned_options()  # before any key or data
         X, y = self._checked(X, y)
         codes = self._encode_classes(y)
         n_public, hp = self._defaults(X.shape[0], len(self.classes_))
@@ -975,21 +1056,29 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
 
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         """The settings `dp_kip.fit` refuses before its noise, run by `dp_kip.configure`
-        (an unknown ``fit_options`` key is the ``TypeError`` the call would raise). Without
-        ``classes`` the class count is read from ``y`` at fit: 2, the least a fit takes,
-        stands in (the settings checks do not depend on it)."""
+        and `privkernels.dp_kip.fitting.check_run_arguments` (an unknown ``fit_options`` key
+        is the ``TypeError`` the call would raise). Without ``classes`` the class count is
+        read from ``y`` at fit: 2, the least a fit takes, stands in (the settings checks do
+        not depend on it; the public test labels are then checked by the fit). Without
+        ``shape`` (a search, or `load` checking a saved file's parameters, whose checkpoint
+        exists by then) the checkpoint and the test set are not checked."""
         super()._check_fit_settings(shape)
         opts = dict(self.fit_options or {})
         unknown = sorted(set(opts) - set(inspect.signature(dp_kip.fit).parameters))
         if unknown:
             raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")
+        loop = {k: opts[k] for k in ("eval_every", "max_steps", "diagnostics") if k in opts}
         if shape is None:
+            check_run_arguments(input_shape=None, n_classes=None, **loop)
             return
         row = self._shape(np.zeros((1, int(np.prod(shape[1:]))), np.float32)).shape[1:]
         c = 2 if self.classes is None else len(np.unique(np.asarray(self.classes)))
         fields = {f.name for f in dataclasses.fields(KIPSettings)} | {"chunk_size"}
         self._configure(shape[0], tuple(row), c, self.epsilon, self.delta,
                         {k: v for k, v in opts.items() if k in fields})  # fmt: skip
+        run = ("checkpoint_path", "resume", "x_test", "y_test")
+        check_run_arguments(input_shape=tuple(row), n_classes=None if self.classes is None else c,
+                            **loop, **{k: opts[k] for k in run if k in opts})  # fmt: skip
 
     def _defaults(self, n: int, n_classes: int) -> tuple[float | None, Any]:
         """``(public row count, EstimatorDefaults)`` of a fit on ``n`` rows (public numbers
@@ -1065,6 +1154,7 @@ class DPNTKGenerator(_DPEstimator):
     """
 
     _result_attr = "synth_"
+    _owned_options = _GENERATOR_OWNS
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, schema: Any = None,
                  label: str | None = None, classes: Any = None, label_mode: str = "released",
@@ -1101,13 +1191,6 @@ class DPNTKGenerator(_DPEstimator):
         if not isinstance(s, TabularSchema):
             raise TypeError(f"schema must be a TabularSchema, dict or path, got {type(s).__name__}")
         return s
-
-    def _check_owned_options(self) -> None:
-        """Refuse ``fit_options`` that `fit` passes itself (`_GENERATOR_OWNS`): a second
-        value would fail after a pipeline step's noise, or be dropped silently."""
-        owned = sorted(set(self.fit_options or {}) & _GENERATOR_OWNS)
-        if owned:
-            raise ValueError(f"fit_options may not set {owned}: set them on the estimator")
 
     def fit(self, X: Any, y: Any = None) -> DPNTKGenerator:
         self._check_owned_options()  # before any key or data
@@ -1177,8 +1260,11 @@ class DPNTKGenerator(_DPEstimator):
         unknown = sorted(set(opts) - set(inspect.signature(dp_ntk.fit).parameters))
         if unknown:
             raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")
-        self._check_owned_options()
-        runs = run_options(**{k: opts[k] for k in ("mesh", "resume", "chunk_size") if k in opts})
+        runs = run_options(**{k: opts[k] for k in ("mesh", "resume", "chunk_size",
+                                                   "checkpoint_path") if k in opts})  # fmt: skip
+        if shape is not None and runs.checkpoint_path is not None and not runs.resume:
+            # as `dp_ntk.fit` refuses it before its noise (not checked for `load`: it exists)
+            checkpoint.check_new(runs.checkpoint_path, "continue it (nothing is released again)")
         if opts.get("checkpoint_every") is not None:
             check_int(opts["checkpoint_every"], "checkpoint_every", minimum=1)
         own = dict(label_mode=self.label_mode, iterations=self.iterations,

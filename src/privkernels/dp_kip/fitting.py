@@ -73,7 +73,15 @@ from privkernels.privacy.report import (
 from privkernels.privacy.warnings import warn_privacy_leak
 from privkernels.sharding import shard_rows
 
-__all__ = ["fit", "configure", "plan_run", "Settings", "KERNEL_DEFAULTS", "DEFAULT_BATCH_SIZE"]
+__all__ = [
+    "fit",
+    "configure",
+    "plan_run",
+    "check_run_arguments",
+    "Settings",
+    "KERNEL_DEFAULTS",
+    "DEFAULT_BATCH_SIZE",
+]
 
 CHECKPOINT_FORMAT = "privkernels.dp_kip.checkpoint/1"
 
@@ -455,10 +463,7 @@ def _prepare(
     if n_classes < 2:
         raise ValueError(f"n_classes must be >= 2, got {n_classes}")
     y = check_labels(y, n_classes, "y", n_rows=n)
-    check_int(eval_every, "eval_every", minimum=1)
-    check_bool(diagnostics, "diagnostics")
-    if max_steps is not None:
-        check_int(max_steps, "max_steps", minimum=1)
+    _check_loop(eval_every, max_steps, diagnostics)
     rp = plan_run(s, n=n, input_shape=input_shape, n_classes=n_classes, chunk_size=_chunk(opts))
     checked_test = _check_test(*test, input_shape, n_classes)
     if diagnostics and rp.plan is not None:
@@ -613,6 +618,34 @@ def _check_test(x_test: Any, y_test: Any, input_shape: tuple[int, ...], n_classe
         raise ValueError(f"x_test must have shape (n, {input_shape}), got {tuple(x_test.shape)}")
     y_test = check_labels(y_test, n_classes, "y_test", n_rows=int(x_test.shape[0]))
     return jnp.asarray(x_test, jnp.float32), np.asarray(y_test)
+
+
+def _check_loop(eval_every: Any, max_steps: Any, diagnostics: Any) -> None:
+    """`fit`'s checks of its loop arguments (``ValueError`` / ``TypeError``, no data read)."""
+    check_int(eval_every, "eval_every", minimum=1)
+    check_bool(diagnostics, "diagnostics")
+    if max_steps is not None:
+        check_int(max_steps, "max_steps", minimum=1)
+
+
+def check_run_arguments(
+    *, input_shape: tuple[int, ...] | None, n_classes: int | None,
+    checkpoint_path: str | os.PathLike[str] | None = None, resume: bool = False,
+    x_test: Any = None, y_test: Any = None, eval_every: Any = 1, max_steps: Any = None,
+    diagnostics: Any = False,
+) -> None:  # fmt: skip
+    """Refuse, as `fit` does before its noise, run arguments that need no private data:
+    ``eval_every`` / ``max_steps`` below 1, a checkpoint path that exists without
+    ``resume`` (or is missing with it) or cannot be written (`_check_checkpoint_args`),
+    and a public test set whose rows are not ``input_shape`` or whose labels are not in
+    ``range(n_classes)`` (checked when both are given). For a caller that releases
+    something before calling `fit` (a pipeline's private scaler), so that such a
+    setting costs no budget. ``ValueError`` (``TypeError`` on wrong kinds)."""
+    _check_loop(eval_every, max_steps, diagnostics)
+    opts = run_options(checkpoint_path=checkpoint_path, resume=resume)
+    _check_checkpoint_args(opts.checkpoint_path, opts.resume)
+    if input_shape is not None and n_classes is not None:
+        _check_test(x_test, y_test, tuple(input_shape), n_classes)
 
 
 def _device_data(x: Any, y: Any, n_classes: int, mesh: Any) -> tuple[jax.Array, jax.Array]:

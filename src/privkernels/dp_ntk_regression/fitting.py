@@ -199,6 +199,8 @@ def check_replace_one_settings(**settings: Any) -> None:
     opts = run_options(**{k: v for k, v in given.items() if k in RunOptions._fields})
     check_neighbouring(s.neighbouring, (REPLACE_ONE,))
     _check_solver(s)
+    if s.solver == "kernel-mean":
+        _check_kernel_mean_settings(s)
     _check_float32(s)
     _check_one_device(opts)
     _refuse_beta_close_settings(s)
@@ -347,12 +349,7 @@ def _fit_kernel_mean(
     key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
 ) -> DPNTKRegressionModel:
     """The large-ridge limit (`kernel_mean` module): validate, class moments, one release."""
-    limit_ignores = ("features", "ridge_factor", "width", "weight_std", "reg")
-    refuse_unused(s, BETA_CLOSE_ONLY + limit_ignores, "solver='kernel-mean'")
-    if s.target_bound != 1.0:
-        raise ValueError("target_bound does not apply to solver='kernel-mean' (one-hot labels)")
-    if s.dtype not in ("float32", np.float32, jnp.float32):
-        raise ValueError("solver='kernel-mean' runs in float32")
+    _check_kernel_mean_settings(s)
     x_arr = check_array(inp.x, "x", finite=True)
     if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
         raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
@@ -377,6 +374,17 @@ def _fit_kernel_mean(
         cfg = dataclasses.replace(cfg, epsilon=report.epsilon, delta=report.delta)
     empty = jnp.zeros((0, d_in), jnp.float32)
     return DPNTKRegressionModel(m, empty, empty, report, cfg)
+
+
+def _check_kernel_mean_settings(s: Settings) -> None:
+    """The kernel-mean limit takes no ridge, sketch, width or beta-close setting (each must
+    stay at its default), one-hot targets (``target_bound`` 1) and float32."""
+    limit_ignores = ("features", "ridge_factor", "width", "weight_std", "reg")
+    refuse_unused(s, BETA_CLOSE_ONLY + limit_ignores, "solver='kernel-mean'")
+    if s.target_bound != 1.0:
+        raise ValueError("target_bound does not apply to solver='kernel-mean' (one-hot labels)")
+    if s.dtype not in ("float32", np.float32, jnp.float32):
+        raise ValueError("solver='kernel-mean' runs in float32")
 
 
 #: Smallest ``reg`` of a replace-one fit: with ``ridge_factor=0`` it is the whole ridge of
