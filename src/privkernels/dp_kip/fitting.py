@@ -350,10 +350,11 @@ def _private_start(
     by `plan_run`) and whether the release ran in this call (so `fit` writes its record
     once); else ``None, None, False``.
 
-    A resumed run whose checkpoint holds the start's report (checkpoints since 2026-11-27)
+    A resumed run whose checkpoint holds the start's report (every checkpoint `_save` writes)
     takes that report and a zero placeholder (the checkpoint's state holds the support), so
-    the release is not repeated and DP-NTK does not read the data again; an older
-    checkpoint re-runs the release with the same key (output discarded, counted once).
+    the release is not repeated and DP-NTK does not read the data again; one without it (no
+    file `_read_checkpoint` accepts is written so) re-runs the release with the same key
+    (the same noise: output discarded, counted once).
     """
     if run.dp_init is None:
         return None, None, False
@@ -373,7 +374,7 @@ def _saved_start_report(
     meta: Mapping[str, Any], cfg: DPKIPConfig, share: Budget | None
 ) -> PrivacyReport | None:
     """The DP-NTK start's report a checkpoint's ``meta`` keeps (`_read_checkpoint`); None in
-    one written before 2026-11-27.
+    one without it.
 
     Refused (``ValueError``, nothing drawn) unless it records exactly this call's ``share`` of
     the budget under this call's relation, or no release for a non-private call: a resume
@@ -864,19 +865,31 @@ def _read_checkpoint(
 ) -> tuple[State, dict[str, Any]]:
     """A resumed run's checkpoint ``(state, meta)``, read once and checked before any noise
     is drawn (``ValueError`` otherwise): the settings' fingerprint against ``cfg``, the key
-    (`_key_check`; a checkpoint written before 2026-11-27 has none), the history's entries
-    against this call's ``history`` (so un-noised ``diagnostics`` never pass on unannounced,
-    and a changed ``diagnostics`` or test set does not fail after noisy steps), and the state
-    against ``optimizer``'s (restored into a data-independent template)."""
+    (`_key_check`, required: a file without it, written before 2026-11-27 or edited, could
+    be resumed under any key), the history's entries against this call's ``history`` (so
+    un-noised ``diagnostics`` never pass on unannounced, and a changed ``diagnostics`` or test
+    set does not fail after noisy steps), the state against ``optimizer``'s (restored into a
+    data-independent template), and its step against ``steps_done`` and the history
+    (`_check_steps`)."""
     assert path is not None
     arrays, meta = checkpoint.load(path, format=CHECKPOINT_FORMAT)
     _check_fingerprint(meta, cfg)
-    if meta.get("key_check", key_check) != key_check:
+    if not isinstance(meta.get("key_check"), str):
+        raise ValueError(
+            "the checkpoint holds no key_check (it was written before 2026-11-27 or edited), so "
+            "its resume cannot be bound to one run's key: restart the run without resume=True"
+        )
+    if meta["key_check"] != key_check:
         raise ValueError(
             "the checkpoint was written by a run with another key: resume with the key of "
             "the run that wrote it (each key gives other noise; a resume continues one run)"
         )
-    saved, wanted = sorted(saved_history(meta.get("history") or {})), sorted(saved_history(history))
+    if not isinstance(meta.get("history"), dict):
+        raise ValueError(
+            "the checkpoint's history is not a JSON object (the file was edited or damaged): "
+            "resume refused; restart the run without resume=True"
+        )
+    saved, wanted = sorted(saved_history(meta["history"])), sorted(saved_history(history))
     if saved != wanted:
         raise ValueError(
             f"the checkpoint's history records {saved}, this call would record {wanted}: resume "
@@ -886,7 +899,36 @@ def _read_checkpoint(
     template = initial_state(
         cfg, {"x": jnp.zeros(shape, jnp.float32)}, optimizer, np.zeros(shape, bool)
     )
-    return checkpoint.unflatten_like(template, arrays, "state"), meta
+    state = checkpoint.unflatten_like(template, arrays, "state")
+    _check_steps(int(state.step), meta, cfg.planned_steps)
+    return state, meta
+
+
+def _check_steps(step: int, meta: Mapping[str, Any], planned: int) -> None:
+    """A checkpoint's DP-SGD step count, read three times, must agree with itself (``ValueError``
+    otherwise): the state's ``step`` (what the resumed run starts from and what its report
+    counts) lies in ``[0, planned]`` and equals the saved ``steps_done``, and the history's
+    ``step`` entries (one per epoch end or ``max_steps`` stop, strictly increasing) end at or
+    before it (an interrupt can save a state past the last logged step). A state stepped back
+    would otherwise re-run steps with their noise keys on another support, uncounted."""
+    done = meta.get("steps_done")
+    logged = meta["history"].get("step")  # a dict (`_read_checkpoint`)
+    if isinstance(logged, list) and all(_is_int(t) for t in logged):
+        increasing = all(a < b for a, b in zip([0, *logged], logged, strict=False))
+        last = logged[-1] if logged else 0
+    else:
+        increasing, last = False, 0
+    if not (
+        0 <= step <= planned and _is_int(done) and done == step and increasing and last <= step
+    ):
+        raise ValueError(
+            "the checkpoint's step count disagrees between its state, steps_done and history "
+            "(the file was edited or damaged): resume refused; restart the run without resume=True"
+        )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_fingerprint(meta: Mapping[str, Any], cfg: DPKIPConfig) -> None:
