@@ -705,6 +705,18 @@ class _RegressionBase(_DPEstimator):
             raise ValueError("the file's preprocessing_report is not a report")
         self._pre_report = None if pre is None else PrivacyReport.from_dict(pre)  # re-verified
         self._check_restored_scaling(result)
+        _check_config_against_records(result)
+        self._check_config_against_params(result.config)
+
+    def _check_config_against_params(self, config: Any) -> None:
+        """Refuse (``ValueError``) a model config whose kernel settings differ from the file's
+        parameters that a fit hands `privkernels.dp_ntk_regression.fit` unchanged (`_settings`):
+        `predict` reads them from the config (an ``input_bound`` edit maps every test row
+        elsewhere), and under replace-one the report's records do not name them."""
+        for name in ("width", "reg", "fit_intercept", "input_bound", "neighbouring"):
+            if not _same_value(getattr(config, name), getattr(self, name)):
+                raise ValueError(f"the file's model config {name} differs from its {name} "
+                                 "parameter")  # fmt: skip
 
     def _check_restored_scaling(self, result: Any) -> None:
         """Refuse (``ValueError``) a file whose scales or preprocessing report are not what
@@ -780,6 +792,26 @@ class _RegressionBase(_DPEstimator):
     @staticmethod
     def _load_result(path: Any) -> Any:
         return R.load(path)
+
+
+def _check_config_against_records(model: Any) -> None:
+    """Refuse (``ValueError``) a regression model whose config contradicts its own report:
+    every record parameter that names a config field must hold the config's value.
+    `privkernels.dp_ntk_regression.predict` reads the config (beta-close: ``eta_min``,
+    ``kernel_shift``, ``input_bound``, the M of the guarantee rests on them), so an edit
+    there would predict with another kernel than the one released."""
+    fields = {f.name for f in dataclasses.fields(model.config)}
+    for record in model.report.mechanisms:
+        for name, value in record.param_dict.items():
+            if name in fields and not _same_value(getattr(model.config, name), value):
+                raise ValueError(f"the file's model config {name} differs from the one its "
+                                 "report's records were derived with")  # fmt: skip
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal, numbers up to the rounding of a JSON round trip (booleans and text exactly)."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return math.isclose(a, b, rel_tol=1e-9) if numbers else bool(a == b)
 
 
 def _same_budget(spent: Any, planned: Budget) -> bool:

@@ -16,7 +16,14 @@ from privkernels import checkpoint
 from privkernels.cli import main as cli_main
 from privkernels.privacy.accounting import gaussian_sigma
 from privkernels.privacy.report import PrivacyReport
-from privkernels.sklearn import CLASSES_INFERRED_NOTE, DPNTKClassifier, DPNTKRegressor, load
+from privkernels.sklearn import (
+    CLASSES_INFERRED_NOTE,
+    DPNTKClassifier,
+    DPNTKGenerator,
+    DPNTKRegressor,
+    load,
+)
+from privkernels.synth import SCHEMA_INFERRED_NOTE
 
 
 def _edit(path, tmp_path, change, name="edited.npz"):
@@ -167,3 +174,57 @@ def test_b5_a_privacy_json_must_keep_the_notes_of_the_model_beside_it(files, tmp
     capsys.readouterr()
     assert cli_main(["report", str(beside)]) == 2
     assert "lacks notes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("kind", "field", "value"), [
+    ("regressor", "input_bound", 0.01), ("classifier", "fit_intercept", False),
+    ("classifier", "reg", 50.0),
+])  # fmt: skip
+def test_c3_a_model_config_edit_against_the_params_is_refused(files, tmp_path, kind, field, value):
+    """c3: config.input_bound 0.01 loaded and every prediction became 0 (the report is the
+    same); fit_intercept loaded and predict failed; the params still said otherwise."""
+
+    def change(arrays, meta):
+        meta["config"][field] = value
+
+    with pytest.raises(ValueError, match=f"model config {field} differs"):
+        load(_edit(files[kind][0], tmp_path, change))
+
+
+@pytest.fixture(scope="module")
+def beta_close_file(tmp_path_factory):
+    return _fitted(tmp_path_factory, DPNTKClassifier(classes=[0, 1], width=16,
+                                                     neighbouring="beta-close"),
+                   lambda x: np.arange(40) % 2)[0]  # fmt: skip
+
+
+@pytest.mark.slow  # a beta-close fit (Gaussian sampling)
+@pytest.mark.parametrize(("field", "value"), [("eta_min", 1.0), ("kernel_shift", 5.0)])
+def test_c3_beta_close_config_must_be_its_records(beta_close_file, tmp_path, field, value):
+    """c3: config eta_min / kernel_shift contradicting the report's own gaussian_sampling
+    record (the M its guarantee rests on) loaded."""
+
+    def change(arrays, meta):
+        meta["config"][field] = value
+
+    with pytest.raises(ValueError, match=f"model config {field} differs"):
+        load(_edit(beta_close_file, tmp_path, change))
+
+
+@pytest.mark.slow  # a DP-NTK table fit
+def test_b5_a_table_generator_keeps_its_schema_note(tmp_path):
+    """b5 (generator): the note that the schema was read from the data could be removed
+    from a DPNTKGenerator file fitted without a schema."""
+    x = np.random.default_rng(0).uniform(size=(40, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = DPNTKGenerator(label="y", iterations=2, d_code=4, batch_size=10)
+        gen.fit({"a": x[:, 0], "b": x[:, 1], "y": np.arange(40) % 2})
+    path = gen.save(tmp_path / "g.npz")
+    assert SCHEMA_INFERRED_NOTE in load(path).privacy_report_.notes
+
+    def change(arrays, meta):
+        meta["report"]["notes"].remove(SCHEMA_INFERRED_NOTE)
+
+    with pytest.raises(ValueError, match="schema was read from the data"):
+        load(_edit(path, tmp_path, change))
