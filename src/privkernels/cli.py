@@ -816,8 +816,9 @@ def _npz_report(path: Path) -> PrivacyReport:
 def _check_beside(path: Path, report: Any) -> None:
     """A ``<out>.privacy.json`` holds no configuration: check it against the model saved
     beside it (``<out>`` for distill, ``<out>.model.npz`` for synth), which its method's
-    loader checks; say so on stderr when there is none. A search's report is checked
-    against the chosen model's own fit (`_check_search_beside`)."""
+    loader checks, and it must keep every note (caveat) of the model's report; say so on
+    stderr when there is none. A search's report is checked against the chosen model's own
+    fit (`_check_search_beside`)."""
     out = path.with_name(path.name.removesuffix(".privacy.json"))
     candidates = (out, _model_path(out))
     model = next((p for p in candidates if p.is_file() and zipfile.is_zipfile(p)), None)
@@ -834,6 +835,8 @@ def _check_beside(path: Path, report: Any) -> None:
         report.epsilon, report.delta, report.neighbouring, report.mechanisms
     ):  # fmt: skip
         raise ValueError(f"{path} does not match the report of {model}")
+    elif any(note not in report.notes for note in saved.notes):  # a caveat removed
+        raise ValueError(f"{path} lacks notes of the report of {model}")
 
 
 def _check_search_beside(path: Path, search: Any, saved: Any) -> None:

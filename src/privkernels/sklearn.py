@@ -55,7 +55,13 @@ from privkernels import checkpoint, dp_kip, dp_ntk
 from privkernels import dp_ntk_regression as R
 from privkernels._sklearn_accounting import AccountedMixin
 from privkernels._sklearn_checks import checked_data
-from privkernels._validation import check_finite, check_fraction, check_int, check_numeric
+from privkernels._validation import (
+    N_CLASSES_INFERRED_NOTE,
+    check_finite,
+    check_fraction,
+    check_int,
+    check_numeric,
+)
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_kip.estimator_defaults import (
@@ -96,7 +102,7 @@ from privkernels.privacy.warnings import ProjectionWarning, SmallSampleWarning, 
 from privkernels.scores import binary_decision, scores_to_proba
 from privkernels.search import PrivateSearchCV
 from privkernels.synth import FORMAT as TABLE_FORMAT
-from privkernels.synth import check_table, fit_table, load_table_synth
+from privkernels.synth import SCHEMA_INFERRED_NOTE, check_table, fit_table, load_table_synth
 
 __all__ = [
     "DPKIPClassifier",
@@ -346,6 +352,27 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         if has:
             self.classes_ = arrays["estimator/classes_"]
             self._check_restored_classes(result)
+        self._check_restored_report(result.report, self._expects_classes(result))
+
+    def _check_restored_report(self, report: PrivacyReport, has_classes: bool) -> None:
+        """Refuse (``ValueError``, no value named) a file whose model report contradicts the
+        file's own parameters: a seed (``save`` never writes one: it would undo the privacy),
+        ``epsilon=None`` (the non-private baseline) beside a private report or the reverse,
+        another neighbouring relation, or a missing caveat the fit adds whenever its
+        ``classes`` is None (`CLASSES_INFERRED_NOTE`, a `PrivacyLeakWarning` at fit). A
+        forger who edits the parameters as well is not caught: files carry no signature."""
+        if self.random_state is not None:
+            raise ValueError("the file holds a random_state: save never writes one (whoever "
+                             "knows the seed recomputes the noise)")  # fmt: skip
+        if (self.epsilon is None) == report.private:
+            raise ValueError("the file's epsilon parameter and its model's report disagree on "
+                             "whether the release is private")  # fmt: skip
+        if report.private and report.neighbouring != self._relation():
+            raise ValueError("the file's neighbouring parameter differs from its model's report")
+        inferred = has_classes and getattr(self, "classes", None) is None
+        if inferred and CLASSES_INFERRED_NOTE not in report.notes:
+            raise ValueError("the file's classes parameter is None but its report lacks the "
+                             "note that the classes were read from the private labels")  # fmt: skip
 
     def _check_restored_classes(self, result: Any) -> None:
         """Refuse (``ValueError``, no label named) a file whose ``classes_`` are not what
@@ -739,6 +766,18 @@ class _RegressionBase(_DPEstimator):
             raise ValueError("the file's preprocessing_report is not a report")
         self._pre_report = None if pre is None else PrivacyReport.from_dict(pre)  # re-verified
         self._check_restored_scaling(result)
+        _check_config_against_records(result)
+        self._check_config_against_params(result.config)
+
+    def _check_config_against_params(self, config: Any) -> None:
+        """Refuse (``ValueError``) a model config whose kernel settings differ from the file's
+        parameters that a fit hands `privkernels.dp_ntk_regression.fit` unchanged (`_settings`):
+        `predict` reads them from the config (an ``input_bound`` edit maps every test row
+        elsewhere), and under replace-one the report's records do not name them."""
+        for name in ("width", "reg", "fit_intercept", "input_bound", "neighbouring"):
+            if not _same_value(getattr(config, name), getattr(self, name)):
+                raise ValueError(f"the file's model config {name} differs from its {name} "
+                                 "parameter")  # fmt: skip
 
     def _check_restored_scaling(self, result: Any) -> None:
         """Refuse (``ValueError``) a file whose scales or preprocessing report are not what
@@ -762,11 +801,36 @@ class _RegressionBase(_DPEstimator):
                 raise ValueError("the file's feature scales do not match its n_features_in_")
             if any(np.any(sc[k] <= 0) for k in names if k.endswith("_scale")):
                 raise ValueError("the file's scales must be > 0")
-        if private and self.epsilon is not None:
-            total = self.privacy_report_
-            if not (math.isclose(total.epsilon, float(self.epsilon), rel_tol=1e-9)
-                    and math.isclose(total.delta, float(self.delta), rel_tol=1e-9)):  # fmt: skip
-                raise ValueError("the file's reports do not add up to its epsilon and delta")
+        self._check_restored_budgets(result.report, _restored_n_classes(result) is None)
+
+    def _check_restored_budgets(self, model: PrivacyReport, targets: bool) -> None:
+        """Refuse (``ValueError``) a file whose model report or preprocessing records are not
+        the budgets its own parameters plan: the model gets ``epsilon * (1 - share)`` (all of
+        it without private scales), and each scale's release its part by `_budgets` and
+        `privkernels.preprocessing.standardize_budgets`, in the order `_preprocess` draws
+        them (as `_privacy_events` plans a search). Records are re-derived from their noise
+        by ``PrivacyReport.from_dict``, so this binds the noise to the plan; a total alone
+        would let a forger move budget between the releases. ``epsilon=None`` writes no
+        preprocessing records (checked with the scales)."""
+        if self.epsilon is None:
+            return
+        whole, share = Budget(float(self.epsilon), float(self.delta)), self._share()
+        planned: list[Budget] = []
+        if share is None:
+            main = whole
+        else:
+            main, *pre = self._budgets(whole, share, targets)
+            planned = [b for p in pre for b in standardize_budgets(p)]
+        if not _same_budget(model, main):
+            raise ValueError("the file's model report is not the part of its epsilon and delta "
+                             "that its preprocessing parameter leaves to the model")  # fmt: skip
+        pre_report = getattr(self, "_pre_report", None)
+        records = () if pre_report is None else pre_report.mechanisms
+        if pre_report is not None and pre_report.neighbouring != REPLACE_ONE:
+            raise ValueError("the file's preprocessing report is not under replace-one")
+        if len(records) != len(planned) or not all(map(_same_budget, records, planned)):
+            raise ValueError("the file's preprocessing records are not the budgets its "
+                             "preprocessing parameter plans")  # fmt: skip
 
     _result_attr = "model_"
 
@@ -789,6 +853,34 @@ class _RegressionBase(_DPEstimator):
     @staticmethod
     def _load_result(path: Any) -> Any:
         return R.load(path)
+
+
+def _check_config_against_records(model: Any) -> None:
+    """Refuse (``ValueError``) a regression model whose config contradicts its own report:
+    every record parameter that names a config field must hold the config's value.
+    `privkernels.dp_ntk_regression.predict` reads the config (beta-close: ``eta_min``,
+    ``kernel_shift``, ``input_bound``, the M of the guarantee rests on them), so an edit
+    there would predict with another kernel than the one released."""
+    fields = {f.name for f in dataclasses.fields(model.config)}
+    for record in model.report.mechanisms:
+        for name, value in record.param_dict.items():
+            if name in fields and not _same_value(getattr(model.config, name), value):
+                raise ValueError(f"the file's model config {name} differs from the one its "
+                                 "report's records were derived with")  # fmt: skip
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal, numbers up to the rounding of a JSON round trip (booleans and text exactly)."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return math.isclose(a, b, rel_tol=1e-9) if numbers else bool(a == b)
+
+
+def _same_budget(spent: Any, planned: Budget) -> bool:
+    """Whether a report or record ``spent`` has the ``planned`` (epsilon, delta), up to the
+    rounding of a JSON round trip."""
+    return math.isclose(spent.epsilon, planned.epsilon, rel_tol=1e-9) and math.isclose(
+        spent.delta, planned.delta, rel_tol=1e-9
+    )
 
 
 def _shaped(v: np.ndarray, like: Any) -> np.ndarray:
@@ -1344,10 +1436,25 @@ class DPNTKGenerator(_DPEstimator):
         super()._restore(arrays, meta, result)
         if not isinstance(result, _ArraySynth):
             self.schema_ = result.schema
+            _check_table_notes(result)
 
     def _expects_classes(self, result: Any) -> bool:
         """Array releases carry ``classes_``; a table's classes are in its schema."""
         return isinstance(result, _ArraySynth)
+
+
+def _check_table_notes(synth: Any) -> None:
+    """Refuse (``ValueError``) a table synthesiser file whose report lacks a caveat its own
+    schema shows `privkernels.synth.fit_table` added: a schema read from the data
+    (`SCHEMA_INFERRED_NOTE`), or no classes in it, so the class count was read from the
+    labels (`N_CLASSES_INFERRED_NOTE`)."""
+    notes = synth.report.notes
+    if synth.schema.source == "data" and SCHEMA_INFERRED_NOTE not in notes:
+        raise ValueError("the file's schema was read from the data but its report lacks "
+                         "the note saying so")  # fmt: skip
+    if not synth.schema.classes and N_CLASSES_INFERRED_NOTE not in notes:
+        raise ValueError("the file's schema lists no classes but its report lacks the note "
+                         "that the class count was read from the labels")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
