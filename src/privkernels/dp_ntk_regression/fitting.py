@@ -295,15 +295,20 @@ def _noted(model: DPNTKRegressionModel, notes: tuple[str, ...]) -> DPNTKRegressi
     return dataclasses.replace(model, report=with_notes(model.report, notes)) if notes else model
 
 
+def _rows(x: Any) -> tuple[np.ndarray, int, int]:
+    """``x`` (``(n, ...)``, finite) checked, with its row count and flattened width."""
+    x_arr = check_array(x, "x", finite=True)
+    if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
+        raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
+    return x_arr, int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
+
+
 def _fit_replace_one(
     key: jax.Array, budget: Budget | None, s: Settings, opts: RunOptions, inp: Inputs
 ) -> DPNTKRegressionModel:
     """Sufficient-statistics perturbation (`replace_one` module): validate, features, release, solve."""
     _refuse_beta_close_settings(s)
-    x_arr = check_array(inp.x, "x", finite=True)
-    if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
-        raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
-    n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
+    x_arr, n, d = _rows(inp.x)
     y_mat, n_classes, target_ndim, inferred = _targets(inp.y, n, inp.n_classes)
     features = r1.DEFAULT_FEATURES if s.features is None else s.features
     features = check_int(features, "features")
@@ -350,10 +355,7 @@ def _fit_kernel_mean(
 ) -> DPNTKRegressionModel:
     """The large-ridge limit (`kernel_mean` module): validate, class moments, one release."""
     _check_kernel_mean_settings(s)
-    x_arr = check_array(inp.x, "x", finite=True)
-    if x_arr.ndim < 2 or int(np.prod(x_arr.shape[1:])) == 0:
-        raise ValueError(f"x must have shape (n, d) (or (n, ...)), got {tuple(x_arr.shape)}")
-    n, d = int(x_arr.shape[0]), int(np.prod(x_arr.shape[1:]))
+    x_arr, n, d = _rows(inp.x)
     y_mat, n_classes, target_ndim, inferred = _targets(inp.y, n, inp.n_classes)
     if n_classes is None:
         raise ValueError("solver='kernel-mean' needs class labels (integer y or n_classes); "
