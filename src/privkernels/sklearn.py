@@ -821,14 +821,16 @@ class _RegressionBase(_DPEstimator):
         else:
             main, *pre = self._budgets(whole, share, targets)
             planned = [b for p in pre for b in standardize_budgets(p)]
-        if not _same_budget(model, main):
+        if not main.matches(model):
             raise ValueError("the file's model report is not the part of its epsilon and delta "
                              "that its preprocessing parameter leaves to the model")  # fmt: skip
         pre_report = getattr(self, "_pre_report", None)
         records = () if pre_report is None else pre_report.mechanisms
         if pre_report is not None and pre_report.neighbouring != REPLACE_ONE:
             raise ValueError("the file's preprocessing report is not under replace-one")
-        if len(records) != len(planned) or not all(map(_same_budget, records, planned)):
+        if len(records) != len(planned) or not all(
+            p.matches(r) for r, p in zip(records, planned, strict=True)
+        ):
             raise ValueError("the file's preprocessing records are not the budgets its "
                              "preprocessing parameter plans")  # fmt: skip
 
@@ -873,14 +875,6 @@ def _same_value(a: Any, b: Any) -> bool:
     """Equal, numbers up to the rounding of a JSON round trip (booleans and text exactly)."""
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
     return math.isclose(a, b, rel_tol=1e-9) if numbers else bool(a == b)
-
-
-def _same_budget(spent: Any, planned: Budget) -> bool:
-    """Whether a report or record ``spent`` has the ``planned`` (epsilon, delta), up to the
-    rounding of a JSON round trip."""
-    return math.isclose(spent.epsilon, planned.epsilon, rel_tol=1e-9) and math.isclose(
-        spent.delta, planned.delta, rel_tol=1e-9
-    )
 
 
 def _shaped(v: np.ndarray, like: Any) -> np.ndarray:

@@ -458,11 +458,7 @@ def _check_resume_budget(saved: PrivacyReport, budget: Budget | None) -> None:
                 "added on resume (start a new fit instead)"
             )
         return
-    if (
-        budget is None
-        or not math.isclose(budget.epsilon, saved.epsilon, rel_tol=1e-9)
-        or not math.isclose(budget.delta, saved.delta, rel_tol=1e-9)
-    ):
+    if budget is None or not budget.matches(saved):
         got = "epsilon=None" if budget is None else f"epsilon={budget.epsilon!r}, delta={budget.delta!r}"  # fmt: skip
         raise ValueError(
             f"the checkpoint's release was made at (epsilon={saved.epsilon:g}, "

@@ -33,6 +33,13 @@ class Budget:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         object.__setattr__(self, "delta", check_delta(self.delta))
 
+    def matches(self, spent: Any) -> bool:
+        """Whether ``spent`` (a report or a mechanism record: ``.epsilon``, ``.delta``) is
+        this budget, up to the rounding of a JSON round trip (relative 1e-9)."""
+        return math.isclose(spent.epsilon, self.epsilon, rel_tol=1e-9) and math.isclose(
+            spent.delta, self.delta, rel_tol=1e-9
+        )
+
     def split(self, *fractions: float) -> tuple[Budget, ...]:
         """Divide epsilon and delta in the given proportions (basic composition).
 
