@@ -5,10 +5,13 @@ committed before any run. ``--grid`` runs the candidate grid and applies the rul
 without it, the estimator's defaults are checked on the same sets and the final table
 ``benchmarks/results/defaults-dp-kip.{json,md}`` is written.
 
+``--lift`` runs K5 and K5L (K5 with the FC-NTK on sphere-lifted rows) side by side for the
+decision of ``benchmarks/results/defaults-dp-kip-lift-rule.md``.
+
 ``--coarse`` (post-hoc, selects nothing) measures the defaults on breast cancer scaled by
 coarse public bounds instead of standardised.
 
-Usage: ``python -m benchmarks.defaults_dp_kip [--grid | --coarse] [--seeds 0 1 2] [--out DIR]``.
+Usage: ``python -m benchmarks.defaults_dp_kip [--grid | --lift | --coarse] [--seeds 0 1 2] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -223,6 +226,38 @@ def run_grid(seeds: list[int], out: Path) -> str:
     return chosen
 
 
+#: the two candidates of the lift rule, as explicit ``fit_options`` (the estimator's own
+#: default may be either)
+LIFT_CANDIDATES = {
+    name: {"fit_options": {"kernel_options": {"sphere_lift": lift}}}
+    for name, lift in (("K5", False), ("K5L", True))
+}
+
+
+def run_lift(seeds: list[int], out: Path) -> None:
+    """K5 and K5L on the tuning sets, and the lift rule's conditions 1 and 2."""
+    sets = tuning_sets()
+    by_cand = {}
+    for cid, extra in LIFT_CANDIDATES.items():
+        print(cid, flush=True)
+
+        def params(n: int, d: int, c: int, e: dict[str, Any] = extra) -> dict[str, Any]:
+            return dict(e)
+
+        by_cand[cid] = evaluate(params, seeds, sets)
+    worst = {k: min(r["ratio"] for r in rs) for k, rs in by_cand.items()}
+    meta = {
+        **_meta(seeds), "rule": "benchmarks/results/defaults-dp-kip-lift-rule.md",
+        "worst": worst, "monotone": {k: monotone(rs) for k, rs in by_cand.items()},
+        "conditions_1_2": bool(worst["K5L"] >= worst["K5"] - 0.02 and monotone(by_cand["K5L"])),
+    }  # fmt: skip
+    rows = [{"candidate": k, **{c: v for c, v in r.items() if not c.startswith("p_")}}
+            for k, rs in by_cand.items() for r in rs]  # fmt: skip
+    cols = ["candidate", "set", "n_train", "ratio", "ratio_ci95", "kip_auc", "logreg_auc",
+            "kip_acc", "majority_acc", "sec"]  # fmt: skip
+    write_results(out, "defaults-dp-kip-lift", rows, meta=meta, columns=cols)
+
+
 def run_check(seeds: list[int], out: Path) -> None:
     """The estimator's defaults on the tuning sets: the final table."""
     rows = evaluate(None, seeds, tuning_sets())
@@ -256,6 +291,7 @@ def run_coarse(seeds: list[int], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid", action="store_true", help="run the candidate grid (default: check)")
+    ap.add_argument("--lift", action="store_true", help="K5 against K5L (the lift rule)")
     ap.add_argument(
         "--coarse",
         action="store_true",
@@ -266,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.coarse:
         run_coarse(args.seeds, args.out)
+    elif args.lift:
+        run_lift(args.seeds, args.out)
     elif args.grid:
         print("chosen:", run_grid(args.seeds, args.out))
     else:

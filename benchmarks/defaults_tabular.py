@@ -7,7 +7,11 @@ inputs (``kip-std``) and behind a `PrivateStandardScaler` (``kip-private``), and
 ``DPNTKClassifier`` with its own private preprocessing (``ntk``), each at (1, 1e-5) in
 total, scored by the ratio of ROC-AUC lifts against a non-private LogisticRegression.
 
-Usage: ``python -m benchmarks.defaults_tabular [--sets adult ...] [--seeds 0 1 2]
+``--lift`` runs the two DP-KIP routes with the FC-NTK on plain and on sphere-lifted rows
+(K5 and K5L of ``benchmarks/results/defaults-dp-kip-lift-rule.md``) and writes
+``defaults-tabular-lift.{json,md}``.
+
+Usage: ``python -m benchmarks.defaults_tabular [--sets adult ...] [--seeds 0 1 2] [--lift]
 [--data-dir DIR] [--out DIR]``; writes ``defaults-tabular.{json,md}``.
 """
 
@@ -73,14 +77,24 @@ def auc_lift(y: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> float:
     return float(np.mean([roc_auc_score(y == classes[i], scores[:, i]) for i in present])) - 0.5
 
 
+#: the lift rule's routes: ``(route, fit_options of its DPKIPClassifier)`` by label
+LIFT_ROUTES = {
+    f"{r}-{cid}": (r, {"kernel_options": {"sphere_lift": lift}})
+    for r in ("kip-std", "kip-private")
+    for cid, lift in (("K5", False), ("K5L", True))
+}
+
+
 def route(name: str, classes: np.ndarray, seed: int) -> Any:
-    """The estimator (or private pipeline) of one route of the rule file."""
+    """The estimator (or private pipeline) of one route of the rule file (or of the lift
+    rule's, `LIFT_ROUTES`)."""
+    name, opts = LIFT_ROUTES.get(name, (name, None))
     if name == "kip-std":
-        return DPKIPClassifier(1.0, 1e-5, classes=classes, random_state=seed)
+        return DPKIPClassifier(1.0, 1e-5, classes=classes, random_state=seed, fit_options=opts)
     if name == "kip-private":
         return make_private_pipeline(
             PrivateStandardScaler(0.3, 5e-6, bounds=(0.0, 1.0), random_state=seed),
-            DPKIPClassifier(0.7, 5e-6, classes=classes, random_state=seed),
+            DPKIPClassifier(0.7, 5e-6, classes=classes, random_state=seed, fit_options=opts),
         )
     return DPNTKClassifier(1.0, 1e-5, classes=classes, random_state=seed)
 
@@ -88,7 +102,7 @@ def route(name: str, classes: np.ndarray, seed: int) -> Any:
 def run_route(data: tuple[np.ndarray, ...], name: str, seed: int) -> dict[str, float]:
     """One fit and one read of the test split: AUC lift, accuracy and wall seconds."""
     xtr, xte, ytr, yte, classes = data
-    if name == "kip-std":
+    if LIFT_ROUTES.get(name, (name,))[0] == "kip-std":
         xtr, xte = standardise(xtr, xte)
     t = time.perf_counter()
     with warnings.catch_warnings():
@@ -100,7 +114,11 @@ def run_route(data: tuple[np.ndarray, ...], name: str, seed: int) -> dict[str, f
 
 
 def evaluate(
-    name: str, root: Path, seeds: list[int], log: Callable[[str], None]
+    name: str,
+    root: Path,
+    seeds: list[int],
+    log: Callable[[str], None],
+    routes: tuple[str, ...] = ROUTES,
 ) -> list[dict[str, Any]]:
     """The rows of one set: one per route."""
     data = load(name, root)
@@ -113,11 +131,11 @@ def evaluate(
     ref = auc_lift(yte, lr.decision_function(s_te), classes)
     majority = float(np.max(np.unique(yte, return_counts=True)[1]) / len(yte))
     rows = []
-    for r in ROUTES:
+    for r in routes:
         runs = [run_route(data, r, s) for s in seeds]
         mean, half = t_interval([x["lift"] / ref for x in runs])
         rows.append({
-            "set": name, "route": r, "private": PRIVATE[r], "n_train": len(ytr), "d": xtr.shape[1],
+            "set": name, "route": r, "private": PRIVATE[LIFT_ROUTES.get(r, (r,))[0]], "n_train": len(ytr), "d": xtr.shape[1],
             "classes": len(classes), "ratio": mean, "ratio_ci95": half,
             "meets": bool(mean >= TARGET), "gap": max(0.0, TARGET - mean),
             "auc": 0.5 + float(np.mean([x["lift"] for x in runs])), "logreg_auc": 0.5 + ref,
@@ -134,20 +152,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS), help="default: all four")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="default: 0 1 2")
+    ap.add_argument("--lift", action="store_true", help="the lift rule's DP-KIP routes")
     ap.add_argument("--data-dir", type=Path, default=None,
                     help="default: $PRIVKERNELS_DATA")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"default: {RESULTS}")
     args = ap.parse_args(argv)
     root = args.data_dir or Path(os.environ.get("PRIVKERNELS_DATA", "data"))
     rows: list[dict[str, Any]] = []
+    routes = tuple(LIFT_ROUTES) if args.lift else ROUTES
     for name in args.sets:
-        rows += evaluate(name, root, args.seeds, lambda m: print(m, flush=True))
+        rows += evaluate(name, root, args.seeds, lambda m: print(m, flush=True), routes)
     command = " ".join(["python -m benchmarks.defaults_tabular", *sys.argv[1:]])
-    meta = {**_meta(args.seeds), "rule": "benchmarks/results/defaults-tabular-rule.md",
+    rule = "defaults-dp-kip-lift-rule.md" if args.lift else "defaults-tabular-rule.md"
+    meta = {**_meta(args.seeds), "rule": f"benchmarks/results/{rule}",
             "command": command, "ratio": RATIO}  # fmt: skip
     cols = ["set", "route", "private", "n_train", "d", "classes", "ratio", "ratio_ci95", "meets", "gap",
             "auc", "logreg_auc", "acc", "majority_acc", "sec"]  # fmt: skip
-    write_results(args.out, "defaults-tabular", rows, meta=meta, columns=cols, command=command)
+    stem = "defaults-tabular-lift" if args.lift else "defaults-tabular"
+    write_results(args.out, stem, rows, meta=meta, columns=cols, command=command)
     return 0
 
 

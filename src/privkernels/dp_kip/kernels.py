@@ -16,16 +16,22 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from privkernels import features
 from privkernels._validation import check_int, check_nonnegative, check_positive
 from privkernels.features.scatternet import check_group_norm, num_scattering_maps
 
-__all__ = ["KERNELS", "KernelSpec", "make_kernel"]
+__all__ = ["KERNELS", "KernelSpec", "make_kernel", "sphere_lift", "sphere_lift_gram"]
 
 KERNELS = ("scatternet", "fc_ntk", "entk")
 
-_FC_NTK_DEFAULTS = {"depth": 1, "W_std": math.sqrt(2.0), "b_std": 0.1}
+_FC_NTK_DEFAULTS: dict[str, Any] = {
+    "depth": 1,
+    "W_std": math.sqrt(2.0),
+    "b_std": 0.1,
+    "sphere_lift": False,
+}
 _SCATTER_DEFAULTS: dict[str, Any] = {"J": 2, "L": 8, "group_norm": "auto"}
 _ENTK_DEFAULTS: dict[str, Any] = {"normalize": True}
 
@@ -91,40 +97,65 @@ def _int_option(value: Any, name: str) -> int:
 
 
 def _fc_ntk_kernel(opts: dict[str, Any], input_shape: tuple[int, ...]) -> KernelSpec:
-    """The infinite-width FC-NTK (closed form on flattened inputs, and from their Gram)."""
+    """The infinite-width FC-NTK (closed form on flattened inputs, and from their Gram),
+    on the rows themselves or, with ``sphere_lift``, on `sphere_lift` of them."""
     full = {**_FC_NTK_DEFAULTS, **opts}
-    unknown = set(full) - {"depth", "W_std", "b_std"}
+    unknown = set(full) - set(_FC_NTK_DEFAULTS)
     if unknown:
         raise ValueError(f"unknown kernel_options for fc_ntk: {sorted(unknown)}")
     _int_option(full["depth"], "kernel_options['depth']")  # values checked before any
     check_positive(full["W_std"], "kernel_options['W_std']")  # release (a DP-NTK start)
     check_nonnegative(full["b_std"], "kernel_options['b_std']")
+    if not isinstance(full["sphere_lift"], bool):
+        raise ValueError("kernel_options['sphere_lift'] must be True or False")
+    lift = bool(full["sphere_lift"])
+    dim = math.prod(input_shape)
+    net = {
+        "depth": int(full["depth"]),
+        "W_std": float(full["W_std"]),
+        "b_std": float(full["b_std"]),
+    }
 
     def kfn(a: jax.Array, b: jax.Array | None, same: bool | None = None) -> jax.Array:
-        return features.fc_ntk_kernel(
-            a.reshape(a.shape[0], -1),
-            None if b is None or b is a else b.reshape(b.shape[0], -1),
-            same=same,
-            depth=int(full["depth"]),
-            W_std=float(full["W_std"]),
-            b_std=float(full["b_std"]),
-        )
-
-    dim = math.prod(input_shape)
+        a2 = a.reshape(a.shape[0], -1)
+        b2 = None if b is None or b is a else b.reshape(b.shape[0], -1)
+        if lift:
+            a2, b2 = sphere_lift(a2), None if b2 is None else sphere_lift(b2)
+        return features.fc_ntk_kernel(a2, b2, same=same, **net)
 
     def gfn(gram: jax.Array, sq1: jax.Array, sq2: jax.Array, same: bool = False) -> jax.Array:
-        return features.fc_ntk_kernel_from_gram(
-            gram,
-            sq1,
-            sq2,
-            same=same,
-            dim=dim,
-            depth=int(full["depth"]),
-            W_std=float(full["W_std"]),
-            b_std=float(full["b_std"]),
-        )
+        d = dim
+        if lift:
+            gram, sq1, sq2 = sphere_lift_gram(gram, sq1, sq2, dim)
+            d = dim + 1
+        return features.fc_ntk_kernel_from_gram(gram, sq1, sq2, same=same, dim=d, **net)
 
     return KernelSpec("fc_ntk", "kernel", full, kernel_fn=kfn, gram_fn=gfn)
+
+
+def sphere_lift(x: jax.Array) -> jax.Array:
+    """``sqrt(d) [x, sqrt(d)] / sqrt(||x||^2 + d)`` of each row: ``(n, d) -> (n, d + 1)``.
+
+    Every lifted row has norm ``sqrt(d)`` (a typical standardised row's), and its angle to
+    the added axis is a monotone function of ``||x||``: the FC-NTK of lifted rows keeps the
+    norm as information without growing with it (``benchmarks/results/
+    defaults-dp-kip-lift-rule.md``). A fixed map of one row and its public width.
+    """
+    d = x.shape[1]
+    col = jnp.full((x.shape[0], 1), math.sqrt(d), x.dtype)
+    z = jnp.concatenate([x, col], axis=1)
+    return z * (math.sqrt(d) / jnp.sqrt(jnp.sum(x * x, axis=1, keepdims=True) + d))
+
+
+def sphere_lift_gram(
+    gram: jax.Array, sq1: jax.Array, sq2: jax.Array, dim: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`sphere_lift`'s Gram form: the lifted rows' ``(gram (n1, n2), sq1 (n1,), sq2 (n2,))``
+    from the raw ones, ``gram' = d (gram + d) / sqrt((sq1 + d)(sq2 + d))``, ``sq' = d``."""
+    d = float(dim)
+    scale = jnp.sqrt(sq1 + d)[:, None] * jnp.sqrt(sq2 + d)[None, :]
+    lifted = d * (gram + d) / scale
+    return lifted, jnp.full_like(sq1, d), jnp.full_like(sq2, d)
 
 
 def _scatternet_kernel(opts: dict[str, Any], input_shape: tuple[int, ...]) -> KernelSpec:
