@@ -179,8 +179,8 @@ def test_rounding_error_charges_the_longer_chains_and_keeps_the_default_otherwis
     assert g(1000) == pytest.approx(1000 * 2.0**-24 / (1 - 1000 * 2.0**-24), rel=1e-12)
 
 
-@pytest.mark.parametrize("m, d", [(12, 40), (40, 12)])
-def test_gram_norm_error_bound_covers_the_float64_norm(m, d):
+@pytest.mark.parametrize("m, d, lift", [(12, 40, False), (40, 12, False), (12, 40, True)])
+def test_gram_norm_error_bound_covers_the_float64_norm(m, d, lift):
     """The Gram form's ``sq`` (a signed sum that cancels near the arc-cosine kink) lies within its
     ``err`` of the same expression in float64, for both reduction layouts (m <= d, m > d); the
     ``||S_i X||^2`` term is charged its own chain, ``gram_rounding_terms(m, d)``."""
@@ -188,7 +188,7 @@ def test_gram_norm_error_bound_covers_the_float64_norm(m, d):
     from privkernels.dp_kip.clipped_sums import gram_norm_terms, gram_rounding_terms
 
     rng = np.random.default_rng(m)
-    spec = dp_kip.make_kernel("fc_ntk", (d,), 2)
+    spec = dp_kip.make_kernel("fc_ntk", (d,), 2, options={"sphere_lift": lift})
     xs = rng.normal(size=(m, d))
     xs[1] = xs[0] * 1.004 + 1e-4 * rng.normal(size=d)
     xs = jnp.asarray(xs, jnp.float32)

@@ -568,7 +568,13 @@ def test_feature_space_closed_form_clipped_sum_matches_vmap():
 
 
 @pytest.mark.parametrize(
-    "m,d,opts", [(7, 12, {}), (9, 4, {"depth": 2, "b_std": 0.3, "W_std": 1.5})]
+    "m,d,opts",
+    [
+        (7, 12, {}),
+        (9, 4, {"depth": 2, "b_std": 0.3, "W_std": 1.5}),
+        (7, 12, {"sphere_lift": True}),
+        (9, 4, {"sphere_lift": True, "depth": 2}),
+    ],
 )
 def test_gram_form_clipped_sum_matches_vmap(m, d, opts):
     """FC-NTK input-space clipping in Gram form == clip_per_example(vmap(grad)) summed over
@@ -602,6 +608,40 @@ def test_gram_form_clipped_sum_matches_vmap(m, d, opts):
         np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
         assert int(n_clipped) == int(np.sum(np.asarray(mask) * (norms > clip)))
         assert float(loss_sum) == pytest.approx(float(jnp.sum(losses * mask)), rel=1e-4)
+
+
+def test_sphere_lift_kernel_is_the_fc_ntk_of_lifted_rows_in_both_forms():
+    """``sphere_lift=True``: kernel_fn == the FC-NTK of `sphere_lift` rows == gram_fn of the
+    raw Gram; lifted rows have norm sqrt(d) and order by the raw norm along the new axis;
+    the diagonal of a self-Gram is exact; a non-bool value is refused."""
+    from privkernels import features
+    from privkernels.dp_kip.kernels import sphere_lift
+
+    rng = np.random.default_rng(5)
+    d = 6
+    a = jnp.asarray(rng.normal(size=(5, d)) * np.array([[0.1], [1], [3], [10], [30]]), jnp.float32)
+    b = jnp.asarray(rng.normal(size=(4, d)), jnp.float32)
+    spec = dp_kip.make_kernel("fc_ntk", (d,), 2, options={"sphere_lift": True})
+    lifted = np.asarray(sphere_lift(a))
+    assert lifted.shape == (5, d + 1)
+    np.testing.assert_allclose(np.linalg.norm(lifted, axis=1), np.sqrt(d), rtol=1e-6)
+    assert np.all(np.diff(lifted[:, -1]) < 0)  # larger rows lie further from the new axis
+    ref = features.fc_ntk_kernel(sphere_lift(a), sphere_lift(b), depth=1, W_std=2**0.5, b_std=0.1)
+    np.testing.assert_allclose(np.asarray(spec.kernel_fn(a, b)), np.asarray(ref), rtol=1e-5)
+    g = spec.gram_fn(a @ b.T, jnp.sum(a * a, 1), jnp.sum(b * b, 1))
+    np.testing.assert_allclose(np.asarray(g), np.asarray(ref), rtol=1e-5, atol=1e-6)
+    self_g = spec.gram_fn(a @ a.T, jnp.sum(a * a, 1), jnp.sum(a * a, 1), same=True)
+    np.testing.assert_allclose(np.asarray(self_g), np.asarray(spec.kernel_fn(a, a)), rtol=1e-5)
+    # rows 10x apart in norm: the plain FC-NTK grows with the norm, the lifted one does not
+    plain = dp_kip.make_kernel("fc_ntk", (d,), 2)
+    big = np.asarray(plain.kernel_fn(10 * b, b)) / np.asarray(plain.kernel_fn(b, b))
+    lift_big = np.asarray(spec.kernel_fn(10 * b, b))
+    assert np.all(big > 5) and np.all(
+        np.abs(lift_big) < 3 * np.abs(np.asarray(spec.kernel_fn(b, b))).max()
+    )
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="sphere_lift"):
+            dp_kip.make_kernel("fc_ntk", (d,), 2, options={"sphere_lift": bad})
 
 
 def test_fc_ntk_kernel_from_gram_equals_kernel():

@@ -66,6 +66,7 @@ from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_kip.estimator_defaults import (
     estimator_defaults,
+    estimator_fit_options,
     public_row_count,
     warn_small_data,
 )
@@ -1033,7 +1034,10 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
     (`privkernels.dp_kip.estimator_defaults`; chosen on public tabular data,
     ``benchmarks/results/defaults-dp-kip.md``): with the ``fc_ntk`` kernel,
     ``support_per_class = clip(n // (200 c), 1, 10)`` and ``learning_rate = 1 / sqrt(T)``
-    (``T`` DP-SGD steps); ``clip_norm``, ``relative_reg`` (and the other kernels' settings)
+    (``T`` DP-SGD steps), and the FC-NTK on sphere-lifted rows
+    (``kernel_options={"sphere_lift": True}`` beneath any ``kernel_options`` given in
+    ``fit_options``; `privkernels.dp_kip.kernels.sphere_lift`), so that a row's norm does
+    not scale its scores; ``clip_norm``, ``relative_reg`` (and the other kernels' settings)
     from `privkernels.dp_kip.KERNEL_DEFAULTS`. ``n`` is the training row count, public under
     replace-one (``batch_size / sampling_rate`` under add-remove). A private fit with
     ``n * min(epsilon, 1)`` below the validated n (`privkernels.dp_kip.VALIDATED_N`) warns
@@ -1096,11 +1100,16 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
                 batch_size=self.batch_size, learning_rate=hp.learning_rate,
                 clip_norm=self.clip_norm, relative_reg=self.relative_reg,
                 progress=bool(self.verbose), public_key=public_key,
-                budget_accountant=self._accountant(), **(self.fit_options or {}),
+                budget_accountant=self._accountant(), **self._kip_options(),
             )  # fmt: skip
         self._finish(res)
         self._note_seed()
         return self
+
+    def _kip_options(self) -> dict[str, Any]:
+        """``fit_options`` with the kernel's default ``kernel_options`` beneath the caller's
+        (`privkernels.dp_kip.estimator_defaults.estimator_fit_options`)."""
+        return estimator_fit_options(self.kernel, self.fit_options)
 
     def _check_tunable(self) -> None:
         opts = dict(self.fit_options or {})
@@ -1116,7 +1125,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
 
     def _privacy_events(self, budget: Any, n_train: int, row_shape: tuple[int, ...]) -> Any:
         self._check_tunable()
-        opts = dict(self.fit_options or {})
+        opts = self._kip_options()
         shape = tuple(self.image_shape) if self.image_shape is not None else tuple(row_shape)
         keep = ("neighbouring", "sampling_rate", "accountant", "kernel_options", "learn_labels",
                 "clip_space", "chunk_size", "grad_method", "jitter")  # fmt: skip
@@ -1149,7 +1158,7 @@ class DPKIPClassifier(_KernelScoresClassifier, _DPEstimator):
         ``shape`` (a search, or `load` checking a saved file's parameters, whose checkpoint
         exists by then) the checkpoint and the test set are not checked."""
         super()._check_fit_settings(shape)
-        opts = dict(self.fit_options or {})
+        opts = self._kip_options()
         unknown = sorted(set(opts) - set(inspect.signature(dp_kip.fit).parameters))
         if unknown:
             raise TypeError(f"fit() got unexpected keyword argument(s) {unknown}")

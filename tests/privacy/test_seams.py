@@ -34,10 +34,12 @@ def _near_parallel_support(rng, m=4, d=16):
     return jnp.asarray(xs, jnp.float32)
 
 
-def test_f1_gram_form_clipping_bounds_near_parallel_supports():
+@pytest.mark.parametrize("lift", [False, True])
+def test_f1_gram_form_clipping_bounds_near_parallel_supports(lift):
     """F1: with nearly parallel support points the closed-form norm cancels; every target must
-    still move the released sum by at most C (on main: up to 860 C in this setting)."""
-    spec = dp_kip.make_kernel("fc_ntk", (16,), 2)
+    still move the released sum by at most C (on main: up to 860 C in this setting); also with
+    the sphere-lifted kernel (the estimator's default)."""
+    spec = dp_kip.make_kernel("fc_ntk", (16,), 2, options={"sphere_lift": lift})
     ys = dp_kip.encode_labels(jnp.asarray([0, 0, 1, 1]), 2)
     rng = np.random.default_rng(1)
     clip = 1.0

@@ -12,7 +12,11 @@ estimator's defaults for the ``fc_ntk`` kernel therefore scale with the public r
   (`privkernels.dp_kip.planned_steps`), ``q = batch_size / n`` (replace-one) or the public
   ``sampling_rate`` (add-remove);
 * ``epochs = 10``, ``batch_size = min(500, n)``, ``clip_norm`` and ``relative_reg`` from
-  `privkernels.dp_kip.KERNEL_DEFAULTS` (unchanged).
+  `privkernels.dp_kip.KERNEL_DEFAULTS` (unchanged);
+* ``kernel_options={"sphere_lift": True}`` (`KERNEL_OPTION_DEFAULTS`): the FC-NTK of each
+  row lifted onto a sphere, so that rows of large norm are not scored by their norm
+  (``benchmarks/results/defaults-dp-kip-lift-rule.md``; it mended epileptic's inverted
+  ranking, ``defaults-tabular.md``).
 
 Other kernels keep ``support_per_class = 10`` and their `KERNEL_DEFAULTS`. Chosen on public
 data only (scikit-learn's iris, wine, breast cancer and digits, ``make_classification`` at
@@ -30,16 +34,19 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from privkernels.dp_kip.settings import DEFAULT_BATCH_SIZE
 
 __all__ = [
     "DEFAULT_EPOCHS",
+    "KERNEL_OPTION_DEFAULTS",
     "VALIDATED_N",
     "EstimatorDefaults",
     "SmallDataWarning",
     "estimator_defaults",
+    "estimator_fit_options",
     "public_row_count",
     "warn_small_data",
 ]
@@ -51,6 +58,11 @@ DEFAULT_EPOCHS = 10
 #: non-private logistic regression's ROC-AUC lift over 0.5) at epsilon 1, on that set and on
 #: every larger ``make_classification`` set (``benchmarks/results/defaults-dp-kip.md``).
 VALIDATED_N = 398
+
+#: ``kernel_options`` the estimator adds under the caller's (whose keys win), by kernel:
+#: the FC-NTK on sphere-lifted rows (`privkernels.dp_kip.kernels.sphere_lift`; chosen by
+#: ``benchmarks/results/defaults-dp-kip-lift-rule.md``).
+KERNEL_OPTION_DEFAULTS: dict[str, dict[str, Any]] = {"fc_ntk": {"sphere_lift": True}}
 
 #: ``support_per_class = clip(n // (ROWS_PER_SUPPORT * c), 1, MAX_SUPPORT_PER_CLASS)``.
 ROWS_PER_SUPPORT = 200
@@ -115,6 +127,18 @@ def estimator_defaults(
         if q is not None:
             lr = 1.0 / math.sqrt(int(ep) * max(1, round(1.0 / q)))
     return EstimatorDefaults(spc, ep, lr)
+
+
+def estimator_fit_options(kernel: str, fit_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``fit_options`` with the kernel's `KERNEL_OPTION_DEFAULTS` under its ``kernel_options``
+    (the caller's keys win; a ``kernel_options`` that is not a mapping is passed on as given,
+    for the fit to refuse). No data: a function of the settings alone."""
+    opts = dict(fit_options or {})
+    base = KERNEL_OPTION_DEFAULTS.get(kernel)
+    given = opts.get("kernel_options")
+    if base and (given is None or isinstance(given, Mapping)):
+        opts["kernel_options"] = {**base, **(given or {})}
+    return opts
 
 
 def warn_small_data(n_public: float | None, epsilon: float | None, *, stacklevel: int = 3) -> None:
