@@ -266,10 +266,14 @@ def gram_norm_terms(
 
     quad, cross, s_sq = jax.lax.map(quad_chunk, tuple(chunked(a) for a in (u, v, dvec, h, b_vec)))
     quad, cross, s_sq = (a.reshape(-1)[:nb] for a in (quad, cross, s_sq))
-    bb = jnp.sum(b_vec * b_vec, -1)
-    sq = quad + 2.0 * cross + bb * sq_t
+    # ||b_i x_i^T||^2 as ||b_i ||x_i|| ||^2, not ||b_i||^2 ||x_i||^2: under the sphere lift
+    # ||b_i|| ~ 1 / ||x_i||, and for ||x_i|| ~ 1e19 the squares of b_i's entries flush to
+    # zero in float32 while the term itself is O(1) (attack s64, A1: 4.9 C released).
+    bx = b_vec * jnp.sqrt(sq_t)[:, None]
+    bb_x = jnp.sum(bx * bx, -1)
+    sq = quad + 2.0 * cross + bb_x
     x_sq = jnp.sum(diag)
-    bound = jnp.sqrt(s_sq) * jnp.sqrt(x_sq) + jnp.sqrt(bb * sq_t)
+    bound = jnp.sqrt(s_sq) * jnp.sqrt(x_sq) + jnp.sqrt(bb_x)
     err = rounding_error(bound, 2 * m + d, ((s_sq * x_sq, gram_rounding_terms(m, d)),), x_s.dtype)
     return GramTerms(u, v, dvec, b_vec, e_sym, r, sq, bound, err)
 

@@ -81,6 +81,8 @@ def make_kernel(
     """
     if name not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")
+    if options is not None and not isinstance(options, Mapping):
+        raise ValueError("kernel_options must be a dict of the kernel's options or None")
     opts = dict(options or {})
     if name == "fc_ntk":
         return _fc_ntk_kernel(opts, input_shape)
@@ -142,9 +144,13 @@ def sphere_lift(x: jax.Array) -> jax.Array:
     defaults-dp-kip-lift-rule.md``). A fixed map of one row and its public width.
     """
     d = x.shape[1]
-    col = jnp.full((x.shape[0], 1), math.sqrt(d), x.dtype)
-    z = jnp.concatenate([x, col], axis=1)
-    return z * (math.sqrt(d) / jnp.sqrt(jnp.sum(x * x, axis=1, keepdims=True) + d))
+    # rows scaled by their largest entry first (at least 1), so that ||x||^2 cannot
+    # overflow for any finite row (a row of entries ~1e19 lifts to its true limit)
+    s = jnp.maximum(jnp.max(jnp.abs(x), axis=1, keepdims=True), 1.0)
+    xs = x / s
+    col = math.sqrt(d) / s
+    z = jnp.concatenate([xs, col], axis=1)
+    return z * (math.sqrt(d) / jnp.sqrt(jnp.sum(xs * xs, axis=1, keepdims=True) + col * col))
 
 
 def sphere_lift_gram(
