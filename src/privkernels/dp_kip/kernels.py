@@ -6,6 +6,10 @@ solve can then run in feature space and clipping can happen there) or a
 kernel function (``kind="kernel"``: FC-NTK, with its Gram form enabling exact
 input-space clipping without per-example gradients). Every kernel is a fixed,
 data-independent function; e-NTK network weights come from a key.
+
+The FC-NTK option ``sphere_lift`` (not in the paper; the `privkernels.sklearn.
+DPKIPClassifier` default) evaluates the kernel on `sphere_lift` of each row, so that the
+kernel, and the KRR scores, no longer grow with a row's norm.
 """
 
 from __future__ import annotations

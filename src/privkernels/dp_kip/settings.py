@@ -43,7 +43,7 @@ class Settings:
     Attributes:
       epsilon, delta: target budget; ``epsilon=None``: the non-private KIP baseline.
       kernel: ``"scatternet"``, ``"fc_ntk"`` or ``"entk"``; options in ``kernel_options``
-        (fc_ntk ``depth/W_std/b_std``; scatternet ``J/L/group_norm``; entk ``normalize``).
+        (fc_ntk ``depth/W_std/b_std/sphere_lift``; scatternet ``J/L/group_norm``; entk ``normalize``).
       support_per_class: distilled points per class (``m = spc * c``).
       batch_size: expected Poisson batch size, the public normaliser of the noisy sum;
         None: ``min(500, n)`` (replace-one; add-remove needs it given).
