@@ -31,7 +31,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 from benchmarks.common import write_results
-from benchmarks.defaults_dp_kip import RESULTS, TARGET, _meta, t_interval
+from benchmarks.defaults_dp_kip import LIFT_CANDIDATES, RESULTS, TARGET, _meta, t_interval
 from privkernels.data.tabular import load_tabular
 from privkernels.sklearn import (
     DPKIPClassifier,
@@ -77,18 +77,25 @@ def auc_lift(y: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> float:
     return float(np.mean([roc_auc_score(y == classes[i], scores[:, i]) for i in present])) - 0.5
 
 
-#: the lift rule's routes: ``(route, fit_options of its DPKIPClassifier)`` by label
+#: the lift rule's routes: ``(route, fit_options of its DPKIPClassifier)`` by label, one
+#: per DP-KIP route and candidate of `benchmarks.defaults_dp_kip.LIFT_CANDIDATES`
 LIFT_ROUTES = {
-    f"{r}-{cid}": (r, {"kernel_options": {"sphere_lift": lift}})
+    f"{r}-{cid}": (r, cand["fit_options"])
     for r in ("kip-std", "kip-private")
-    for cid, lift in (("K5", False), ("K5L", True))
+    for cid, cand in LIFT_CANDIDATES.items()
 }
+
+
+def _base_route(name: str) -> str:
+    """The rule file's route a route label runs (a lift rule label's, or itself)."""
+    return LIFT_ROUTES.get(name, (name, None))[0]
 
 
 def route(name: str, classes: np.ndarray, seed: int) -> Any:
     """The estimator (or private pipeline) of one route of the rule file (or of the lift
     rule's, `LIFT_ROUTES`)."""
-    name, opts = LIFT_ROUTES.get(name, (name, None))
+    opts = LIFT_ROUTES.get(name, (name, None))[1]
+    name = _base_route(name)
     if name == "kip-std":
         return DPKIPClassifier(1.0, 1e-5, classes=classes, random_state=seed, fit_options=opts)
     if name == "kip-private":
@@ -102,7 +109,7 @@ def route(name: str, classes: np.ndarray, seed: int) -> Any:
 def run_route(data: tuple[np.ndarray, ...], name: str, seed: int) -> dict[str, float]:
     """One fit and one read of the test split: AUC lift, accuracy and wall seconds."""
     xtr, xte, ytr, yte, classes = data
-    if LIFT_ROUTES.get(name, (name,))[0] == "kip-std":
+    if _base_route(name) == "kip-std":
         xtr, xte = standardise(xtr, xte)
     t = time.perf_counter()
     with warnings.catch_warnings():
@@ -135,7 +142,7 @@ def evaluate(
         runs = [run_route(data, r, s) for s in seeds]
         mean, half = t_interval([x["lift"] / ref for x in runs])
         rows.append({
-            "set": name, "route": r, "private": PRIVATE[LIFT_ROUTES.get(r, (r,))[0]], "n_train": len(ytr), "d": xtr.shape[1],
+            "set": name, "route": r, "private": PRIVATE[_base_route(r)], "n_train": len(ytr), "d": xtr.shape[1],
             "classes": len(classes), "ratio": mean, "ratio_ci95": half,
             "meets": bool(mean >= TARGET), "gap": max(0.0, TARGET - mean),
             "auc": 0.5 + float(np.mean([x["lift"] for x in runs])), "logreg_auc": 0.5 + ref,
