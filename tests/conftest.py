@@ -55,6 +55,25 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ['XLA_FLAGS']} {_OPT_LEVEL}=0"
 
 
+#: `slow_node_ids`'s file: the node ids the default run leaves to ``-m slow``.
+SLOW_LIST = Path(__file__).parent / "slow_tests.txt"
+
+
+def slow_node_ids(path: Path = SLOW_LIST) -> list[str]:
+    """The node ids listed in ``path`` (first field of each non-comment line)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [ln.split()[0] for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `slow` the tests listed in `SLOW_LIST` (measured over 4 s in the default run)."""
+    listed = set(slow_node_ids())
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
     """The real-data directory from ``PRIVKERNELS_DATA``; skip visibly when absent."""
