@@ -512,8 +512,36 @@ _REGRESSION_OWNS = frozenset(
 )  # fmt: skip
 
 
+#: The maps `row_map` applies to standardised rows.
+ROW_MAPS = ("ball", "sphere", "lift")
+
+
+def row_map(z: np.ndarray, kind: str, radius: float) -> np.ndarray:
+    """A fixed map of each standardised row of ``z (n, d)`` float64 (mean squared norm
+    ``radius^2``) into the model's ball of ``radius`` (post-processing of the public
+    scales, one row at a time: no privacy cost).
+
+    ``"ball"``: unchanged (the model projects rows beyond the ball onto it); ``"sphere"``:
+    ``radius z / ||z||`` (a zero row stays 0); ``"lift"``: ``radius [z, radius] /
+    sqrt(||z||^2 + radius^2)``, ``(n, d + 1)``, the norm kept as an angle (as
+    `privkernels.dp_kip.kernels.sphere_lift`). ``benchmarks/results/defaults-ntk-rows-rule.md``.
+    """
+    if kind == "ball":
+        return z
+    if kind not in ROW_MAPS:
+        raise ValueError(f"row map must be one of {ROW_MAPS}")
+    if kind == "lift":
+        z = np.concatenate([z, np.full((z.shape[0], 1), radius)], axis=1)
+    big = np.max(np.abs(z), axis=1, keepdims=True)  # scaled first: no overflow in the norm
+    u = z / np.where(big > 0, big, 1.0)
+    norms = np.linalg.norm(u, axis=1, keepdims=True)
+    return radius * u / np.where(norms > 0, norms, 1.0)
+
+
 class _RegressionBase(_DPEstimator):
     _auto_share: ClassVar[float] = AUTO_SHARE
+    #: `row_map`'s map of the standardised rows (``preprocessing`` on).
+    _row_map: ClassVar[str] = "ball"
     _min_validated_n: ClassVar[int] = MIN_VALIDATED_N
     _owned_options = _REGRESSION_OWNS
 
@@ -718,7 +746,7 @@ class _RegressionBase(_DPEstimator):
         return parts[0].epsilon, parts[0].delta
 
     def _set_scaling(self, d: int, xs: Any, ys: Any = None) -> None:
-        r = float(self.input_bound) / (math.sqrt(2.0) if self.fit_intercept else 1.0)
+        r = self._row_radius()
         sc = {"x_mean": xs[0], "x_scale": xs[1] * math.sqrt(d) / r}
         if ys is not None:
             tb = float((self.fit_options or {}).get("target_bound", 1.0))
@@ -727,8 +755,17 @@ class _RegressionBase(_DPEstimator):
         self._scaling = {k: np.asarray(v, np.float64) for k, v in sc.items()}
 
     def _scaled(self, X: Any) -> Any:
+        """``X (n, d)`` as the model reads it: standardised by the learned scales (rows of mean
+        squared norm ``r^2``), then `row_map`'s ``_row_map``; unchanged without scales."""
         sc = getattr(self, "_scaling", None)
-        return X if sc is None else (np.asarray(X, np.float64) - sc["x_mean"]) / sc["x_scale"]
+        if sc is None:
+            return X
+        z = (np.asarray(X, np.float64) - sc["x_mean"]) / sc["x_scale"]
+        return row_map(z, self._row_map, self._row_radius())
+
+    def _row_radius(self) -> float:
+        """``r``: the radius of the model's ball once the intercept column is added."""
+        return float(self.input_bound) / (math.sqrt(2.0) if self.fit_intercept else 1.0)
 
     def _scaled_y(self, y: Any) -> Any:
         sc = self._scaling
