@@ -1,14 +1,16 @@
 """Select the row map of DPNTKClassifier's private preprocessing (issue #52, item 4).
 
-The rule, written before any run: ``benchmarks/results/defaults-ntk-rows-rule.md``. Three
-candidates (`privkernels.sklearn.ROW_MAPS`: ``ball``, ``sphere``, ``lift``), each
-`DPNTKClassifier`'s defaults with only the map of the standardised rows changed, at
+Two rules, each written before its runs: ``benchmarks/results/defaults-ntk-rows-rule.md``
+(``ball``, ``sphere``, ``lift``) and ``defaults-ntk-clip-rule.md`` (``ball``,
+``ball-clip3``, ``sphere-clip3``), maps of `privkernels.sklearn.row_map`. Each candidate
+is `DPNTKClassifier`'s defaults with only the map of the standardised rows changed, at
 (1, 1e-5) and 3 seeds, on the public classification sets of
 `benchmarks.defaults_regression` and the four tabular sets of
 `benchmarks.defaults_tabular` (its ``ntk`` route, the same keys).
 
-Usage: ``python -m benchmarks.defaults_ntk_rows [--data-dir DIR] [--out DIR]``; writes
-``defaults-ntk-rows.{json,md}``.
+Usage: ``python -m benchmarks.defaults_ntk_rows [--rule rows|clip] [--data-dir DIR]
+[--out DIR]``; writes ``defaults-ntk-rows.{json,md}`` (or ``defaults-ntk-clip``) and the
+selection beside it (``-selection``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from benchmarks import defaults_regression as public
 from benchmarks import defaults_tabular as tabular
 from benchmarks.common import write_results
 from benchmarks.defaults_dp_kip import RESULTS, _meta, t_interval
-from privkernels.sklearn import ROW_MAPS, DPNTKClassifier
+from privkernels.sklearn import DPNTKClassifier
 
 EPS, DELTA = 1.0, 1e-5
 SEEDS = (0, 1, 2)
@@ -40,6 +42,11 @@ SEEDS = (0, 1, 2)
 SCORED = ("digits", "make_classification n=5000", "make_classification n=20000",
           "adult", "cervical", "intrusion")  # fmt: skip
 MC = [f"make_classification n={n}" for n in public.SIZES]
+#: each rule's candidates in its order of preference on a tie, and its files' stem
+RULES = {
+    "rows": (("ball", "sphere", "lift"), "defaults-ntk-rows"),
+    "clip": (("ball", "ball-clip3", "sphere-clip3"), "defaults-ntk-clip"),
+}
 
 
 def candidate(kind: str) -> type[DPNTKClassifier]:
@@ -106,12 +113,13 @@ def _row(kind: str, name: str, n: int, ratios: list[float], ref_auc: float,
             "logreg_auc": round(ref_auc, 4), "sec_per_fit": round(sec / len(SEEDS), 2)}  # fmt: skip
 
 
-def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rule file's selection: one summary row per candidate, ``chosen`` on one."""
+def select(rows: list[dict[str, Any]], kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The rule file's selection: one summary row per candidate, ``chosen`` on one
+    (``kinds[0]`` is today's map; a tie within 0.02 goes to the earlier candidate)."""
     by = {(r["candidate"], r["set"]): r for r in rows}
     ball = {s: by[("ball", s)]["ratio"] for s in SCORED}
     summary = []
-    for kind in ROW_MAPS:
+    for kind in kinds:
         mean = float(np.mean([by[(kind, s)]["ratio"] for s in SCORED]))
         mc = [by[(kind, s)]["ratio"] for s in MC]
         checks = {
@@ -129,7 +137,7 @@ def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if ok:
         best = max(s["scored_mean"] for s in ok)
         near = [s["candidate"] for s in ok if s["scored_mean"] >= best - 0.02]
-        chosen = "sphere" if "sphere" in near else near[0]
+        chosen = near[0]
     for s in summary:
         s["chosen"] = s["candidate"] == chosen
     return summary
@@ -140,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("PRIVKERNELS_DATA"),
                     help="the tabular sets' directory (default: $PRIVKERNELS_DATA)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS, help="default: benchmarks/results")
+    ap.add_argument("--rule", choices=tuple(RULES), default="rows",
+                    help="rows: defaults-ntk-rows-rule.md; clip: defaults-ntk-clip-rule.md "
+                    "(default: rows)")  # fmt: skip
     args = ap.parse_args(argv)
     if not args.data_dir:
         ap.error("--data-dir (or PRIVKERNELS_DATA) is needed for the tabular sets")
@@ -147,19 +158,20 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    kinds, stem = RULES[args.rule]
     rows: list[dict[str, Any]] = []
-    for kind in ROW_MAPS:
+    for kind in kinds:
         rows += public_rows(kind, log) + tabular_rows(kind, Path(args.data_dir), log)
-    summary = select(rows)
+    summary = select(rows, kinds)
     command = " ".join(["python -m benchmarks.defaults_ntk_rows", *sys.argv[1:]])
     meta = {**_meta(list(SEEDS)), "command": command,
-            "rule": "benchmarks/results/defaults-ntk-rows-rule.md",
+            "rule": f"benchmarks/results/{stem}-rule.md",
             "ratio": "(AUC - 0.5) / (AUC_LogReg - 0.5); target >= 0.8",
             "chosen": next(s["candidate"] for s in summary if s["chosen"])}  # fmt: skip
     cols = ["candidate", "set", "n_train", "ratio", "ratio_ci95", "logreg_auc", "auc",
             "sec_per_fit"]  # fmt: skip
-    write_results(args.out, "defaults-ntk-rows", rows, meta=meta, columns=cols, command=command)
-    write_results(args.out, "defaults-ntk-rows-selection", summary, meta=meta, command=command)
+    write_results(args.out, stem, rows, meta=meta, columns=cols, command=command)
+    write_results(args.out, f"{stem}-selection", summary, meta=meta, command=command)
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privkernels.sklearn import ROW_MAPS, row_map
+from privkernels.sklearn import ROW_CLIP, ROW_MAPS, row_map
 
 
 def _rows() -> np.ndarray:
@@ -46,6 +46,17 @@ def test_lift_adds_one_column_and_keeps_the_norm_as_an_angle() -> None:
 
 
 def test_an_unknown_map_is_refused() -> None:
-    assert set(ROW_MAPS) == {"ball", "sphere", "lift"}
+    assert set(ROW_MAPS) == {"ball", "sphere", "lift", "ball-clip3", "sphere-clip3"}
     with pytest.raises(ValueError, match="row map"):
         row_map(_rows(), "cube", 1.0)
+
+
+def test_the_clip_maps_bound_each_unit_variance_coordinate_at_3() -> None:
+    z, r = _rows(), 0.7
+    bound = ROW_CLIP * r / np.sqrt(z.shape[1])
+    ball = row_map(z, "ball-clip3", r)
+    np.testing.assert_array_equal(ball, np.clip(z, -bound, bound))
+    assert np.max(np.abs(ball)) <= bound and np.max(np.abs(ball)) == bound  # row 3 hits it
+    sphere = row_map(z, "sphere-clip3", r)
+    np.testing.assert_allclose(sphere, row_map(ball, "sphere", r), rtol=1e-15)
+    np.testing.assert_allclose(np.linalg.norm(sphere[:-1], axis=1), r, rtol=1e-12)

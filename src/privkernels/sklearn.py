@@ -513,7 +513,9 @@ _REGRESSION_OWNS = frozenset(
 
 
 #: The maps `row_map` applies to standardised rows.
-ROW_MAPS = ("ball", "sphere", "lift")
+ROW_MAPS = ("ball", "sphere", "lift", "ball-clip3", "sphere-clip3")
+#: The bound of each unit-variance coordinate under the ``-clip3`` maps.
+ROW_CLIP = 3.0
 
 
 def row_map(z: np.ndarray, kind: str, radius: float) -> np.ndarray:
@@ -524,12 +526,17 @@ def row_map(z: np.ndarray, kind: str, radius: float) -> np.ndarray:
     ``"ball"``: unchanged (the model projects rows beyond the ball onto it); ``"sphere"``:
     ``radius z / ||z||`` (a zero row stays 0); ``"lift"``: ``radius [z, radius] /
     sqrt(||z||^2 + radius^2)``, ``(n, d + 1)``, the norm kept as an angle (as
-    `privkernels.dp_kip.kernels.sphere_lift`). ``benchmarks/results/defaults-ntk-rows-rule.md``.
+    `privkernels.dp_kip.kernels.sphere_lift`); ``"ball-clip3"``, ``"sphere-clip3"``: each
+    coordinate first clipped to ``ROW_CLIP`` unit-variance deviations, ``3 radius /
+    sqrt(d)``. ``benchmarks/results/defaults-ntk-rows-rule.md``, ``defaults-ntk-clip-rule.md``.
     """
-    if kind == "ball":
-        return z
     if kind not in ROW_MAPS:
         raise ValueError(f"row map must be one of {ROW_MAPS}")
+    if kind.endswith("-clip3"):
+        bound = ROW_CLIP * radius / math.sqrt(z.shape[1])
+        z, kind = np.clip(z, -bound, bound), kind.removesuffix("-clip3")
+    if kind == "ball":
+        return z
     if kind == "lift":
         z = np.concatenate([z, np.full((z.shape[0], 1), radius)], axis=1)
     big = np.max(np.abs(z), axis=1, keepdims=True)  # scaled first: no overflow in the norm
