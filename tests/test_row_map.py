@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
-from privkernels.sklearn import ROW_CLIP, ROW_MAPS, row_map
+import privkernels.sklearn
+from privkernels import checkpoint
+from privkernels.privacy import SmallSampleWarning
+from privkernels.sklearn import ROW_CLIP, ROW_MAPS, DPNTKClassifier, DPNTKRegressor, row_map
 
 
 def _rows() -> np.ndarray:
@@ -60,3 +64,65 @@ def test_the_clip_maps_bound_each_unit_variance_coordinate_at_3() -> None:
     sphere = row_map(z, "sphere-clip3", r)
     np.testing.assert_allclose(sphere, row_map(ball, "sphere", r), rtol=1e-15)
     np.testing.assert_allclose(np.linalg.norm(sphere[:-1], axis=1), r, rtol=1e-12)
+
+
+# ------------------------------------------------------------------- the estimators' maps
+
+
+def _fitted(tmp_path):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 5))
+    x[:3, 0] = 1e4  # a few rows far out in one column: clipped at 3 deviations
+    y = (x[:, 1] + 0.3 * rng.normal(size=300) > 0).astype(int)
+    with pytest.warns(SmallSampleWarning):
+        est = DPNTKClassifier(1.0, 1e-5, classes=[0, 1], random_state=jax.random.key(3)).fit(x, y)
+    return est, x, est.save(tmp_path / "clf.npz")
+
+
+def test_the_classifier_maps_rows_by_the_adopted_rule_and_the_regressor_as_before() -> None:
+    assert DPNTKClassifier._row_map == "sphere-clip3"  # defaults-ntk-clip-rule.md
+    assert DPNTKRegressor._row_map == "ball"
+
+
+def test_a_fitted_classifier_reads_clipped_rows_on_the_sphere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    est, x, _ = _fitted(tmp_path)
+    z = est._scaled(x)
+    r = est._row_radius()
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1), r, rtol=1e-9)
+    raw = (x - est._scaling["x_mean"]) / est._scaling["x_scale"]
+    np.testing.assert_allclose(z, row_map(raw, "sphere-clip3", r), rtol=1e-12)
+
+
+def test_the_map_is_saved_and_a_file_without_one_reads_as_ball(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    est, x, path = _fitted(tmp_path)
+    back = privkernels.sklearn.load(path)
+    assert checkpoint.load(path)[1]["estimator"]["row_map"] == "sphere-clip3"
+    np.testing.assert_array_equal(back.decision_function(x), est.decision_function(x))
+    arrays, meta = checkpoint.load(path)
+    del meta["estimator"]["row_map"]  # as written before the map was saved
+    old = privkernels.sklearn.load(checkpoint.save(tmp_path / "old.npz", arrays, meta))
+    assert old._row_map == "ball"
+    raw = (x - est._scaling["x_mean"]) / est._scaling["x_scale"]
+    np.testing.assert_allclose(old._scaled(x), raw, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["lift", "sphere", "cube", None, ["ball"]])
+def test_a_row_map_no_fit_writes_is_refused_at_load(tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
+    _, _, path = _fitted(tmp_path)
+    arrays, meta = checkpoint.load(path)
+    meta["estimator"]["row_map"] = kind
+    edited = checkpoint.save(tmp_path / "edited.npz", arrays, meta)
+    with pytest.raises(ValueError, match="row_map"):
+        privkernels.sklearn.load(edited)
+
+
+def test_a_refit_of_a_loaded_old_file_uses_the_class_map(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    est, x, path = _fitted(tmp_path)
+    arrays, meta = checkpoint.load(path)
+    del meta["estimator"]["row_map"]
+    old = privkernels.sklearn.load(checkpoint.save(tmp_path / "old.npz", arrays, meta))
+    assert old._row_map == "ball"
+    y = est.predict(x)
+    with pytest.warns(SmallSampleWarning):
+        old.fit(x, y)
+    assert old._row_map == "sphere-clip3"

@@ -494,14 +494,15 @@ TARGET_CLIP = 3.0
 #: Smallest training n from which on the default met issue 52's target in that run
 #: (regressor: R^2 >= 60% of a ridge's, make_regression n=20000, 15000 training rows;
 #: classifier: ROC-AUC lift >= 80% of a logistic regression's, make_classification
-#: n=5000, 3750 training rows). A fit on fewer rows raises a
+#: n=5000, 3750 training rows; the same with the classifier's row map of
+#: ``benchmarks/results/defaults-ntk-clip-rule.md``). A fit on fewer rows raises a
 #: `privkernels.privacy.SmallSampleWarning` naming it.
 MIN_VALIDATED_N = 15000
 CLASSIFIER_MIN_VALIDATED_N = 3750
 
 
 #: What a regression fit sets: restored together when a fit fails.
-_FITTED_STATE = ("model_", "_scaling", "_pre_report")
+_FITTED_STATE = ("model_", "_scaling", "_pre_report", "_row_map")
 
 
 #: `privkernels.dp_ntk_regression.fit` keywords a regression estimator passes itself: its
@@ -693,6 +694,7 @@ class _RegressionBase(_DPEstimator):
         """`_fit`'s releases: the private scales at ``share`` of the budget, then the model."""
         key, public_key = self._keys()
         eps, delta = self.epsilon, self.delta
+        self.__dict__.pop("_row_map", None)  # a loaded file's map: a new fit uses the class's
         self._scaling: dict[str, np.ndarray] | None = None
         self._pre_report: PrivacyReport | None = None
         if share is not None:
@@ -797,6 +799,7 @@ class _RegressionBase(_DPEstimator):
             return p
         arrays, meta = checkpoint.load(p)
         arrays.update({f"estimator/scaling/{k}": v for k, v in (self._scaling or {}).items()})
+        meta["estimator"]["row_map"] = self._row_map
         if self._pre_report is not None:
             meta["estimator"]["preprocessing_report"] = self._pre_report.to_dict()
         return checkpoint.save(p, arrays, meta)
@@ -813,6 +816,16 @@ class _RegressionBase(_DPEstimator):
         self._check_restored_scaling(result)
         _check_config_against_records(result)
         self._check_config_against_params(result.config)
+        self._restore_row_map(meta["estimator"].get("row_map", "ball"))
+
+    def _restore_row_map(self, kind: Any) -> None:
+        """The file's map of the standardised rows: this class's (`_row_map`), or ``"ball"``,
+        which files written before the map was saved used (a file without one reads as
+        ``"ball"``); anything else is refused (``ValueError``). Post-processing of the
+        released scales: it moves predictions, not the privacy cost."""
+        if kind not in ("ball", type(self)._row_map) or self._scaling is None and kind != "ball":
+            raise ValueError("the file's row_map is not one a fit of this class writes")
+        self._row_map = kind
 
     def _check_config_against_params(self, config: Any) -> None:
         """Refuse (``ValueError``) a model config whose kernel settings differ from the file's
@@ -1018,7 +1031,9 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
     ``classes``: the public label values (``classes_`` holds them sorted, as scikit-learn
     expects); None reads them from ``y`` (`PrivacyLeakWarning`; noted in the report). Otherwise as
     `DPNTKRegressor` (replace-one by default, labels included); ``preprocessing="auto"``
-    scales the features only, at `CLASSIFIER_AUTO_SHARE` of the budget, and warns below
+    scales the features only, at `CLASSIFIER_AUTO_SHARE` of the budget, clips each
+    standardised value at 3 and puts each row on the sphere of the model's ball (`row_map`
+    ``"sphere-clip3"``: a fixed map of one row, no privacy cost), and warns below
     `CLASSIFIER_MIN_VALIDATED_N` rows. Pass ``preprocessing=None`` after a private scaler.
     ``decision_function`` gives the kernel scores and ``predict_proba`` a fixed softmax of
     them (`privkernels.scores`): post-processing, no privacy cost.
@@ -1027,6 +1042,9 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
     _auto_share = CLASSIFIER_AUTO_SHARE
     _min_validated_n = CLASSIFIER_MIN_VALIDATED_N
     _min_classes = 2
+    #: each standardised coordinate clipped at 3, each row then on the sphere
+    #: (``benchmarks/results/defaults-ntk-clip-rule.md``; `row_map`)
+    _row_map: ClassVar[str] = "sphere-clip3"
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
