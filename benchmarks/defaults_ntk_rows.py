@@ -21,7 +21,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import numpy as np
@@ -53,7 +53,7 @@ def candidate(kind: str) -> type[DPNTKClassifier]:
     """`DPNTKClassifier` with its standardised rows mapped by ``kind`` (`row_map`)."""
 
     class Candidate(DPNTKClassifier):
-        _row_map: ClassVar[str] = kind
+        _row_map = kind
 
     Candidate.__name__ = f"DPNTKClassifier[{kind}]"
     return Candidate

@@ -549,7 +549,7 @@ def row_map(z: np.ndarray, kind: str, radius: float) -> np.ndarray:
 class _RegressionBase(_DPEstimator):
     _auto_share: ClassVar[float] = AUTO_SHARE
     #: `row_map`'s map of the standardised rows (``preprocessing`` on).
-    _row_map: ClassVar[str] = "ball"
+    _row_map: str = "ball"  # an instance value only from a loaded file (`_restore_row_map`)
     _min_validated_n: ClassVar[int] = MIN_VALIDATED_N
     _owned_options = _REGRESSION_OWNS
 
@@ -1044,7 +1044,7 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
     _min_classes = 2
     #: each standardised coordinate clipped at 3, each row then on the sphere
     #: (``benchmarks/results/defaults-ntk-clip-rule.md``; `row_map`)
-    _row_map: ClassVar[str] = "sphere-clip3"
+    _row_map = "sphere-clip3"
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,
