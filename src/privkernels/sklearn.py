@@ -513,6 +513,9 @@ _REGRESSION_OWNS = frozenset(
 )  # fmt: skip
 
 
+#: What ``_restore_row_map`` is given for a file that names no row map.
+_NO_ROW_MAP = object()
+
 #: The maps `row_map` applies to standardised rows.
 ROW_MAPS = ("ball", "sphere", "lift", "ball-clip3", "sphere-clip3")
 #: The bound of each unit-variance coordinate under the ``-clip3`` maps.
@@ -629,7 +632,7 @@ class _RegressionBase(_DPEstimator):
             return
         if share is None and self.neighbouring == "beta-close":
             return  # beta-close settings are checked by its fit (refused by accountants)
-        check_input_bound(self.input_bound)
+        check_input_bound(self.input_bound, self.fit_intercept is True)
         R.check_replace_one_settings(epsilon=self.epsilon, delta=self.delta, **self._settings())
 
     def _check_solver(self) -> None:
@@ -694,7 +697,7 @@ class _RegressionBase(_DPEstimator):
         """`_fit`'s releases: the private scales at ``share`` of the budget, then the model."""
         key, public_key = self._keys()
         eps, delta = self.epsilon, self.delta
-        self.__dict__.pop("_row_map", None)  # a loaded file's map: a new fit uses the class's
+        self._row_map = type(self)._row_map  # on the instance: a pickle keeps the fit's map
         self._scaling: dict[str, np.ndarray] | None = None
         self._pre_report: PrivacyReport | None = None
         if share is not None:
@@ -816,16 +819,25 @@ class _RegressionBase(_DPEstimator):
         self._check_restored_scaling(result)
         _check_config_against_records(result)
         self._check_config_against_params(result.config)
-        self._restore_row_map(meta["estimator"].get("row_map", "ball"))
+        self._restore_row_map(meta["estimator"].get("row_map", _NO_ROW_MAP))
 
     def _restore_row_map(self, kind: Any) -> None:
-        """The file's map of the standardised rows: this class's (`_row_map`), or ``"ball"``,
-        which files written before the map was saved used (a file without one reads as
-        ``"ball"``); anything else is refused (``ValueError``). Post-processing of the
-        released scales: it moves predictions, not the privacy cost."""
-        if kind not in ("ball", type(self)._row_map) or self._scaling is None and kind != "ball":
+        """The file's map of the standardised rows: this class's (`_row_map`), the one ``save``
+        writes with the scales; a file without one (written before the map was saved, or
+        without scales) reads as ``"ball"``; anything else is refused (``ValueError``).
+        Post-processing of the released scales: it moves predictions, not the privacy cost."""
+        if kind is _NO_ROW_MAP:
+            self._row_map = "ball"
+        elif self._scaling is not None and kind == type(self)._row_map:
+            self._row_map = type(self)._row_map
+        else:
             raise ValueError("the file's row_map is not one a fit of this class writes")
-        self._row_map = kind
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A pickle from before the map was kept on the instance was fitted on ``"ball"``."""
+        if state.get("_scaling") is not None and "_row_map" not in state:
+            state = {**state, "_row_map": "ball"}
+        super().__setstate__(state)
 
     def _check_config_against_params(self, config: Any) -> None:
         """Refuse (``ValueError``) a model config whose kernel settings differ from the file's

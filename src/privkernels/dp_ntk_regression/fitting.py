@@ -409,7 +409,7 @@ def _replace_one_config(s: Settings, opts: RunOptions, n_classes: int | None, ta
     return RegressionConfig(
         width=check_int(s.width, "width"), reg=reg,
         beta=0.0, eta_min=None,
-        input_bound=check_input_bound(s.input_bound), split=(1.0, 0.0), k=None,
+        input_bound=check_input_bound(s.input_bound, s.fit_intercept is True), split=(1.0, 0.0), k=None,
         weight_std=check_positive(s.weight_std, "weight_std"), kernel_shift=0.0,
         chunk_size=check_int(opts.chunk_size, "chunk_size"), dtype="float32",
         n_classes=n_classes, target_ndim=target_ndim, epsilon=None, delta=None,
@@ -475,7 +475,7 @@ def _validate(
         reg=check_positive(s.reg, "reg"),
         beta=check_positive(s.beta, "beta"),
         eta_min=eta_min,
-        input_bound=check_input_bound(s.input_bound),
+        input_bound=check_input_bound(s.input_bound, s.fit_intercept is True),
         split=split,  # type: ignore[arg-type]
         k=k,
         weight_std=check_positive(s.weight_std, "weight_std"),
@@ -505,7 +505,7 @@ def _kernel_shift(s: Settings, kernel: Budget | None, n: int) -> float:
         max(n, 1), AUTO_SHIFT_SAMPLES, epsilon_alpha=kernel.epsilon, delta_alpha=kernel.delta,
         beta=check_positive(s.beta, "beta"),
         weight_std=check_positive(s.weight_std, "weight_std"),
-        input_bound=check_input_bound(s.input_bound),
+        input_bound=check_input_bound(s.input_bound, s.fit_intercept is True),
     )  # fmt: skip
 
 
@@ -575,7 +575,7 @@ def _check_explicit_shift(
         k = min(k, max_k(n, epsilon_alpha=kernel.epsilon, delta_alpha=kernel.delta,
                          eta_min=eta_min, beta=check_positive(s.beta, "beta"),
                          weight_std=check_positive(s.weight_std, "weight_std"),
-                         input_bound=check_input_bound(s.input_bound)))  # fmt: skip
+                         input_bound=check_input_bound(s.input_bound, s.fit_intercept is True)))  # fmt: skip
         if SHIFT_SUM_MARGIN * k * shift <= top:
             return
     largest = top / (SHIFT_SUM_MARGIN * k)

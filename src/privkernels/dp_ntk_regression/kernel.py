@@ -7,6 +7,7 @@ projected to a ball of public radius (a fixed 1-Lipschitz map).
 
 from __future__ import annotations
 
+import math
 import warnings
 from functools import partial
 from typing import Any
@@ -53,14 +54,21 @@ def draw_weights(
 INPUT_BOUND_RANGE = (1e-6, 1e6)
 
 
-def check_input_bound(value: Any) -> float:
-    """``input_bound`` as a float in `INPUT_BOUND_RANGE` (rescale the data otherwise)."""
+def check_input_bound(value: Any, intercept: bool = False) -> float:
+    """``input_bound`` as a float in `INPUT_BOUND_RANGE` (rescale the data otherwise); with
+    ``intercept`` the features' ball (radius ``input_bound / sqrt(2)``, `input_map`) must
+    lie in the range too, so that a fit refuses it before any noise."""
     value = check_positive(value, "input_bound")
     lo, hi = INPUT_BOUND_RANGE
     if not lo <= value <= hi:
         raise ValueError(
             f"input_bound must lie in [{lo:g}, {hi:g}] (float32 norms), got {value!r}: "
             "rescale the inputs by a public constant instead"
+        )
+    if intercept and value / math.sqrt(2.0) < lo:
+        raise ValueError(
+            f"input_bound must be >= {lo * math.sqrt(2.0):.7g} with fit_intercept=True (the "
+            f"features' ball has radius input_bound / sqrt(2)), got {value!r}"
         )
     return value
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
+
 import jax
 import numpy as np
 import pytest
+from _privacy_helpers import forbid_noise
 
 import privkernels.sklearn
 from privkernels import checkpoint
@@ -106,7 +109,7 @@ def test_the_map_is_saved_and_a_file_without_one_reads_as_ball(tmp_path) -> None
     np.testing.assert_allclose(old._scaled(x), raw, rtol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["lift", "sphere", "cube", None, ["ball"]])
+@pytest.mark.parametrize("kind", ["lift", "sphere", "ball", "cube", None, ["sphere-clip3"]])
 def test_a_row_map_no_fit_writes_is_refused_at_load(tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
     _, _, path = _fitted(tmp_path)
     arrays, meta = checkpoint.load(path)
@@ -114,6 +117,30 @@ def test_a_row_map_no_fit_writes_is_refused_at_load(tmp_path, kind) -> None:  # 
     edited = checkpoint.save(tmp_path / "edited.npz", arrays, meta)
     with pytest.raises(ValueError, match="row_map"):
         privkernels.sklearn.load(edited)
+
+
+def test_a_pickle_keeps_the_fit_s_map_and_an_old_pickle_reads_as_ball(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    est, x, _ = _fitted(tmp_path)
+    assert vars(est)["_row_map"] == "sphere-clip3"
+    back = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(back.decision_function(x), est.decision_function(x))
+    state = est.__getstate__()
+    del state["_row_map"]  # as pickled before the map was kept on the instance
+    old = DPNTKClassifier.__new__(DPNTKClassifier)
+    old.__setstate__(state)
+    assert old._row_map == "ball"
+
+
+def test_input_bound_too_small_for_the_intercept_is_refused_before_any_noise(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Before: the private scales were drawn (and an accountant charged), then the model's
+    ball ``input_bound / sqrt(2)`` was refused (the s65 attack, finding 5)."""
+    x = np.random.default_rng(0).normal(size=(40, 3))
+    y = np.arange(40) % 2
+    forbid_noise(monkeypatch)
+    for est in (DPNTKClassifier(classes=[0, 1], input_bound=1e-6, random_state=0),
+                DPNTKRegressor(input_bound=1e-6, random_state=0)):  # fmt: skip
+        with pytest.raises(ValueError, match="fit_intercept=True"):
+            est.fit(x, y)
 
 
 def test_a_refit_of_a_loaded_old_file_uses_the_class_map(tmp_path) -> None:  # type: ignore[no-untyped-def]
