@@ -257,3 +257,38 @@ def test_the_ball_map_bounds_every_row_across_the_allowed_radii():
             xp = np.asarray(project_to_ball(jnp.asarray(x), radius), np.float64)
             assert np.all(np.isfinite(xp))
             assert np.linalg.norm(xp, axis=1).max() <= radius * (1 + 1e-6), (radius, scale)
+
+
+def test_large_class_sums_move_by_at_most_the_sensitivity_in_float64():
+    """Float32 class sums at n = 2e4 moved by sqrt(2) (1 + 2e-5) when one record changed
+    class (rounding at the sums' magnitude; attack of 2026-11-29): summed in float64 the
+    computed moments keep the bound to 1e-9."""
+    rng = np.random.default_rng(0)
+    n, d = 20_000, 5
+    z = rng.normal(size=(n, d))
+    z /= np.linalg.norm(z, axis=1, keepdims=True)  # every row on the boundary
+    xp = input_map(jnp.asarray(z, jnp.float32), 1.0, True)
+    lab = rng.integers(0, 2, n)
+    worst = 0.0
+    for i in range(2):
+        a, b = lab.copy(), lab.copy()
+        a[i], b[i] = 0, 1
+        ma, mb = (km.class_moments(xp, v, 2, input_bound=1.0, chunk_size=1024) for v in (a, b))
+        assert ma.dtype == np.float64
+        worst = max(worst, float(np.linalg.norm(ma - mb)) / km.SENSITIVITY)
+    assert worst <= 1.0 + 1e-9, worst
+
+
+def test_the_host_float64_release_adds_the_float32_release_s_noise():
+    key = jax.random.key(5)
+    zeros = np.zeros((3, 4))
+    n32 = np.asarray(privacy.gaussian_mechanism(key, zeros.astype(np.float32), sensitivity=1.5,
+                                                sigma=2.0))  # fmt: skip
+    n64 = privacy.gaussian_mechanism(key, zeros, sensitivity=1.5, sigma=2.0, host_float64=True)
+    assert isinstance(n64, np.ndarray) and n64.dtype == np.float64
+    np.testing.assert_array_equal(n64, n32.astype(np.float64))
+    big = np.full((3, 4), 1e6 + 0.1)  # not a float32 number: kept exactly under the noise
+    np.testing.assert_array_equal(
+        privacy.gaussian_mechanism(key, big, sensitivity=1.5, sigma=2.0, host_float64=True),
+        big + n32.astype(np.float64),
+    )

@@ -261,6 +261,7 @@ def embedding_release(
             "epsilon=None: the e-NTK mean embedding was released WITHOUT noise (non-private baseline)"
         )
         return emb, report
+    extra: dict[str, Any]  # record parameters
     if sums:  # n is private: release the sums, record no n
         sens, extra, what = 1.0, {}, RELEASED_SUMS
         public: tuple[str, ...] = (NTK_PARAMS_NOTE,)

@@ -369,13 +369,14 @@ def _fit_kernel_mean(
                          chunk_size=cfg.chunk_size)  # fmt: skip
     del xp, x_arr
     report: PrivacyReport = _non_private()
+    released: Any = m
     if budget is not None:
-        m, record = km.release_moments(key, m, budget=budget, n=n)
+        released, record = km.release_moments(key, m, budget=budget, n=n)
         report = km.kernel_mean_report(record, d=d_in, input_bound=cfg.input_bound,
                                        inferred_note=N_CLASSES_INFERRED_NOTE if inferred else None)  # fmt: skip
         cfg = dataclasses.replace(cfg, epsilon=report.epsilon, delta=report.delta)
     empty = jnp.zeros((0, d_in), jnp.float32)
-    return DPNTKRegressionModel(m, empty, empty, report, cfg)
+    return DPNTKRegressionModel(jnp.asarray(released, jnp.float32), empty, empty, report, cfg)
 
 
 def _check_kernel_mean_settings(s: Settings) -> None:

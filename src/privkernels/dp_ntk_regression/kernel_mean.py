@@ -21,16 +21,13 @@ for ``a != b`` its squared norm is ``|u(x)|^2 + |u(z)|^2 <= 2``; for ``a = b``
 it is ``|u(x) - u(z)|^2 = |u(x)|^2 + |u(z)|^2 - 2 <x, z>^2 / R^4 <= 2``. So the
 L2 sensitivity is ``sqrt(2)`` (`SENSITIVITY`). Labels only (one-hot targets are
 non-negative); real targets could have ``<y, y'> < 0`` and are refused.
-In float32 the ball map can leave ``|x|^2 / R^2`` at ``1 + 4e-7`` (rounding), and a
-replacement that changes a record's class also moves the chunk boundaries of both
-classes' sums: with 6,000 records per class and ``d' = 784`` a neighbour's computed
-moments moved by ``sqrt(2) (1 + 2.5e-6)`` (measured, 2026-11-26). The excess grows with
-the class sizes, as float32's spacing at the sums' magnitude does: the attack of
-2026-11-29 measured ``sqrt(2) (1 + 2e-5)`` at n = 2e4, ``(1 + 5e-5)`` at 2e5 and up to
-``(1 + 6.7e-3)`` at 1e6 rows (d = 5, rows on the sphere; reachable with outlier rows
-before the classifier's row map too). It is NOT corrected yet: at a million rows this
-solver's noise is calibrated up to 0.7% below the computed moments' sensitivity. The fix
-is to sum and add the noise in float64 on the host (a change of the release's noise draw).
+In float32 the ball map can leave ``|x|^2 / R^2`` at ``1 + 4e-7`` (rounding). The sums
+themselves are NOT float32: a float32 running sum (and a float32 copy of the moments) rounds
+each entry by up to its spacing, which grows with the class sizes; the attack of
+2026-11-29 measured a neighbour's float32 moments moving by ``sqrt(2) (1 + 2e-5)`` at
+n = 2e4 and up to ``(1 + 6.7e-3)`` at 1e6 rows. So `class_moments` sums in float64 on the
+host and `release_moments` adds the noise there (`gaussian_release` ``host_float64``);
+the noisy moments are cast to float32 afterwards (post-processing).
 The noise is added to the full matrices and symmetrised afterwards
 (post-processing).
 """
@@ -56,46 +53,40 @@ __all__ = ["SENSITIVITY", "class_moments", "release_moments", "scores", "kernel_
 SENSITIVITY = math.sqrt(2.0)
 
 
-@jax.jit
-@full_precision
-def _chunk_moment(xb: jax.Array) -> jax.Array:
-    return xb.T @ xb
-
-
 def class_moments(
     x: jax.Array, labels: np.ndarray, n_classes: int, *, input_bound: float, chunk_size: int
-) -> jax.Array:
-    """``M (c, d', d')``: ``M_c = sum_{y_i = c} x_i x_i^T / input_bound^2`` (float32, chunked).
+) -> np.ndarray:
+    """``M (c, d', d')`` float64: ``M_c = sum_{y_i = c} x_i x_i^T / input_bound^2``.
 
     ``x (n, d')`` is already mapped (`input_map`: every row has norm <= input_bound).
-    Rows are grouped by class and summed in zero-padded chunks of one shape (zero
-    rows add nothing). Memory ``O(c d'^2 + chunk d')``, whatever ``n``.
+    Rows are grouped by class and summed in chunks, in float64 on the host (module
+    docstring: a float32 sum would move by more than the sensitivity at large n).
+    Memory ``O(c d'^2 + chunk d')``, whatever ``n``.
     """
     lab = np.asarray(labels)
     chunk = max(1, min(int(chunk_size), int(x.shape[0])))
     d = int(x.shape[1])
-    out = []
+    out = np.zeros((n_classes, d, d), np.float64)
     for c in range(n_classes):
         rows = np.flatnonzero(lab == c)
-        m = jnp.zeros((d, d), jnp.float32)
         for start in range(0, len(rows), chunk):
-            idx = rows[start : start + chunk]
-            xb = jnp.asarray(x[idx], jnp.float32) / float(input_bound)
-            xb = jnp.pad(xb, ((0, chunk - len(idx)), (0, 0)))
-            m = m + _chunk_moment(xb)
-        out.append(m)
-    return jnp.stack(out)
+            xb = np.asarray(x[rows[start : start + chunk]], np.float64) / float(input_bound)
+            out[c] += xb.T @ xb
+    return out
 
 
 def release_moments(
-    key: jax.Array, m: jax.Array, *, budget: Budget, n: int
+    key: jax.Array, m: np.ndarray, *, budget: Budget, n: int
 ) -> tuple[jax.Array, MechanismRecord]:
-    """One Gaussian release of ``M`` (sensitivity `SENSITIVITY`), symmetrised afterwards."""
+    """One Gaussian release of ``M`` (sensitivity `SENSITIVITY`), the noise added in float64
+    on the host; symmetrised and cast to float32 afterwards (post-processing)."""
     noisy, record = gaussian_release(
-        key, m, budget=budget, sensitivity=SENSITIVITY,
+        key, m, budget=budget, sensitivity=SENSITIVITY, host_float64=True,
         released=f"class second moments sum_(y_i=c) x_i x_i^T / R^2 {tuple(m.shape)}", n=n,
     )  # fmt: skip
-    return 0.5 * (noisy + jnp.swapaxes(noisy, 1, 2)), record
+    xp = np if isinstance(noisy, np.ndarray) else jnp  # jnp: traced (an audit's vmap)
+    sym = 0.5 * (noisy + xp.swapaxes(noisy, 1, 2))
+    return jnp.asarray(sym, jnp.float32), record
 
 
 @jax.jit

@@ -82,8 +82,8 @@ def _release_dtype(dtype: Any) -> Any:
 
 
 def gaussian_mechanism(
-    key: jax.Array, value: Any, *, sensitivity: float, sigma: float
-) -> jax.Array:
+    key: jax.Array, value: Any, *, sensitivity: float, sigma: float, host_float64: bool = False
+) -> Any:
     """Release ``value + N(0, (sigma * sensitivity)^2 I)``.
 
     The normals are drawn from ``mechanism_key(key, "gaussian", sigma,
@@ -99,6 +99,12 @@ def gaussian_mechanism(
         neighbouring relation being claimed (> 0).
       sigma: noise multiplier (std per unit sensitivity, > 0), e.g.
         `gaussian_sigma`.
+      host_float64: add the noise to ``value`` in float64 on the host and return a
+        float64 NumPy array (the noise itself is the float32 draw a float32 release of
+        the same key makes). For sums whose magnitude grows with ``n``: a float32 copy
+        of the value would round each entry by up to its spacing, which at a million
+        rows is no longer small against the sensitivity. Under a transformation of the
+        key (``jax.vmap`` in `privkernels.audit`) the sum stays float32 (traceable).
 
     Returns:
       Array of ``value``'s shape: the noisy release.
@@ -107,6 +113,14 @@ def gaussian_mechanism(
     sens = check_positive(sensitivity, "sensitivity")
     sig = check_positive(sigma, "sigma")
     arr = check_array(value, "value", min_rows=1)
+    if host_float64:
+        f32 = jnp.dtype(jnp.float32)
+        noise_key = mechanism_key(key, "gaussian", sigma=sig, sensitivity=sens,
+                                  shape=tuple(arr.shape), dtype=str(f32))  # fmt: skip
+        noise = jnp.asarray(sig * sens, f32) * jax.random.normal(noise_key, arr.shape, f32)
+        if isinstance(noise, jax.core.Tracer):  # under a transformation of the key (an
+            return jnp.asarray(arr, f32) + noise  # audit's vmap): the float32 sum, traceable
+        return np.asarray(arr, np.float64) + np.asarray(noise, np.float64)
     dtype = _release_dtype(arr.dtype)
     arr = jnp.asarray(arr, dtype)
     std = sig * sens

@@ -64,8 +64,9 @@ def _record(
 
 
 def gaussian_release(
-    key: jax.Array, value: Any, *, budget: Budget, sensitivity: float, released: str, **params: Any
-) -> tuple[Any, MechanismRecord]:
+    key: jax.Array, value: Any, *, budget: Budget, sensitivity: float, released: str,
+    host_float64: bool = False, **params: Any,
+) -> tuple[Any, MechanismRecord]:  # fmt: skip
     """``value + N(0, (sigma Delta_2)^2 I)`` with ``sigma = gaussian_sigma(epsilon, delta)``.
 
     Args:
@@ -74,6 +75,7 @@ def gaussian_release(
       budget: the (epsilon, delta) of this release.
       sensitivity: L2 sensitivity ``Delta_2`` under the caller's relation.
       released: what the value is (goes into the record).
+      host_float64: add the noise in float64 on the host (`gaussian_mechanism`).
       **params: extra record parameters (e.g. ``n``).
 
     Returns:
@@ -81,7 +83,8 @@ def gaussian_release(
     """
     budget = _budget(budget)
     sigma = float(_privacy.gaussian_sigma(budget.epsilon, budget.delta))
-    noisy = _privacy.gaussian_mechanism(key, value, sensitivity=sensitivity, sigma=sigma)
+    noisy = _privacy.gaussian_mechanism(key, value, sensitivity=sensitivity, sigma=sigma,
+                                        host_float64=host_float64)  # fmt: skip
     record = _record(
         gaussian_record, released, budget, sensitivity=sensitivity, sigma=sigma, **params
     )
