@@ -292,3 +292,15 @@ def test_the_host_float64_release_adds_the_float32_release_s_noise():
         privacy.gaussian_mechanism(key, big, sensitivity=1.5, sigma=2.0, host_float64=True),
         big + n32.astype(np.float64),
     )
+
+
+def test_a_fit_under_vmap_of_its_key_is_refused_before_any_noise(monkeypatch):
+    """Traced, the release would noise a float32 copy of the moments (attack of 2026-11-29:
+    sqrt(2) (1 + 1.5e-3) at a million rows); the fit refuses instead."""
+    x = np.random.default_rng(0).normal(size=(30, 3))
+    y = np.arange(30) % 2
+    forbid_noise(monkeypatch)
+    keys = jax.random.split(jax.random.key(1), 2)
+    with pytest.raises(ValueError, match="jax transformation"):
+        jax.vmap(lambda k: reg.fit(k, x, y, epsilon=1.0, delta=1e-5,
+                                   solver="kernel-mean").alpha)(keys)  # fmt: skip

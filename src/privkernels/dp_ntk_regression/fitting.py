@@ -355,6 +355,9 @@ def _fit_kernel_mean(
 ) -> DPNTKRegressionModel:
     """The large-ridge limit (`kernel_mean` module): validate, class moments, one release."""
     _check_kernel_mean_settings(s)
+    if isinstance(key, jax.core.Tracer):  # under jax.vmap / jit of the key: no host sum
+        raise ValueError("solver='kernel-mean' sums and noises its class moments in float64 on "
+                         "the host: call fit once per key, not under a jax transformation")  # fmt: skip
     x_arr, n, d = _rows(inp.x)
     y_mat, n_classes, target_ndim, inferred = _targets(inp.y, n, inp.n_classes)
     if n_classes is None:

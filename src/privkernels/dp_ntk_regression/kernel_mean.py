@@ -27,7 +27,9 @@ each entry by up to its spacing, which grows with the class sizes; the attack of
 2026-11-29 measured a neighbour's float32 moments moving by ``sqrt(2) (1 + 2e-5)`` at
 n = 2e4 and up to ``(1 + 6.7e-3)`` at 1e6 rows. So `class_moments` sums in float64 on the
 host and `release_moments` adds the noise there (`gaussian_release` ``host_float64``);
-the noisy moments are cast to float32 afterwards (post-processing).
+the noisy moments are cast to float32 afterwards (post-processing). What remains is the
+ball map's rounding above (measured ``sqrt(2) (1 + 1.2e-7)`` at 2e5 rows, attack of
+2026-11-29). A fit under ``jax.vmap`` of its key cannot sum on the host and is refused.
 The noise is added to the full matrices and symmetrised afterwards
 (post-processing).
 """
