@@ -113,21 +113,16 @@ def gaussian_mechanism(
     sens = check_positive(sensitivity, "sensitivity")
     sig = check_positive(sigma, "sigma")
     arr = check_array(value, "value", min_rows=1)
-    if host_float64:
-        f32 = jnp.dtype(jnp.float32)
-        noise_key = mechanism_key(key, "gaussian", sigma=sig, sensitivity=sens,
-                                  shape=tuple(arr.shape), dtype=str(f32))  # fmt: skip
-        noise = jnp.asarray(sig * sens, f32) * jax.random.normal(noise_key, arr.shape, f32)
-        if isinstance(noise, jax.core.Tracer):  # under a transformation of the key (an
-            return jnp.asarray(arr, f32) + noise  # audit's vmap): the float32 sum, traceable
-        return np.asarray(arr, np.float64) + np.asarray(noise, np.float64)
-    dtype = _release_dtype(arr.dtype)
-    arr = jnp.asarray(arr, dtype)
+    # the host path draws the float32 noise a float32 release of the key draws
+    dtype = jnp.dtype(jnp.float32) if host_float64 else _release_dtype(arr.dtype)
     std = sig * sens
     noise_key = mechanism_key(
         key, "gaussian", sigma=sig, sensitivity=sens, shape=tuple(arr.shape), dtype=str(dtype)
     )
-    return arr + jnp.asarray(std, dtype) * jax.random.normal(noise_key, arr.shape, dtype)
+    noise = jnp.asarray(std, dtype) * jax.random.normal(noise_key, arr.shape, dtype)
+    if host_float64 and not isinstance(noise, jax.core.Tracer):  # traced (an audit's vmap
+        return np.asarray(arr, np.float64) + np.asarray(noise, np.float64)  # of the key): f32
+    return jnp.asarray(arr, dtype) + noise
 
 
 def gaussian_record(

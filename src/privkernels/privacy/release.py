@@ -83,8 +83,8 @@ def gaussian_release(
     """
     budget = _budget(budget)
     sigma = float(_privacy.gaussian_sigma(budget.epsilon, budget.delta))
-    noisy = _privacy.gaussian_mechanism(key, value, sensitivity=sensitivity, sigma=sigma,
-                                        host_float64=host_float64)  # fmt: skip
+    host = {"host_float64": True} if host_float64 else {}  # the default call as before
+    noisy = _privacy.gaussian_mechanism(key, value, sensitivity=sensitivity, sigma=sigma, **host)
     record = _record(
         gaussian_record, released, budget, sensitivity=sensitivity, sigma=sigma, **params
     )
