@@ -552,7 +552,7 @@ def row_map(z: np.ndarray, kind: str, radius: float) -> np.ndarray:
 class _RegressionBase(_DPEstimator):
     _auto_share: ClassVar[float] = AUTO_SHARE
     #: `row_map`'s map of the standardised rows (``preprocessing`` on).
-    _row_map: str = "ball"  # an instance value only from a loaded file (`_restore_row_map`)
+    _row_map: str = "ball"  # each fit and each loaded file set it on the instance too
     _min_validated_n: ClassVar[int] = MIN_VALIDATED_N
     _owned_options = _REGRESSION_OWNS
 
