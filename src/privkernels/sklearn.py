@@ -75,7 +75,7 @@ from privkernels.dp_kip.settings import Settings as KIPSettings
 from privkernels.dp_ntk.release import DP_NTK_RELATIONS
 from privkernels.dp_ntk.settings import Settings as NTKSettings
 from privkernels.dp_ntk.settings import check_settings as check_ntk_settings
-from privkernels.dp_ntk_regression.kernel import check_input_bound
+from privkernels.dp_ntk_regression.kernel import check_input_bound, feature_radius
 from privkernels.options import run_options
 from privkernels.pipeline import PrivatePipeline, make_private_pipeline, pipeline_report
 from privkernels.preprocessing import (
@@ -777,7 +777,7 @@ class _RegressionBase(_DPEstimator):
 
     def _row_radius(self) -> float:
         """``r``: the radius of the model's ball once the intercept column is added."""
-        return float(self.input_bound) / (math.sqrt(2.0) if self.fit_intercept else 1.0)
+        return feature_radius(self.input_bound, bool(self.fit_intercept))
 
     def _scaled_y(self, y: Any) -> Any:
         sc = self._scaling

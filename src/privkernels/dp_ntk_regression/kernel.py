@@ -28,6 +28,7 @@ __all__ = [
     "draw_weights",
     "project_to_ball",
     "check_input_bound",
+    "feature_radius",
     "warn_projected",
     "INPUT_BOUND_RANGE",
     "input_map",
@@ -54,6 +55,12 @@ def draw_weights(
 INPUT_BOUND_RANGE = (1e-6, 1e6)
 
 
+def feature_radius(input_bound: float, intercept: bool) -> float:
+    """The radius rows are projected to: ``input_bound``, or ``input_bound / sqrt(2)`` when
+    `input_map` appends the intercept column (so the whole row stays in ``input_bound``)."""
+    return float(input_bound) / (math.sqrt(2.0) if intercept else 1.0)
+
+
 def check_input_bound(value: Any, intercept: bool = False) -> float:
     """``input_bound`` as a float in `INPUT_BOUND_RANGE` (rescale the data otherwise); with
     ``intercept`` the features' ball (radius ``input_bound / sqrt(2)``, `input_map`) must
@@ -65,7 +72,7 @@ def check_input_bound(value: Any, intercept: bool = False) -> float:
             f"input_bound must lie in [{lo:g}, {hi:g}] (float32 norms), got {value!r}: "
             "rescale the inputs by a public constant instead"
         )
-    if intercept and value / math.sqrt(2.0) < lo:
+    if intercept and feature_radius(value, True) < lo:
         raise ValueError(
             f"input_bound must be >= {lo * math.sqrt(2.0):.7g} with fit_intercept=True (the "
             f"features' ball has radius input_bound / sqrt(2)), got {value!r}"
@@ -93,7 +100,7 @@ def warn_projected(x: Any, radius: float, intercept: bool, *, stacklevel: int = 
     Only the fact goes to the caller (no count, no value); nothing enters the report.
     """
     arr = np.asarray(x, np.float64)
-    r = float(radius) / (float(np.sqrt(2.0)) if intercept else 1.0)
+    r = feature_radius(radius, intercept)
     norms = np.linalg.norm(arr.reshape(arr.shape[0], -1), axis=1)
     if not np.any(norms > r * (1.0 + 1e-6)):
         return False
@@ -123,7 +130,7 @@ def input_map(x: Any, radius: float, intercept: bool) -> jax.Array:
     """
     if not intercept:
         return project_to_ball(x, radius)
-    r = float(check_positive(radius, "input_bound")) / float(np.sqrt(2.0))
+    r = feature_radius(check_positive(radius, "input_bound"), True)
     xb = project_to_ball(x, r)
     return jnp.concatenate([xb, jnp.full((xb.shape[0], 1), r, xb.dtype)], axis=1)
 
