@@ -11,7 +11,12 @@ decision of ``benchmarks/results/defaults-dp-kip-lift-rule.md``.
 ``--coarse`` (post-hoc, selects nothing) measures the defaults on breast cancer scaled by
 coarse public bounds instead of standardised.
 
-Usage: ``python -m benchmarks.defaults_dp_kip [--grid | --lift | --coarse] [--seeds 0 1 2] [--out DIR]``.
+``--rare`` runs ``DPKIPClassifier`` and ``DPNTKClassifier`` with their defaults on
+make_classification sets with a rare class, for the rare-class validated n of
+``benchmarks/results/defaults-rare-class-rule.md``; writes ``defaults-rare-class.{json,md}``.
+
+Usage: ``python -m benchmarks.defaults_dp_kip [--grid | --lift | --coarse | --rare] [--seeds 0 1 2]
+[--out DIR]``.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from sklearn.model_selection import train_test_split
 import privkernels
 from benchmarks.common import write_results
 from privkernels import dp_kip
-from privkernels.sklearn import DPKIPClassifier
+from privkernels.sklearn import DPKIPClassifier, DPNTKClassifier
 
 EPSILON, DELTA = 1.0, 1e-5
 TARGET = 0.8
@@ -288,6 +293,78 @@ def run_coarse(seeds: list[int], out: Path) -> None:
     write_results(out, "defaults-dp-kip-coarse-bounds", rows, meta=_meta(seeds))
 
 
+#: the rare-class rule's minority shares and set sizes (70% of each is trained on)
+RARE_SHARES = (0.10, 0.05)
+RARE_NS = (1000, 2000, 5000, 10000, 20000, 40000)
+#: the rule's estimators, with their defaults at (1, 1e-5) on classes [0, 1]
+RARE_ESTIMATORS: dict[str, Callable[[int], Any]] = {
+    "DPKIPClassifier": lambda seed: DPKIPClassifier(EPSILON, DELTA, classes=[0, 1], random_state=seed),
+    "DPNTKClassifier": lambda seed: DPNTKClassifier(EPSILON, DELTA, classes=[0, 1], random_state=seed),
+}  # fmt: skip
+
+
+def rare_set(n: int, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """The rule's public set: `tuning_sets`' generator with class 1 at ``share`` of the rows."""
+    x, y = datasets.make_classification(
+        n_samples=n, n_features=20, n_informative=6, n_redundant=2, n_classes=2,
+        class_sep=1.0, weights=[1.0 - share, share], random_state=12345,
+    )  # fmt: skip
+    return np.asarray(x, np.float64), np.asarray(y)
+
+
+def rare_run(est: Any, data: tuple[np.ndarray, ...]) -> dict[str, float]:
+    """One fit on the standardised training split; the test split's AUC from the
+    estimator's ``decision_function`` and the share of test rows predicted as class 1."""
+    xtr, xte, ytr, yte = data
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(xtr, ytr)
+    scores = est.decision_function(xte)
+    pred = est.predict(xte)
+    return {"auc": auc(yte, scores, np.array([0, 1])), "pred_rare": float(np.mean(pred == 1)),
+            "sec": time.perf_counter() - t}  # fmt: skip
+
+
+def rare_validated_n(rows: list[dict[str, Any]]) -> int | None:
+    """The rule's rare-class validated n of one estimator and share (None: not reached)."""
+    return min((r["n_train"] for r in rows
+                if all(m["meets"] for m in rows if m["n_train"] >= r["n_train"])),
+               default=None)  # fmt: skip
+
+
+def run_rare(seeds: list[int], out: Path) -> None:
+    """The rare-class rule's runs and its validated n per estimator and share."""
+    rows: list[dict[str, Any]] = []
+    found: dict[str, dict[str, int | None]] = {}
+    for name, make in RARE_ESTIMATORS.items():
+        for share in RARE_SHARES:
+            these = []
+            for n in RARE_NS:
+                data = split(*rare_set(n, share))
+                ref = logreg_auc(*data)
+                runs = [rare_run(make(s), data) for s in seeds]
+                mean, half = t_interval([(r["auc"] - 0.5) / (ref - 0.5) for r in runs])
+                these.append({
+                    "estimator": name, "share": share, "n_train": len(data[2]),
+                    "rare_train_rows": int(np.sum(data[2] == 1)), "ratio": mean,
+                    "ratio_ci95": half, "meets": bool(mean >= TARGET),
+                    "auc": float(np.mean([r["auc"] for r in runs])), "logreg_auc": ref,
+                    "pred_rare": float(np.mean([r["pred_rare"] for r in runs])),
+                    "test_rare": float(np.mean(data[3] == 1)),
+                    "sec": float(np.mean([r["sec"] for r in runs])),
+                })  # fmt: skip
+                print(f"  {name} s={share} n={these[-1]['n_train']}: ratio {mean:.3f} ± "
+                      f"{half:.3f}", flush=True)  # fmt: skip
+            found.setdefault(name, {})[str(share)] = rare_validated_n(these)
+            rows += these
+    meta = {**_meta(seeds), "rule": "benchmarks/results/defaults-rare-class-rule.md",
+            "rare_validated_n": found}  # fmt: skip
+    cols = ["estimator", "share", "n_train", "rare_train_rows", "ratio", "ratio_ci95", "meets",
+            "auc", "logreg_auc", "pred_rare", "test_rare", "sec"]  # fmt: skip
+    write_results(out, "defaults-rare-class", rows, meta=meta, columns=cols)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid", action="store_true", help="run the candidate grid (default: check)")
@@ -297,10 +374,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="post-hoc: breast cancer under coarse public bounds (selects nothing)",
     )
+    ap.add_argument(
+        "--rare",
+        action="store_true",
+        help="both classifiers' defaults with a rare class (the rare-class rule)",
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="default: 0 1 2")
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"default: {RESULTS}")
     args = ap.parse_args(argv)
-    if args.coarse:
+    if args.rare:
+        run_rare(args.seeds, args.out)
+    elif args.coarse:
         run_coarse(args.seeds, args.out)
     elif args.lift:
         run_lift(args.seeds, args.out)
