@@ -11,11 +11,17 @@ import pytest
 from sklearn.datasets import load_wine
 from sklearn.model_selection import train_test_split
 
-from benchmarks.defaults_dp_kip import monotone, validated_n
+from benchmarks.defaults_dp_kip import monotone, rare_validated_n, validated_n
 from privkernels import sklearn as pk_sklearn
 from privkernels.dp_kip import estimator_defaults
-from privkernels.dp_kip.estimator_defaults import VALIDATED_N, SmallDataWarning, warn_small_data
-from privkernels.sklearn import DPKIPClassifier
+from privkernels.dp_kip.estimator_defaults import (
+    RARE_VALIDATED_N,
+    VALIDATED_N,
+    WARN_N,
+    SmallDataWarning,
+    warn_small_data,
+)
+from privkernels.sklearn import CLASSIFIER_RARE_VALIDATED_N, DPKIPClassifier
 
 
 class _Captured(BaseException):
@@ -58,23 +64,31 @@ def test_default_beats_majority_on_small_public_set(wine):
 
 
 def test_small_data_warning_threshold():
+    # The rare-class rule: the class counts are private, so the warning covers a 5% class.
+    assert WARN_N == max(VALIDATED_N, RARE_VALIDATED_N[0.05]) > VALIDATED_N
     with warnings.catch_warnings():
         warnings.simplefilter("error", SmallDataWarning)
-        warn_small_data(VALIDATED_N, 1.0)  # at the validated n: quiet
-        warn_small_data(2 * VALIDATED_N, 0.5)  # n * min(eps, 1) at it: quiet
+        warn_small_data(WARN_N, 1.0)  # at the threshold: quiet
+        warn_small_data(2 * WARN_N, 0.5)  # n * min(eps, 1) at it: quiet
         warn_small_data(10, None)  # the non-private baseline has no DP-SGD noise
-    with pytest.warns(SmallDataWarning, match=f"n >= {VALIDATED_N}"):
-        warn_small_data(VALIDATED_N - 1, 1.0)
+    figures = (VALIDATED_N, RARE_VALIDATED_N[0.10], RARE_VALIDATED_N[0.05])
+    with pytest.warns(SmallDataWarning, match="n >= ") as rec:
+        warn_small_data(WARN_N - 1, 1.0)
+    msg = str(rec[0].message)
+    assert all(f"n >= {v} " in msg for v in figures), msg
+    assert "not read" in msg and "decision_function" in msg
     with pytest.warns(SmallDataWarning):
-        warn_small_data(VALIDATED_N, 0.5)  # validated at epsilon 1: a smaller one needs more
+        warn_small_data(WARN_N, 0.5)  # validated at epsilon 1: a smaller one needs more
     with pytest.warns(SmallDataWarning):
-        warn_small_data(VALIDATED_N - 1, 10.0)  # a larger one is not validated below it
+        warn_small_data(WARN_N - 1, 10.0)  # a larger one is not validated below it
+    with pytest.warns(SmallDataWarning):
+        warn_small_data(VALIDATED_N, 1.0)  # balanced-validated, but not for a rare class
 
 
 def test_fit_warns_below_validated_n_and_not_above(monkeypatch):
     seen = _capture_fit(monkeypatch)  # the warning comes before dp_kip.fit: no fit needed
     rng = np.random.default_rng(0)
-    for n, expect in ((VALIDATED_N - 1, True), (VALIDATED_N, False)):
+    for n, expect in ((VALIDATED_N + 1, True), (WARN_N - 1, True), (WARN_N, False)):
         x, y = rng.normal(size=(n, 5)), np.arange(n) % 2
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -83,7 +97,7 @@ def test_fit_warns_below_validated_n_and_not_above(monkeypatch):
         small = [w for w in caught if issubclass(w.category, SmallDataWarning)]
         assert bool(small) == expect, n
         assert all(str(n) not in str(w.message) for w in small)  # no count of the data
-    assert len(seen) == 2
+    assert len(seen) == 3
 
 
 def test_default_resolution_reads_no_value_of_x(monkeypatch):
@@ -136,6 +150,21 @@ def test_validated_n_is_the_committed_tables():
     assert validated_n(rows) == VALIDATED_N
     make = [r for r in rows if r["set"].startswith("make_classification")]
     assert monotone(make)  # no worse as n grows
+
+
+def test_rare_validated_n_is_the_committed_table():
+    # Both classifiers' rare-class figures follow the rule of
+    # benchmarks/results/defaults-rare-class-rule.md applied to its committed table.
+    path = Path(__file__).parents[1] / "benchmarks" / "results" / "defaults-rare-class.json"
+    rows = json.loads(path.read_text())["rows"]
+    constants = {
+        "DPKIPClassifier": RARE_VALIDATED_N,
+        "DPNTKClassifier": CLASSIFIER_RARE_VALIDATED_N,
+    }
+    for name, figures in constants.items():
+        for share, n in figures.items():
+            these = [r for r in rows if r["estimator"] == name and r["share"] == share]
+            assert len(these) == 6 and rare_validated_n(these) == n, (name, share)
 
 
 def test_default_ranks_a_class_that_differs_only_in_scale():

@@ -43,6 +43,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import jax
@@ -499,6 +500,12 @@ TARGET_CLIP = 3.0
 #: `privkernels.privacy.SmallSampleWarning` naming it.
 MIN_VALIDATED_N = 15000
 CLASSIFIER_MIN_VALIDATED_N = 3750
+#: The classifier's target on ``make_classification`` with one class at 10% or 5% of the
+#: rows held from these training row counts on (``benchmarks/results/
+#: defaults-rare-class-rule.md``). Class counts are private, so the classifier warns below
+#: the larger of the two validated counts, `CLASSIFIER_WARN_N`.
+CLASSIFIER_RARE_VALIDATED_N: Mapping[float, int] = MappingProxyType({0.10: 7000, 0.05: 7000})
+CLASSIFIER_WARN_N = max(CLASSIFIER_MIN_VALIDATED_N, CLASSIFIER_RARE_VALIDATED_N[0.05])
 
 
 #: What a regression fit sets: restored together when a fit fails.
@@ -553,7 +560,8 @@ class _RegressionBase(_DPEstimator):
     _auto_share: ClassVar[float] = AUTO_SHARE
     #: `row_map`'s map of the standardised rows (``preprocessing`` on).
     _row_map: str = "ball"  # each fit and each loaded file set it on the instance too
-    _min_validated_n: ClassVar[int] = MIN_VALIDATED_N
+    #: a fit with private scales warns (`SmallSampleWarning`) below this many rows
+    _warn_n: ClassVar[int] = MIN_VALIDATED_N
     _owned_options = _REGRESSION_OWNS
 
     def __init__(
@@ -704,14 +712,8 @@ class _RegressionBase(_DPEstimator):
             key, k_pre = jax.random.split(key)
             eps, delta = self._preprocess(k_pre, X, y if n_classes is None else None, share, acc)
             X, y = self._scaled(X), self._scaled_y(y)
-        if share is not None and X.shape[0] < self._min_validated_n:
-            warnings.warn(
-                f"{type(self).__name__}'s defaults were validated at n >= "
-                f"{self._min_validated_n} training rows (benchmarks/results/"
-                "defaults-regression.md); this fit has fewer: expect "
-                "a weak model at this epsilon, or pass public scales (preprocessing=None)",
-                SmallSampleWarning, stacklevel=4,
-            )  # fmt: skip
+        if share is not None and X.shape[0] < self._warn_n:
+            warnings.warn(self._small_sample_message(), SmallSampleWarning, stacklevel=4)
         with seeded_call(), warnings.catch_warnings():
             if share is not None:  # rows beyond the ball after private scaling: by design
                 warnings.filterwarnings("ignore", category=ProjectionWarning)
@@ -720,6 +722,14 @@ class _RegressionBase(_DPEstimator):
                 n_classes=n_classes, public_key=public_key,
                 budget_accountant=acc, **self._settings(),
             )  # fmt: skip
+
+    def _small_sample_message(self) -> str:
+        """The `SmallSampleWarning` of a fit below `_warn_n` rows (no count of the data)."""
+        return (
+            f"{type(self).__name__}'s defaults were validated at n >= {MIN_VALIDATED_N} "
+            "training rows (benchmarks/results/defaults-regression.md); this fit has fewer: "
+            "expect a weak model at this epsilon, or pass public scales (preprocessing=None)"
+        )
 
     def _budgets(self, budget: Budget, share: float, regression: bool) -> list[Budget]:
         """``[model, features (, targets)]``: the split of a fit's budget (each scale's part
@@ -1046,17 +1056,33 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
     scales the features only, at `CLASSIFIER_AUTO_SHARE` of the budget, clips each
     standardised value at 3 and puts each row on the sphere of the model's ball (`row_map`
     ``"sphere-clip3"``: a fixed map of one row, no privacy cost), and warns below
-    `CLASSIFIER_MIN_VALIDATED_N` rows. Pass ``preprocessing=None`` after a private scaler.
+    `CLASSIFIER_WARN_N` rows (validated from `CLASSIFIER_MIN_VALIDATED_N` with balanced
+    classes, `CLASSIFIER_RARE_VALIDATED_N` with a rare one; the class counts are private
+    and not read). Pass ``preprocessing=None`` after a private scaler.
     ``decision_function`` gives the kernel scores and ``predict_proba`` a fixed softmax of
     them (`privkernels.scores`): post-processing, no privacy cost.
     """
 
     _auto_share = CLASSIFIER_AUTO_SHARE
-    _min_validated_n = CLASSIFIER_MIN_VALIDATED_N
+    _warn_n = CLASSIFIER_WARN_N
     _min_classes = 2
     #: each standardised coordinate clipped at 3, each row then on the sphere
     #: (``benchmarks/results/defaults-ntk-clip-rule.md``; `row_map`)
     _row_map = "sphere-clip3"
+
+    def _small_sample_message(self) -> str:
+        rare = CLASSIFIER_RARE_VALIDATED_N
+        return (
+            f"DPNTKClassifier's defaults were validated at epsilon 1 from n >= "
+            f"{CLASSIFIER_MIN_VALIDATED_N} training rows with balanced classes, n >= "
+            f"{rare[0.10]} when one class has 10% of the rows and n >= {rare[0.05]} when it "
+            "has 5% (benchmarks/results/defaults-regression.md, defaults-rare-class.md); no "
+            "rarer class was validated. This fit has fewer than the 5% figure, and its class "
+            "counts are private, so they were not read: expect a weak model at this "
+            "epsilon; with a rare class, predict() gives the majority class even when the "
+            "scores rank well (use decision_function or predict_proba). Or pass public "
+            "scales (preprocessing=None)."
+        )
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
                  width: int = 256, reg: float = 0.1, fit_intercept: bool = True,

@@ -37,7 +37,9 @@ from __future__ import annotations
 from privkernels.dp_kip.clipped_sums import STRATEGIES
 from privkernels.dp_kip.dp_ntk_init import DPNTKInit
 from privkernels.dp_kip.estimator_defaults import (
+    RARE_VALIDATED_N,
     VALIDATED_N,
+    WARN_N,
     EstimatorDefaults,
     SmallDataWarning,
     estimator_defaults,
@@ -70,7 +72,9 @@ __all__ = [
     "STRATEGIES",
     "INITS",
     "FALLBACK_JITTER",
+    "RARE_VALIDATED_N",
     "VALIDATED_N",
+    "WARN_N",
     "EstimatorDefaults",
     "SmallDataWarning",
     "estimator_defaults",
