@@ -28,6 +28,7 @@ __all__ = [
     "check_labels",
     "check_key",
     "check_finite",
+    "float32_finite",
     "check_fit_rows",
     "check_numeric",
     "infer_n_classes",
@@ -232,6 +233,14 @@ def _scalar(a: Any) -> Any:
     if hasattr(a, "is_fully_addressable") and not a.is_fully_addressable:
         return np.asarray(a.addressable_data(0)).item()
     return np.asarray(a).item()
+
+
+def float32_finite(z: np.ndarray) -> np.ndarray:
+    """``z`` (any shape, float64) clipped to float32's finite range: a fixed map of each
+    value, so that a far outlier scaled by private scales cannot become inf in a later
+    float32 cast and be refused after those scales' release. Values inside are unchanged."""
+    big = float(np.finfo(np.float32).max)
+    return np.clip(z, -big, big)
 
 
 def check_finite(arr: Any, name: str, *, dtype: Any = None) -> None:

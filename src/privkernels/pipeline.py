@@ -239,6 +239,34 @@ def _check_fit_params(steps: list[tuple[str, Any]], params: dict[str, Any]) -> N
             )
 
 
+def _passes(step: Any) -> bool:
+    """Whether ``step`` hands its input on unchanged."""
+    return step is None or (isinstance(step, str) and step == "passthrough")
+
+
+def _check_input_range(
+    name: str, step: Any, ranged: tuple[str, tuple[float, float] | None] | None
+) -> None:
+    """Refuse, before any noise, a step whose inputs must lie in a range (a generator's
+    outputs) placed after a private release whose outputs are not guaranteed to lie in it:
+    a value outside would be refused only after that release, and whether it is depends on
+    one record. ``ranged``: ``(name, guaranteed range or None)`` of the last step that
+    changes values after a private one (None: no private step before ``step``)."""
+    need = getattr(step, "_input_range", None)
+    need = need() if callable(need) else None
+    if ranged is None or need is None:
+        return
+    before, have = ranged
+    if have is None or not (need[0] <= have[0] and have[1] <= need[1]):
+        raise ValueError(
+            f"PrivatePipeline step {name!r} ({type(step).__name__}) needs inputs in "
+            f"[{need[0]:g}, {need[1]:g}], and step {before!r} before it does not guarantee "
+            "that after a private release: a value outside would be refused only after that "
+            f"release. Put PrivateMinMaxScaler(clip=True, feature_range=({need[0]:g}, "
+            f"{need[1]:g})) right before it. Nothing was fitted"
+        )
+
+
 class PrivatePipeline(Pipeline):
     """A ``Pipeline`` whose fit is checked whole before any step draws noise.
 
@@ -254,8 +282,9 @@ class PrivatePipeline(Pipeline):
     Guarantee (module docstring): a fit refused for a step's settings, for a label outside
     a step's public ``classes`` (or labels its fit refuses when it reads ``classes`` from
     ``y``), for a step that would read the data without noise, for steps under different
-    neighbouring relations, for a fit parameter no step takes, or for the accountants'
-    budgets draws no noise, charges nothing and leaves every step as
+    neighbouring relations, for a fit parameter no step takes, for a step whose inputs must
+    lie in a range (`DPNTKGenerator`) after a private step that does not guarantee it, or
+    for the accountants' budgets draws no noise, charges nothing and leaves every step as
     it was. ``privacy_report_`` is
     `pipeline_report` of the fitted pipeline.
     """
@@ -348,9 +377,11 @@ class PrivatePipeline(Pipeline):
             raise ValueError("X and y hold different numbers of rows")  # no count named
         totals: dict[Any, tuple[float, float]] = {}
         charges: list[tuple[str, float | None, str]] = []
+        ranged: tuple[str, tuple[float, float] | None] | None = None  # after a private step
         for name, step in self.steps:
             if name in private:
                 step._check_fit_settings(shape)
+                _check_input_range(name, step, ranged)
                 if hasattr(step, "_check_fit_labels"):
                     step._check_fit_labels(y)
                 _check_labels_read(step, y, n_y if n_y is not None else n_x)
@@ -363,6 +394,9 @@ class PrivatePipeline(Pipeline):
             keeps = step is None or step == "passthrough" or isinstance(step, OneToOneFeatureMixin)
             if not (keeps or type(step).__name__ in _SHAPE_KEEPING):
                 shape = None  # the next step's columns are not known before the fit
+            if name in private or (ranged is not None and not _passes(step)):
+                out = getattr(step, "_output_range", None)
+                ranged = (name, out() if callable(out) else None)
         _check_relations(charges)
         return totals
 

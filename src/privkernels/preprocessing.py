@@ -37,7 +37,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from privkernels._sklearn_accounting import AccountedMixin
 from privkernels._sklearn_checks import checked_data
-from privkernels._validation import check_array, check_fraction
+from privkernels._validation import check_array, check_fraction, float32_finite
 from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import (
@@ -379,7 +379,7 @@ class PrivateStandardScaler(_PrivateScaler):
         """``(n, d)`` float64 standardized rows (post-processing of the release)."""
         check_is_fitted(self, "mean_")
         X = checked_data(self, X, reset=False, dtype=np.float64)  # no value in a message
-        return (X - self.mean_) / self.scale_
+        return float32_finite((X - self.mean_) / self.scale_)
 
     def inverse_transform(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "mean_")
@@ -437,12 +437,17 @@ class PrivateMinMaxScaler(_PrivateScaler):
         self._charged(budget, release)
         return self
 
+    def _output_range(self) -> tuple[float, float] | None:
+        """The range every output value lies in (``feature_range`` when ``clip``, else none
+        is guaranteed), for `privkernels.pipeline.PrivatePipeline`'s checks."""
+        return (float(self.feature_range[0]), float(self.feature_range[1])) if self.clip else None
+
     def transform(self, X: Any) -> np.ndarray:
         """``(n, d)`` float64 rows in ``feature_range`` (clipped when ``clip``)."""
         check_is_fitted(self, "scale_")
         X = checked_data(self, X, reset=False, dtype=np.float64)  # no value in a message
         out = X * self.scale_ + self.min_
-        return np.clip(out, *self.feature_range) if self.clip else out
+        return np.clip(out, *self.feature_range) if self.clip else float32_finite(out)
 
     def inverse_transform(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "scale_")

@@ -62,6 +62,7 @@ from privkernels._validation import (
     check_fraction,
     check_int,
     check_numeric,
+    float32_finite,
 )
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
@@ -73,6 +74,7 @@ from privkernels.dp_kip.estimator_defaults import (
 )
 from privkernels.dp_kip.fitting import check_run_arguments
 from privkernels.dp_kip.settings import Settings as KIPSettings
+from privkernels.dp_ntk.fitting import check_generator_range, generator_range
 from privkernels.dp_ntk.release import DP_NTK_RELATIONS
 from privkernels.dp_ntk.settings import Settings as NTKSettings
 from privkernels.dp_ntk.settings import check_settings as check_ntk_settings
@@ -678,6 +680,8 @@ class _RegressionBase(_DPEstimator):
         if share is not None:  # the private scales read X in float32: refuse it first
             self._check_checkpoint()  # and what the model's fit refuses after them
             check_finite(np.asarray(X, np.float64), "X", dtype=np.float32)
+        if self.epsilon is not None and np.shape(X)[0] < self._warn_n:  # n public: before noise
+            warnings.warn(self._small_sample_message(), SmallSampleWarning, stacklevel=3)
         acc = self._accountant()
         charged_release(
             acc, self.epsilon, self.delta, str(self.neighbouring),
@@ -712,8 +716,6 @@ class _RegressionBase(_DPEstimator):
             key, k_pre = jax.random.split(key)
             eps, delta = self._preprocess(k_pre, X, y if n_classes is None else None, share, acc)
             X, y = self._scaled(X), self._scaled_y(y)
-        if share is not None and X.shape[0] < self._warn_n:
-            warnings.warn(self._small_sample_message(), SmallSampleWarning, stacklevel=4)
         with seeded_call(), warnings.catch_warnings():
             if share is not None:  # rows beyond the ball after private scaling: by design
                 warnings.filterwarnings("ignore", category=ProjectionWarning)
@@ -726,9 +728,11 @@ class _RegressionBase(_DPEstimator):
     def _small_sample_message(self) -> str:
         """The `SmallSampleWarning` of a fit below `_warn_n` rows (no count of the data)."""
         return (
-            f"{type(self).__name__}'s defaults were validated at n >= {MIN_VALIDATED_N} "
-            "training rows (benchmarks/results/defaults-regression.md); this fit has fewer: "
-            "expect a weak model at this epsilon, or pass public scales (preprocessing=None)"
+            f"{type(self).__name__}'s defaults were validated at epsilon 1 from n >= "
+            f"{MIN_VALIDATED_N} training rows (benchmarks/results/defaults-regression.md); "
+            "this fit has fewer: expect a weak model at this epsilon (public scales, "
+            "preprocessing=None, were not validated either). Use more rows or a larger "
+            "epsilon, or check the result on public data."
         )
 
     def _budgets(self, budget: Budget, share: float, regression: bool) -> list[Budget]:
@@ -783,7 +787,7 @@ class _RegressionBase(_DPEstimator):
         if sc is None:
             return X
         z = (np.asarray(X, np.float64) - sc["x_mean"]) / sc["x_scale"]
-        return row_map(z, self._row_map, self._row_radius())
+        return float32_finite(row_map(z, self._row_map, self._row_radius()))
 
     def _row_radius(self) -> float:
         """``r``: the radius of the model's ball once the intercept column is added."""
@@ -793,7 +797,9 @@ class _RegressionBase(_DPEstimator):
         sc = self._scaling
         if sc is None or "y_mean" not in sc:
             return y
-        return (np.asarray(y, np.float64) - _shaped(sc["y_mean"], y)) / _shaped(sc["y_scale"], y)
+        return float32_finite(
+            (np.asarray(y, np.float64) - _shaped(sc["y_mean"], y)) / _shaped(sc["y_scale"], y)
+        )
 
     def _scores(self, X: Any) -> np.ndarray:
         """Model outputs on ``X`` (scaled as at fit), back in the targets' units."""
@@ -1074,14 +1080,14 @@ class DPNTKClassifier(_KernelScoresClassifier, _RegressionBase):
         rare = CLASSIFIER_RARE_VALIDATED_N
         return (
             f"DPNTKClassifier's defaults were validated at epsilon 1 from n >= "
-            f"{CLASSIFIER_MIN_VALIDATED_N} training rows with balanced classes, n >= "
-            f"{rare[0.10]} when one class has 10% of the rows and n >= {rare[0.05]} when it "
-            "has 5% (benchmarks/results/defaults-regression.md, defaults-rare-class.md); no "
-            "rarer class was validated. This fit has fewer than the 5% figure, and its class "
-            "counts are private, so they were not read: expect a weak model at this "
-            "epsilon; with a rare class, predict() gives the majority class even when the "
-            "scores rank well (use decision_function or predict_proba). Or pass public "
-            "scales (preprocessing=None)."
+            f"{CLASSIFIER_MIN_VALIDATED_N} training rows with balanced classes "
+            f"(benchmarks/results/defaults-regression.md) and from n >= {rare[0.05]} when "
+            f"one class has 5% of the rows (n >= {rare[0.10]} at 10%; "
+            "defaults-rare-class.md); no rarer class was validated. This fit has fewer than "
+            "the 5% figure, and its class counts are private, so they were not read: expect "
+            "a weak model at this epsilon; with a rare class, predict() gives the majority "
+            "class even when the scores rank well (use decision_function or predict_proba). "
+            "Use more rows or a larger epsilon, or check the result on public data."
         )
 
     def __init__(self, epsilon: float | None = 1.0, delta: float = 1e-5, *, classes: Any = None,
@@ -1420,12 +1426,26 @@ class DPNTKGenerator(_DPEstimator):
         if not (hasattr(X, "columns") or isinstance(X, dict)):
             if y is None:
                 raise ValueError("array input needs y (class labels)")
-            return super()._checked(X, y)
+            X, y = super()._checked(X, y)
+            check_generator_range(X, self._generator(X.shape[1]))  # also a search's all rows
+            return X, y
         if self.schema is None:
             return X, y
         schema = self._schema(X)
         check_table(X if y is None else _with_label(X, y, schema.label), schema)
         return X, y
+
+    def _generator(self, d: int) -> Any:
+        """The generator an array fit of ``d`` columns uses (``fit_options``'s, else
+        `dp_ntk.default_generator`; 2 classes stand in: the range does not depend on them)."""
+        given = (self.fit_options or {}).get("generator")
+        return given if given is not None else dp_ntk.default_generator(self._row_shape(d), 2)
+
+    def _input_range(self) -> tuple[float, float] | None:
+        """The range an array fit's inputs must lie in (the generator's outputs; None:
+        any), for `privkernels.pipeline.PrivatePipeline`'s check before any noise."""
+        d = 1 if self.image_shape is None else int(np.prod(self.image_shape))
+        return generator_range(self._generator(d))
 
     def _row_shape(self, d: int) -> tuple[int, ...]:
         """One example's shape for rows of ``d`` columns: ``image_shape``, or ``(d,)``."""

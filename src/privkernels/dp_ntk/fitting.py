@@ -59,7 +59,15 @@ from privkernels.privacy.report import (
     with_notes,
 )
 
-__all__ = ["fit", "fit_keys", "FitKeys", "default_generator", "CHECKPOINT_FORMAT"]
+__all__ = [
+    "fit",
+    "fit_keys",
+    "FitKeys",
+    "default_generator",
+    "check_generator_range",
+    "generator_range",
+    "CHECKPOINT_FORMAT",
+]
 
 CHECKPOINT_FORMAT = "privkernels.dp_ntk.checkpoint/1"
 
@@ -234,7 +242,7 @@ def _models(
     generator = s.generator
     if generator is None:
         generator = default_generator(cfg.data_shape, cfg.n_classes)
-    _check_generator_range(x, generator)
+    check_generator_range(x, generator)
     groups = s.groups
     if groups is None:
         groups = getattr(generator, "groups", ()) or ()
@@ -270,11 +278,16 @@ def _init_generator(
     return gparams
 
 
-def _check_generator_range(x: Any, generator: nn.Module) -> None:
+def generator_range(generator: nn.Module) -> tuple[float, float] | None:
+    """The range of ``generator``'s outputs (its ``output_range``), None when unbounded."""
+    bounds = getattr(generator, "output_range", None)
+    return bounds() if callable(bounds) else None
+
+
+def check_generator_range(x: Any, generator: nn.Module) -> None:
     """Refuse data the generator cannot produce (before any noise): a sigmoid generator
     matched to pixels in 0..255 learns nothing and no error would say so."""
-    bounds = getattr(generator, "output_range", None)
-    bounds = bounds() if callable(bounds) else None
+    bounds = generator_range(generator)
     if bounds is None:
         return
     lo, hi = bounds
