@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import warnings
 
-__all__ = ["PrivacyLeakWarning", "ProjectionWarning", "SmallSampleWarning", "warn_privacy_leak"]
+__all__ = [
+    "PrivacyLeakWarning",
+    "ProjectionWarning",
+    "SmallDataWarning",
+    "SmallSampleWarning",
+    "warn_privacy_leak",
+]
 
 
 class PrivacyLeakWarning(RuntimeWarning):
@@ -43,4 +49,10 @@ class ProjectionWarning(UserWarning):
 
 
 class SmallSampleWarning(UserWarning):
-    """A fit on fewer rows than its defaults were validated at (the message names that n)."""
+    """A fit on fewer rows than its defaults were validated at (the message names that n).
+
+    `SmallDataWarning` (DP-KIP's) is a subclass: a filter on this class covers both."""
+
+
+class SmallDataWarning(SmallSampleWarning):
+    """A DP-KIP fit with fewer (public) rows than its defaults were validated at."""

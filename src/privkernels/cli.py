@@ -326,7 +326,7 @@ def _check_synth_args(a: argparse.Namespace) -> None:
         if given:
             raise _UsageError(
                 f"--model samples a saved model (no fit, no data read): {', '.join(given)} "
-                "would be ignored; leave them out, or leave out --model to fit"
+                "would be ignored; leave it out (or them), or leave out --model to fit"
             )
         _check_paths({"--model": a.model}, [out])
         if not zipfile.is_zipfile(a.model):

@@ -562,7 +562,7 @@ class _RegressionBase(_DPEstimator):
     _auto_share: ClassVar[float] = AUTO_SHARE
     #: `row_map`'s map of the standardised rows (``preprocessing`` on).
     _row_map: str = "ball"  # each fit and each loaded file set it on the instance too
-    #: a fit with private scales warns (`SmallSampleWarning`) below this many rows
+    #: a private fit warns (`SmallSampleWarning`) below this many rows (public: n)
     _warn_n: ClassVar[int] = MIN_VALIDATED_N
     _owned_options = _REGRESSION_OWNS
 

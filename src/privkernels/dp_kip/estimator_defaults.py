@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from privkernels._warnings import SmallDataWarning
 from privkernels.dp_kip.settings import DEFAULT_BATCH_SIZE
 
 __all__ = [
@@ -81,10 +82,6 @@ KERNEL_OPTION_DEFAULTS: dict[str, dict[str, Any]] = {"fc_ntk": {"sphere_lift": T
 #: ``support_per_class = clip(n // (ROWS_PER_SUPPORT * c), 1, MAX_SUPPORT_PER_CLASS)``.
 ROWS_PER_SUPPORT = 200
 MAX_SUPPORT_PER_CLASS = 10
-
-
-class SmallDataWarning(UserWarning):
-    """A DP-KIP fit with fewer (public) rows than its defaults were validated at."""
 
 
 class EstimatorDefaults(NamedTuple):

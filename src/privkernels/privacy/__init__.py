@@ -67,6 +67,7 @@ _EXPORTS = {
     # warnings
     "PrivacyLeakWarning": "warnings",
     "ProjectionWarning": "warnings",
+    "SmallDataWarning": "warnings",
     "SmallSampleWarning": "warnings",
     "warn_privacy_leak": "warnings",
 }

@@ -263,7 +263,7 @@ class BudgetAccountant:
             left = self.remaining()
             raise BudgetExceededError(
                 f"the budget accountant refuses this release: it asks for "
-                f"({cost.epsilon:.6g}, {cost.delta:.3g}) and ({left.epsilon:.6g}, "
+                f"({cost.epsilon:.6g}, {cost.delta:.3g}), and only ({left.epsilon:.6g}, "
                 f"{left.delta:.3g}) of the total ({self._epsilon:.6g}, {self._delta:.3g}) "
                 f"under {self._neighbouring} remains; nothing was drawn"
             )

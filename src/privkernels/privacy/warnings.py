@@ -11,6 +11,7 @@ import warnings
 from privkernels._warnings import (
     PrivacyLeakWarning,
     ProjectionWarning,
+    SmallDataWarning,
     SmallSampleWarning,
     warn_privacy_leak,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "PrivacyLeakWarning",
     "ProjectionWarning",
     "SeededKeyWarning",
+    "SmallDataWarning",
     "SmallSampleWarning",
     "warn_beta_close",
     "warn_privacy_leak",
