@@ -34,23 +34,30 @@ def _parse_set(items: list[str]) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="Regenerate the papers' tables, run the demo, or measure performance.",
+        description="Regenerate the papers' tables, run the demo, or measure performance (run it from the repository's root: the benchmarks package is not installed).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("list", help="list the available tables")
 
     p_run = sub.add_parser("run", help="run one or more paper tables")
-    p_run.add_argument("tables", nargs="+", help="table names (see `list`)")
-    p_run.add_argument("--profile", choices=("quick", "paper"), default="quick")
-    p_run.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to average over")
+    p_run.add_argument("tables", nargs="+", help="table names (see the list command)")
+    p_run.add_argument(
+        "--profile",
+        choices=("quick", "paper"),
+        default="quick",
+        help="quick: shorter runs for this CPU; paper: the paper's settings (default: quick)",
+    )
+    p_run.add_argument(
+        "--seeds", type=int, nargs="+", default=[0], help="seeds to average over (default: 0)"
+    )
     p_run.add_argument(
         "--data-dir", default=None, help="data directory (default: $PRIVKERNELS_DATA)"
     )
     p_run.add_argument(
         "--out",
         default="results",
-        help="output directory (default ./results; the committed tables live in benchmarks/results)",
+        help="output directory (default: ./results; the committed tables live in benchmarks/results)",
     )
     p_run.add_argument(
         "--set",
@@ -61,31 +68,51 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     p_demo = sub.add_parser("demo", help="run all three methods on sklearn's digits (no download)")
-    p_demo.add_argument("--out", default="demo-output")
-    p_demo.add_argument("--epsilon", type=float, default=1.0)
-    p_demo.add_argument("--delta", type=float, default=1e-5)
-    p_demo.add_argument("--seed", type=int, default=0)
+    p_demo.add_argument(
+        "--out", default="demo-output", help="output directory (default: demo-output)"
+    )
+    p_demo.add_argument(
+        "--epsilon", type=float, default=1.0, help="each release's epsilon (default: 1)"
+    )
+    p_demo.add_argument(
+        "--delta", type=float, default=1e-5, help="each release's delta (default: 1e-05)"
+    )
+    p_demo.add_argument(
+        "--seed", type=int, default=0, help="int seed of the noise keys (default: 0)"
+    )
 
     p_perf = sub.add_parser("perf", help="performance benchmarks (ratios vs in-process baselines)")
-    p_perf.add_argument("--quick", action="store_true")
+    p_perf.add_argument(
+        "--quick", action="store_true", help="the short suite (default: the full one)"
+    )
     p_perf.add_argument("--out", default="results", help="output directory (default ./results)")
-    p_perf.add_argument("--data-dir", default=None)
+    p_perf.add_argument(
+        "--data-dir", default=None, help="data directory (default: $PRIVKERNELS_DATA)"
+    )
     p_perf.add_argument(
         "--device",
         choices=("cpu", "gpu"),
         default="cpu",
-        help="cpu: pin JAX to the CPU (perf-quick/perf-full); gpu: require a GPU (perf-gpu)",
+        help="cpu: pin JAX to the CPU (perf-quick/perf-full); gpu: require a GPU (perf-gpu) (default: cpu)",
     )
 
     p_rerun = sub.add_parser(
         "rerun", help="re-run a results file's table for some seeds and compare its rows"
     )
-    p_rerun.add_argument("file", help="a results JSON written by `run` (it holds a rerun block)")
-    p_rerun.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to re-run")
+    p_rerun.add_argument(
+        "file", help="a results JSON written by the run command (it holds a rerun block)"
+    )
+    p_rerun.add_argument(
+        "--seeds", type=int, nargs="+", default=[0], help="seeds to re-run (default: 0)"
+    )
     p_rerun.add_argument(
         "--data-dir", default=None, help="data directory (default: $PRIVKERNELS_DATA)"
     )
-    p_rerun.add_argument("--out", default="rerun-output", help="where the rerun's own files go")
+    p_rerun.add_argument(
+        "--out",
+        default="rerun-output",
+        help="where the rerun's own files go (default: rerun-output)",
+    )
     p_rerun.add_argument(
         "--k", type=float, default=3.0, help="tolerance in seed spreads (default 3)"
     )

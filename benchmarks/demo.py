@@ -236,6 +236,10 @@ def run_demo(*, out: Path, epsilon: float = 1.0, delta: float = 1e-5, seed: int 
             "data": "sklearn digits (1347 train / 450 test)",
         },
         columns=COLUMNS,
+        command=(
+            f"python -m benchmarks demo --out {out} --epsilon {epsilon:g} --delta {delta:g} "
+            f"--seed {seed}"
+        ),
     )
     print(
         f"wrote {out}/demo.json, demo.md, dp_ntk_samples.png, dp_kip_support.png, "
