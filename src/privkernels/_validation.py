@@ -236,11 +236,12 @@ def _scalar(a: Any) -> Any:
 
 
 def float32_finite(z: np.ndarray) -> np.ndarray:
-    """``z`` (any shape, float64) clipped to float32's finite range: a fixed map of each
-    value, so that a far outlier scaled by private scales cannot become inf in a later
-    float32 cast and be refused after those scales' release. Values inside are unchanged."""
+    """``z`` (any shape, float64) clipped to float32's finite range, NaN mapped to 0: a
+    fixed map of each value, so that a far outlier scaled by private scales (or a 0 / 0 or
+    inf - inf of degenerate public bounds) cannot reach a later float32 step as inf or NaN
+    and be refused after those scales' release. Finite values inside are unchanged."""
     big = float(np.finfo(np.float32).max)
-    return np.clip(z, -big, big)
+    return np.nan_to_num(np.clip(z, -big, big), nan=0.0)
 
 
 def check_finite(arr: Any, name: str, *, dtype: Any = None) -> None:

@@ -252,18 +252,22 @@ def _check_input_range(
     a value outside would be refused only after that release, and whether it is depends on
     one record. ``ranged``: ``(name, guaranteed range or None)`` of the last step that
     changes values after a private one (None: no private step before ``step``)."""
+    if ranged is None:
+        return
     need = getattr(step, "_input_range", None)
     need = need() if callable(need) else None
-    if ranged is None or need is None:
+    if need is None:
         return
     before, have = ranged
-    if have is None or not (need[0] <= have[0] and have[1] <= need[1]):
+    # the step reads float32: the guaranteed range as float32 rounds it, outward
+    lo, hi = (None, None) if have is None else (np.float32(have[0]), np.float32(have[1]))
+    if lo is None or hi is None or not (need[0] <= float(lo) and float(hi) <= need[1]):
         raise ValueError(
             f"PrivatePipeline step {name!r} ({type(step).__name__}) needs inputs in "
             f"[{need[0]:g}, {need[1]:g}], and step {before!r} before it does not guarantee "
-            "that after a private release: a value outside would be refused only after that "
-            f"release. Put PrivateMinMaxScaler(clip=True, feature_range=({need[0]:g}, "
-            f"{need[1]:g})) right before it. Nothing was fitted"
+            "that (in float32) after a private release: a value outside would be refused "
+            "only after that release. Put PrivateMinMaxScaler(clip=True) with a "
+            "feature_range inside it, exact in float32, right before it. Nothing was fitted"
         )
 
 
@@ -285,7 +289,10 @@ class PrivatePipeline(Pipeline):
     neighbouring relations, for a fit parameter no step takes, for a step whose inputs must
     lie in a range (`DPNTKGenerator`) after a private step that does not guarantee it, or
     for the accountants' budgets draws no noise, charges nothing and leaves every step as
-    it was. ``privacy_report_`` is
+    it was. Not covered: a public step after a private one (``FunctionTransformer``,
+    ``public_steps``) runs the caller's code on released-and-transformed values; if it can
+    turn finite values into NaN or inf, a later step refuses them after the release, and
+    whether it does depends on the data. Keep such steps finite on every input. ``privacy_report_`` is
     `pipeline_report` of the fitted pipeline.
     """
 

@@ -447,7 +447,8 @@ class PrivateMinMaxScaler(_PrivateScaler):
         check_is_fitted(self, "scale_")
         X = checked_data(self, X, reset=False, dtype=np.float64)  # no value in a message
         out = X * self.scale_ + self.min_
-        return np.clip(out, *self.feature_range) if self.clip else float32_finite(out)
+        out = float32_finite(out)  # NaN (inf scales of degenerate bounds) and inf mapped first
+        return np.clip(out, *self.feature_range) if self.clip else out
 
     def inverse_transform(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "scale_")

@@ -307,6 +307,18 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             validation_fraction=self.validation_fraction,
         )  # fmt: skip
 
+    def _input_range(self) -> tuple[float, float] | None:
+        """The range every candidate's inputs must lie in (the intersection of the
+        candidates' `_input_range`; None: any), for `privkernels.pipeline.PrivatePipeline`'s
+        check before any noise."""
+        out: tuple[float, float] | None = None
+        for cand in self._candidates(None, None):
+            need = getattr(clone(cand.base).set_params(**cand.params), "_input_range", None)
+            r = need() if callable(need) else None
+            if r is not None:
+                out = r if out is None else (max(out[0], r[0]), min(out[1], r[1]))
+        return out
+
     def _check_fit_labels(self, y: Any) -> None:
         """Every candidate's own check that the labels ``y`` lie in its public ``classes``
         (`privkernels.pipeline.PrivatePipeline` runs it before any step's noise)."""

@@ -1443,7 +1443,16 @@ class DPNTKGenerator(_DPEstimator):
 
     def _input_range(self) -> tuple[float, float] | None:
         """The range an array fit's inputs must lie in (the generator's outputs; None:
-        any), for `privkernels.pipeline.PrivatePipeline`'s check before any noise."""
+        any), for `privkernels.pipeline.PrivatePipeline`'s check, before any noise, of a
+        generator placed after a private step. A table fit (``schema`` or ``label``) there
+        is refused: its schema's checks would run after that step's release."""
+        if not self._arrays_only():
+            raise ValueError(
+                "DPNTKGenerator with a schema or label (a table fit) cannot follow a private "
+                "step in a PrivatePipeline: the schema's checks of the transformed values "
+                "would run after that step's release. Fit it on the table itself. Nothing "
+                "was fitted"
+            )
         d = 1 if self.image_shape is None else int(np.prod(self.image_shape))
         return generator_range(self._generator(d))
 

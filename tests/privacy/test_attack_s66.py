@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import privkernels.preprocessing as pre
-from privkernels.pipeline import PrivatePipeline
+from privkernels._validation import float32_finite
+from privkernels.pipeline import PrivatePipeline, _check_input_range
 from privkernels.privacy import BudgetAccountant
 from privkernels.privacy.warnings import SmallSampleWarning
 from privkernels.sklearn import (
@@ -24,6 +25,7 @@ from privkernels.sklearn import (
     DPNTKGenerator,
     DPNTKRegressor,
     PrivateMinMaxScaler,
+    PrivateSearchCV,
     PrivateStandardScaler,
 )
 
@@ -146,3 +148,65 @@ def test_ntk_classifier_warns_with_public_scales_too() -> None:
         DPNTKClassifier(1.0, classes=[0, 1], width=32, preprocessing=None, random_state=0).fit(
             x, np.arange(len(x)) % 2
         )
+
+
+# The second attack on the mends above (s66, round 2).
+
+
+def test_a_search_step_carries_its_candidates_input_range(draws: list[str]) -> None:
+    x = np.random.default_rng(5).uniform(0.1, 0.9, (80, 3))
+    acc = BudgetAccountant(10.0, 1e-3)
+    search = PrivateSearchCV(
+        DPNTKGenerator(classes=[0, 1], iterations=1), {"d_code": [2, 4]}, epsilon=2.0,
+        budget_accountant=acc,
+    )  # fmt: skip
+    assert search._input_range() == (0.0, 1.0)
+    pipe = PrivatePipeline([
+        ("sc", PrivateMinMaxScaler(epsilon=1.0, clip=False, budget_accountant=acc)),
+        ("search", search),
+    ])  # fmt: skip
+    with pytest.raises(ValueError, match=r"'search' \(PrivateSearchCV\) needs inputs"):
+        pipe.fit(x, np.arange(80) % 2)
+    assert draws == [] and acc.spent().epsilon == 0.0
+
+
+def test_the_range_check_rounds_the_guaranteed_range_as_float32() -> None:
+    class Needs:
+        def __init__(self, hi: float) -> None:
+            self.hi = hi
+
+        def _input_range(self) -> tuple[float, float]:
+            return (0.0, self.hi)
+
+    _check_input_range("g", Needs(0.25), ("sc", (0.0, 0.25)))  # exact in float32: passes
+    with pytest.raises(ValueError, match="in float32"):  # float32(0.3) > 0.3
+        _check_input_range("g", Needs(0.3), ("sc", (0.0, 0.3)))
+    _check_input_range("g", Needs(0.3), None)  # no private step before it: its own checks
+
+
+def test_a_table_generator_cannot_follow_a_private_step(draws: list[str]) -> None:
+    gen = DPNTKGenerator(0.5, label="y", iterations=1)
+    pipe = PrivatePipeline([("sc", PrivateMinMaxScaler(epsilon=0.5)), ("g", gen)])
+    with pytest.raises(ValueError, match="table fit.*Nothing was fitted"):
+        pipe.fit(np.random.default_rng(6).uniform(size=(40, 2)), np.arange(40) % 2)
+    assert draws == []
+
+
+def test_scaled_outputs_are_never_nan_with_degenerate_public_bounds() -> None:
+    assert np.array_equal(float32_finite(np.array([np.nan, -np.inf, 1.5])),
+                          [0.0, -np.finfo(np.float32).max, 1.5])  # fmt: skip
+    x = np.column_stack([np.r_[1.0, -np.ones(49)], np.linspace(0, 1, 50)])
+    sc = PrivateMinMaxScaler(epsilon=0.5, bounds=([1e-310, 0.0], [2e-310, 1.0]), random_state=0)
+    out = sc.fit(x).transform(x)
+    assert np.isfinite(out).all() and out.min() >= 0.0 and out.max() <= 1.0
+
+
+@pytest.mark.parametrize("bound", [1e308, 1e-320])
+def test_target_bound_out_of_range_is_refused_before_the_scales(
+    bound: float, draws: list[str]
+) -> None:
+    x = np.random.default_rng(7).normal(size=(100, 3))
+    est = DPNTKRegressor(1.0, width=16, fit_options={"target_bound": bound}, random_state=0)
+    with pytest.raises(ValueError, match=r"target_bound must lie in"):
+        est.fit(x, x[:, 0])
+    assert draws == []

@@ -32,6 +32,7 @@ from privkernels.dp_ntk_regression import replace_one as r1
 from privkernels.dp_ntk_regression.kernel import (
     add_diagonal,
     check_input_bound,
+    check_target_bound,
     draw_weights,
     input_map,
     kernel_matrix,
@@ -206,7 +207,7 @@ def check_replace_one_settings(**settings: Any) -> None:
     _refuse_beta_close_settings(s)
     if s.features is not None:
         check_int(s.features, "features")
-    check_positive(s.target_bound, "target_bound")
+    check_target_bound(s.target_bound)
     if s.ridge_factor is not None:
         check_nonnegative(s.ridge_factor, "ridge_factor")
     check_bool(settings.get("allow_unproven", False), "allow_unproven")
@@ -312,7 +313,7 @@ def _fit_replace_one(
     y_mat, n_classes, target_ndim, inferred = _targets(inp.y, n, inp.n_classes)
     features = r1.DEFAULT_FEATURES if s.features is None else s.features
     features = check_int(features, "features")
-    target_bound = check_positive(s.target_bound, "target_bound")
+    target_bound = check_target_bound(s.target_bound)
     factor = s.ridge_factor
     factor = (
         r1.DEFAULT_RIDGE_FACTOR if factor is None else check_nonnegative(factor, "ridge_factor")

@@ -28,6 +28,7 @@ __all__ = [
     "draw_weights",
     "project_to_ball",
     "check_input_bound",
+    "check_target_bound",
     "feature_radius",
     "warn_projected",
     "INPUT_BOUND_RANGE",
@@ -76,6 +77,20 @@ def check_input_bound(value: Any, intercept: bool = False) -> float:
         raise ValueError(
             f"input_bound must be >= {lo * math.sqrt(2.0):.7g} with fit_intercept=True (the "
             f"features' ball has radius input_bound / sqrt(2)), got {value!r}"
+        )
+    return value
+
+
+def check_target_bound(value: Any) -> float:
+    """``target_bound`` as a float in `INPUT_BOUND_RANGE` (the same float32 norms as the
+    inputs'; rescale the targets otherwise), so that the sufficient statistics'
+    sensitivity ``sqrt(2 + 4 target_bound^2)`` and the clipping are refused before noise."""
+    value = check_positive(value, "target_bound")
+    lo, hi = INPUT_BOUND_RANGE
+    if not lo <= value <= hi:
+        raise ValueError(
+            f"target_bound must lie in [{lo:g}, {hi:g}] (float32 norms), got {value!r}: "
+            "rescale the targets by a public constant instead"
         )
     return value
 
