@@ -62,17 +62,24 @@ def feature_radius(input_bound: float, intercept: bool) -> float:
     return float(input_bound) / (math.sqrt(2.0) if intercept else 1.0)
 
 
+def _norm_bound(value: Any, name: str, what: str) -> float:
+    """``value`` as a float in `INPUT_BOUND_RANGE` (float32 norms), else ``ValueError``."""
+    value = check_positive(value, name)
+    lo, hi = INPUT_BOUND_RANGE
+    if not lo <= value <= hi:
+        raise ValueError(
+            f"{name} must lie in [{lo:g}, {hi:g}] (float32 norms), got {value!r}: "
+            f"rescale the {what} by a public constant instead"
+        )
+    return value
+
+
 def check_input_bound(value: Any, intercept: bool = False) -> float:
     """``input_bound`` as a float in `INPUT_BOUND_RANGE` (rescale the data otherwise); with
     ``intercept`` the features' ball (radius ``input_bound / sqrt(2)``, `input_map`) must
     lie in the range too, so that a fit refuses it before any noise."""
-    value = check_positive(value, "input_bound")
-    lo, hi = INPUT_BOUND_RANGE
-    if not lo <= value <= hi:
-        raise ValueError(
-            f"input_bound must lie in [{lo:g}, {hi:g}] (float32 norms), got {value!r}: "
-            "rescale the inputs by a public constant instead"
-        )
+    value = _norm_bound(value, "input_bound", "inputs")
+    lo = INPUT_BOUND_RANGE[0]
     if intercept and feature_radius(value, True) < lo:
         raise ValueError(
             f"input_bound must be >= {lo * math.sqrt(2.0):.7g} with fit_intercept=True (the "
@@ -85,14 +92,7 @@ def check_target_bound(value: Any) -> float:
     """``target_bound`` as a float in `INPUT_BOUND_RANGE` (the same float32 norms as the
     inputs'; rescale the targets otherwise), so that the sufficient statistics'
     sensitivity ``sqrt(2 + 4 target_bound^2)`` and the clipping are refused before noise."""
-    value = check_positive(value, "target_bound")
-    lo, hi = INPUT_BOUND_RANGE
-    if not lo <= value <= hi:
-        raise ValueError(
-            f"target_bound must lie in [{lo:g}, {hi:g}] (float32 norms), got {value!r}: "
-            "rescale the targets by a public constant instead"
-        )
-    return value
+    return _norm_bound(value, "target_bound", "targets")
 
 
 def project_to_ball(x: Any, radius: float = 1.0) -> jax.Array:
