@@ -259,9 +259,11 @@ def _check_input_range(
     if need is None:
         return
     before, have = ranged
-    # the step reads float32: the guaranteed range as float32 rounds it, outward
-    lo, hi = (None, None) if have is None else (np.float32(have[0]), np.float32(have[1]))
-    if lo is None or hi is None or not (need[0] <= float(lo) and float(hi) <= need[1]):
+    # the step reads float32: the guaranteed range as float32 rounds it
+    if (
+        have is None
+        or not need[0] <= float(np.float32(have[0])) <= float(np.float32(have[1])) <= need[1]
+    ):
         raise ValueError(
             f"PrivatePipeline step {name!r} ({type(step).__name__}) needs inputs in "
             f"[{need[0]:g}, {need[1]:g}], and step {before!r} before it does not guarantee "
@@ -398,7 +400,7 @@ class PrivatePipeline(Pipeline):
                     cost = acc.check(eps, delta, relation)
                     e0, d0 = totals.get(acc, (0.0, 0.0))
                     totals[acc] = (e0 + cost.epsilon, d0 + cost.delta)
-            keeps = step is None or step == "passthrough" or isinstance(step, OneToOneFeatureMixin)
+            keeps = _passes(step) or isinstance(step, OneToOneFeatureMixin)
             if not (keeps or type(step).__name__ in _SHAPE_KEEPING):
                 shape = None  # the next step's columns are not known before the fit
             if name in private or (ranged is not None and not _passes(step)):
