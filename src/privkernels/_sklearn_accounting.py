@@ -14,6 +14,7 @@ import copy
 import warnings
 from typing import Any, ClassVar
 
+from privkernels._warnings import user_stacklevel
 from privkernels.privacy.accountant import default_accountant
 
 __all__ = ["AccountedMixin", "DetachedAccountantWarning"]
@@ -111,6 +112,6 @@ class AccountedMixin:
                 "(the ledger stays in its process): this refit is charged to no ledger; pass "
                 "budget_accountant= to charge it",
                 DetachedAccountantWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
         return given

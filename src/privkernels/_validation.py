@@ -403,7 +403,7 @@ def infer_n_classes(y: Any, n_classes: Any, *, minimum: int = 1) -> tuple[int, b
     if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise TypeError(f"y must hold integer class labels, got dtype {arr.dtype}")
     check_finite(arr, "y")
-    warn_privacy_leak("n_classes (inferred as max(y) + 1; pass n_classes explicitly)", stacklevel=4)
+    warn_privacy_leak("n_classes (inferred as max(y) + 1; pass n_classes explicitly)")
     return max(int(_label_range(arr)[1]) + 1, minimum), True
 
 

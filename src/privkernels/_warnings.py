@@ -8,15 +8,36 @@ below the privacy core, can warn without importing it.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
+from types import FrameType
 
 __all__ = [
     "PrivacyLeakWarning",
     "ProjectionWarning",
     "SmallDataWarning",
     "SmallSampleWarning",
+    "user_stacklevel",
     "warn_privacy_leak",
 ]
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes `warnings.warn` name the first line outside privkernels.
+
+    Call it as an argument of the `warnings.warn` call itself. It counts the frames of
+    privkernels' own modules above that call, so a warning points at the caller's line
+    (a script, a test, scikit-learn's loop) however deep the fit path that raised it.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 class PrivacyLeakWarning(RuntimeWarning):
@@ -28,13 +49,13 @@ class PrivacyLeakWarning(RuntimeWarning):
     """
 
 
-def warn_privacy_leak(what: str, *, stacklevel: int = 3) -> None:
+def warn_privacy_leak(what: str) -> None:
     """Emit a `PrivacyLeakWarning` saying what was read without noise."""
     warnings.warn(
         f"{what} is computed from the private data without noise; the privacy "
         "guarantee does not cover it.",
         PrivacyLeakWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
 
 

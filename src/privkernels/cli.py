@@ -40,6 +40,7 @@ import numpy as np
 import privkernels
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
 from privkernels._validation import MIN_FIT_ROWS, check_fit_rows, check_numeric
+from privkernels._warnings import user_stacklevel
 from privkernels.data.frames import infer_schema, read_csv, write_csv
 from privkernels.data.schema import MISSING_TOKENS, TabularSchema
 from privkernels.privacy.accountant import LEDGER_FORMAT, BudgetAccountant, ledger_lock
@@ -448,7 +449,7 @@ def _read_table(path: str, schema: TabularSchema) -> dict[str, np.ndarray]:
         warnings.warn(f"column(s) {missing} hold '?' or empty cells (read as missing values): "
                       "which columns hold them was read from the private data without noise; "
                       "the privacy guarantee does not cover it", PrivacyLeakWarning,
-                      stacklevel=2)  # fmt: skip
+                      stacklevel=user_stacklevel())  # fmt: skip
     return {c: cols[c] for c in used if c in cols}
 
 

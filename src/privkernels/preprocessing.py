@@ -323,7 +323,7 @@ class _PrivateScaler(OneToOneFeatureMixin, TransformerMixin, AccountedMixin, Bas
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             self._notes: tuple[str, ...] = (SEEDED_KEY_NOTE,)
         else:  # a JAX key that visibly comes from a small int: warned and noted
-            key, self._notes = release_key(key, what="random_state", stacklevel=4)
+            key, self._notes = release_key(key, what="random_state")
         return x, budget, key
 
     def _released(self) -> bool:

@@ -64,6 +64,7 @@ from privkernels._validation import (
     check_numeric,
     float32_finite,
 )
+from privkernels._warnings import user_stacklevel
 from privkernels.data.frames import as_columns, infer_schema, to_frame
 from privkernels.data.schema import TabularSchema
 from privkernels.dp_kip.estimator_defaults import (
@@ -192,7 +193,7 @@ class _DPEstimator(AccountedMixin, BaseEstimator):
         y = np.asarray(y)
         check_classification_targets(y)
         if self.classes is None:
-            warn_privacy_leak("classes (read from y; pass classes= explicitly)", stacklevel=4)
+            warn_privacy_leak("classes (read from y; pass classes= explicitly)")
             self.classes_ = np.unique(y)
             self._classes_inferred = True
         else:
@@ -681,7 +682,9 @@ class _RegressionBase(_DPEstimator):
             self._check_checkpoint()  # and what the model's fit refuses after them
             check_finite(np.asarray(X, np.float64), "X", dtype=np.float32)
         if self.epsilon is not None and np.shape(X)[0] < self._warn_n:  # n public: before noise
-            warnings.warn(self._small_sample_message(), SmallSampleWarning, stacklevel=3)
+            warnings.warn(
+                self._small_sample_message(), SmallSampleWarning, stacklevel=user_stacklevel()
+            )
         acc = self._accountant()
         charged_release(
             acc, self.epsilon, self.delta, str(self.neighbouring),

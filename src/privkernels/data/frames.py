@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from privkernels._warnings import user_stacklevel
 from privkernels.data.schema import (
     MISSING_LEVEL,
     MISSING_TOKENS,
@@ -252,7 +253,7 @@ def infer_schema(
         "infer_schema reads bounds, categories and classes from the private data without "
         "noise; the release is not differentially private with respect to them",
         PrivacyLeakWarning,
-        stacklevel=2,
+        stacklevel=user_stacklevel(),
     )
     cols = as_columns(table)
     if label not in cols:

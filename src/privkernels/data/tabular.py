@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from privkernels._warnings import user_stacklevel
 from privkernels.data.base import Dataset, require_files, stratified_split_indices, take_rows
 from privkernels.data.schema import ColumnSpec, TabularSchema, categorical, numeric
 from privkernels.privacy.warnings import warn_privacy_leak
@@ -742,7 +743,7 @@ def _intrusion_read(
             "intrusion: dropping the rows whose attack name has no category (names and counts "
             "not shown: they are data; unknown_attack='error' refuses them instead)",
             UserWarning,
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )
         table = {k: v[keep] for k, v in table.items()}
         y = y[keep]
@@ -1191,8 +1192,7 @@ def load_tabular(
         train_table = table if split == "train" else read_split("train")[0]
         data_bounds = _data_bounds(schema, train_table)
         warn_privacy_leak(
-            f"scale='data' for {name!r}: the min/max of every numeric column of the training split",
-            stacklevel=4,
+            f"scale='data' for {name!r}: the min/max of every numeric column of the training split"
         )
         data_dependent.append("numeric min/max scaling from the training split")
 

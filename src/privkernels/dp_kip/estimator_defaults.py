@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from privkernels._warnings import SmallDataWarning
+from privkernels._warnings import SmallDataWarning, user_stacklevel
 from privkernels.dp_kip.settings import DEFAULT_BATCH_SIZE
 
 __all__ = [
@@ -152,7 +152,7 @@ def estimator_fit_options(kernel: str, fit_options: Mapping[str, Any] | None) ->
     return opts
 
 
-def warn_small_data(n_public: float | None, epsilon: float | None, *, stacklevel: int = 3) -> None:
+def warn_small_data(n_public: float | None, epsilon: float | None) -> None:
     """Warn (`SmallDataWarning`) when ``n_public * min(epsilon, 1) < WARN_N``.
 
     The defaults were validated at epsilon 1; the noise std scales as ``1 / epsilon``, so
@@ -176,7 +176,7 @@ def warn_small_data(n_public: float | None, epsilon: float | None, *, stacklevel
             "(use decision_function or predict_proba). Use more rows or a larger epsilon, "
             "or check the result on public data.",
             SmallDataWarning,
-            stacklevel=stacklevel,
+            stacklevel=user_stacklevel(),
         )
 
 

@@ -272,7 +272,7 @@ def _fit_beta_close(
         # Data-independent weights first: the fixed-weights sensitivity bound needs them.
         weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std, dtype=dt)
         plan = None if shares is None else _plan(cfg, shares, n, weights)
-        warn_projected(x_arr, cfg.input_bound, cfg.fit_intercept, stacklevel=5)
+        warn_projected(x_arr, cfg.input_bound, cfg.fit_intercept)
         xp = input_map(
             jnp.asarray(np.asarray(x_arr).reshape(n, d), dtype=dt),
             cfg.input_bound,
@@ -327,7 +327,7 @@ def _fit_replace_one(
         k_w, k_s = jax.random.split(public_key_of(inp.public_key, key))
     weights = draw_weights(k_w, d_in, width=cfg.width, weight_std=cfg.weight_std)
     sketch = r1.draw_sketch(k_s, d_in, cfg.width, features, jnp.float32)
-    warn_projected(x_arr, cfg.input_bound, cfg.fit_intercept, stacklevel=5)
+    warn_projected(x_arr, cfg.input_bound, cfg.fit_intercept)
     xp = input_map(jnp.asarray(np.asarray(x_arr, np.float32).reshape(n, d)), cfg.input_bound,
                    cfg.fit_intercept)  # fmt: skip
     stat, b = r1.sufficient_statistics(xp, jnp.asarray(y_mat, jnp.float32), weights, sketch,
@@ -366,7 +366,7 @@ def _fit_kernel_mean(
                          "real targets may point in opposite directions and break its bound")  # fmt: skip
     cfg = _replace_one_config(s, opts, n_classes, target_ndim, solver="kernel-mean")
     d_in = d + int(cfg.fit_intercept)
-    warn_projected(x_arr, cfg.input_bound, cfg.fit_intercept, stacklevel=5)
+    warn_projected(x_arr, cfg.input_bound, cfg.fit_intercept)
     xp = input_map(jnp.asarray(np.asarray(x_arr, np.float32).reshape(n, d)), cfg.input_bound,
                    cfg.fit_intercept)  # fmt: skip
     m = km.class_moments(xp, np.argmax(y_mat, axis=1), n_classes, input_bound=cfg.input_bound,

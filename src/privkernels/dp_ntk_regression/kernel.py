@@ -19,6 +19,7 @@ import scipy.linalg
 from jax.sharding import PartitionSpec as P
 
 from privkernels._validation import check_array, check_key, check_nonnegative, check_positive
+from privkernels._warnings import user_stacklevel
 from privkernels.features import quadratic_ntk_kernel
 from privkernels.features.quadratic_ntk import compiled_quadratic_ntk_kernel, random_ntk_weights
 from privkernels.privacy.warnings import ProjectionWarning, warn_privacy_leak
@@ -106,7 +107,7 @@ def project_to_ball(x: Any, radius: float = 1.0) -> jax.Array:
     return x * scale
 
 
-def warn_projected(x: Any, radius: float, intercept: bool, *, stacklevel: int = 4) -> bool:
+def warn_projected(x: Any, radius: float, intercept: bool) -> bool:
     """Warn the caller (`ProjectionWarning`) when rows of the training inputs ``x (n, ...)``
     lie outside the ball `input_map` projects onto and the projection changes their
     relative scale; True if it warned. Rows that all have one norm (unit-norm rows, the
@@ -128,7 +129,7 @@ def warn_projected(x: Any, radius: float, intercept: bool, *, stacklevel: int = 
         "privkernels.sklearn.PrivateStandardScaler / PrivateMinMaxScaler (a Pipeline), "
         "or use the estimators' preprocessing='auto'",
         ProjectionWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
     return True
 

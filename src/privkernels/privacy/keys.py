@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from privkernels._validation import check_key
+from privkernels._warnings import user_stacklevel
 from privkernels.privacy.warnings import SeededKeyWarning
 
 __all__ = [
@@ -150,9 +151,7 @@ def _key_bits(key: jax.Array) -> np.ndarray:
     return np.asarray(jax.random.key_data(key) if _typed(key) else key)
 
 
-def release_key(
-    key: jax.Array, *, what: str = "key", stacklevel: int = 3
-) -> tuple[jax.Array, tuple[str, ...]]:
+def release_key(key: jax.Array, *, what: str = "key") -> tuple[jax.Array, tuple[str, ...]]:
     """Check the key of a release and return it with the report notes it needs.
 
     A key that `looks_seeded` draws reproducible, not secret, noise: a
@@ -170,7 +169,7 @@ def release_key(
         "noise is a reproducible function of s, and a search over small ints finds it in "
         "seconds; use privkernels.fresh_key() for a release",
         SeededKeyWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
     return key, (SEEDED_KEY_NOTE,)
 
@@ -190,7 +189,7 @@ def seed_keys(seed: jax.Array | int | None, *, name: str = "random_state") -> tu
     check_seed(seed, name=name)  # a wrong type: refused before any key is drawn
     if seed is None:
         return fresh_key(), fresh_key()
-    if warn_seed(seed, name=name, stacklevel=4):
+    if warn_seed(seed, name=name):
         return jax.random.key(int(seed)), None
     return seed, None
 
@@ -211,7 +210,7 @@ def check_seed(seed: Any, *, name: str = "random_state") -> None:
     check_key(seed, name)
 
 
-def warn_seed(seed: Any, *, name: str = "random_state", stacklevel: int = 3) -> bool:
+def warn_seed(seed: Any, *, name: str = "random_state") -> bool:
     """Raise the `SeededKeyWarning` that names an int ``seed``; True if it was an int.
 
     ``name`` is what the user typed: a keyword (``random_state``) or a flag (``--seed``).
@@ -228,7 +227,7 @@ def warn_seed(seed: Any, *, name: str = "random_state", stacklevel: int = 3) -> 
         "who learns or guesses it (a search over small ints takes seconds) recomputes the "
         f"noise and undoes the privacy; {advice} (OS entropy) for a release",
         SeededKeyWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
     return True
 

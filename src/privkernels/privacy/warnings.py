@@ -13,6 +13,7 @@ from privkernels._warnings import (
     ProjectionWarning,
     SmallDataWarning,
     SmallSampleWarning,
+    user_stacklevel,
     warn_privacy_leak,
 )
 
@@ -36,7 +37,7 @@ class SeededKeyWarning(PrivacyLeakWarning):
     """
 
 
-def warn_beta_close(*, stacklevel: int = 3) -> None:
+def warn_beta_close() -> None:
     """The `PrivacyLeakWarning` of a fit under the beta-close relation (Gu et al. Def. 4.1)."""
     warnings.warn(
         "neighbouring='beta-close' is NOT standard differential privacy: it hides a move of "
@@ -44,5 +45,5 @@ def warn_beta_close(*, stacklevel: int = 3) -> None:
         "without noise and the privatized inputs X~ kept by the model lie within about beta of "
         "the training rows. Use neighbouring='replace-one' (the default) to protect whole records.",
         PrivacyLeakWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
