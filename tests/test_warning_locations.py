@@ -2,7 +2,8 @@
 
 The fit paths differ in depth (an estimator, the functional API, a scaler, a search), so
 fixed ``stacklevel`` numbers pointed into ``sklearn.py`` or ``preprocessing.py`` for some of
-them. `privkernels._warnings.user_stacklevel` counts the package's own frames instead.
+them. `privkernels._warnings.user_stacklevel` counts the package's own frames instead, and
+then scikit-learn's and joblib's, so a fit under ``cross_validate`` names the user's line.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from sklearn.model_selection import cross_validate
 
 from privkernels import dp_ntk_regression
 from privkernels._warnings import user_stacklevel
 from privkernels.data.frames import infer_schema
+from privkernels.pipeline import make_private_pipeline
+from privkernels.privacy import SeededKeyWarning
 from privkernels.sklearn import (
     DPKIPClassifier,
     DPNTKClassifier,
@@ -55,6 +59,13 @@ CALLS: dict[str, Callable[[], object]] = {
         delta=1e-5,
         neighbouring="beta-close",
     ),
+    "cross_validate of an int-seeded classifier": lambda: cross_validate(
+        DPNTKClassifier(epsilon=1.0, random_state=0), X, Y, cv=2
+    ),
+    "PrivatePipeline of int-seeded steps": lambda: make_private_pipeline(
+        PrivateStandardScaler(epsilon=0.5, bounds=(0.0, 1.0), random_state=0),
+        DPNTKClassifier(epsilon=0.5, random_state=0),
+    ).fit(X, Y),
     "infer_schema": lambda: infer_schema({"a": ["1", "2", "3"], "y": ["0", "1", "0"]}, label="y"),
 }
 
@@ -65,6 +76,17 @@ def test_each_warning_points_at_this_file(name: str) -> None:
     assert caught, f"{name}: expected at least one warning"
     wrong = {(w.category.__name__, w.filename) for w in caught if w.filename != __file__}
     assert not wrong, wrong
+
+
+def test_a_filter_on_scikit_learn_does_not_hide_a_privacy_warning() -> None:
+    # The common way to quiet scikit-learn's own warnings must not quiet a seed warning
+    # raised under cross-validation: scikit-learn's and joblib's frames are skipped too.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module="sklearn")
+        cross_validate(DPNTKClassifier(epsilon=1.0, random_state=0), X, Y, cv=2)
+    seeded = [w for w in caught if issubclass(w.category, SeededKeyWarning)]
+    assert seeded and all(w.filename == __file__ for w in seeded)
 
 
 def test_the_helper_counts_frames_of_the_package_only() -> None:

@@ -23,21 +23,39 @@ __all__ = [
 ]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Libraries that call a privkernels fit for the user (cross-validation, pipelines, searches).
+_CALLERS = ("sklearn", "joblib")
+
+
+def _library_roots() -> tuple[str, ...]:
+    """The folders of `_CALLERS` already imported (a library not imported has no frame)."""
+    roots = []
+    for name in _CALLERS:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            roots.append(os.path.dirname(os.path.abspath(file)) + os.sep)
+    return tuple(roots)
 
 
 def user_stacklevel() -> int:
-    """The ``stacklevel`` that makes `warnings.warn` name the first line outside privkernels.
+    """The ``stacklevel`` that makes `warnings.warn` name the user's line.
 
-    Call it as an argument of the `warnings.warn` call itself. It counts the frames of
-    privkernels' own modules above that call, so a warning points at the caller's line
-    (a script, a test, scikit-learn's loop) however deep the fit path that raised it.
+    Call it as an argument of the `warnings.warn` call itself. It skips the frames of
+    privkernels' own modules and of scikit-learn and joblib, so a warning
+    points at the line that started the fit (a script's ``cross_validate(...)``, not
+    scikit-learn's loop) however deep the path that raised it, and a filter such as
+    ``filterwarnings("ignore", module="sklearn")`` does not hide a privacy warning. With
+    no such line on the stack (a joblib worker), it names the first frame outside
+    privkernels.
     """
     frame: FrameType | None = sys._getframe(1)
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
-        level += 1
-    return level
+    level, outside = 1, None
+    roots = (_PACKAGE, *_library_roots())
+    while frame is not None and frame.f_code.co_filename.startswith(roots):
+        if outside is None and not frame.f_code.co_filename.startswith(_PACKAGE):
+            outside = level  # the first frame outside privkernels: the fallback
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None or outside is None else outside
 
 
 class PrivacyLeakWarning(RuntimeWarning):
