@@ -35,9 +35,14 @@ X = RNG.random((80, 4)).astype(np.float32)
 Y = np.arange(80) % 2
 
 
-def _recorded(call: Callable[[], object]) -> list[warnings.WarningMessage]:
+def _recorded(
+    call: Callable[[], object], *, ignore_module: str | None = None
+) -> list[warnings.WarningMessage]:
+    """The warnings ``call()`` raises, all shown, less those a user's module filter drops."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        if ignore_module is not None:
+            warnings.filterwarnings("ignore", module=ignore_module)
         call()
     return caught
 
@@ -81,15 +86,12 @@ def test_each_warning_points_at_this_file(name: str) -> None:
 def test_a_filter_on_scikit_learn_does_not_hide_a_privacy_warning() -> None:
     # The common way to quiet scikit-learn's own warnings must not quiet a seed warning
     # raised under cross-validation: scikit-learn's and joblib's frames are skipped too.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        warnings.filterwarnings("ignore", module="sklearn")
-        cross_validate(DPNTKClassifier(epsilon=1.0, random_state=0), X, Y, cv=2)
+    caught = _recorded(CALLS["cross_validate of an int-seeded classifier"], ignore_module="sklearn")
     seeded = [w for w in caught if issubclass(w.category, SeededKeyWarning)]
     assert seeded and all(w.filename == __file__ for w in seeded)
 
 
-def test_the_helper_counts_frames_of_the_package_only() -> None:
+def test_the_helper_names_a_calling_line_outside_the_package() -> None:
     # Called from a test (outside the package), the warn call's own line is the target.
     assert user_stacklevel() == 1
 
