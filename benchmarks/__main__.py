@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from benchmarks.common import (
     shrink_png,
     write_results,
 )
+from benchmarks.merge import merge_parts
 from benchmarks.registry import RunContext, load_all
 from benchmarks.rerun import command_of, compare_rows, load_rerun, run_spec
 from privkernels.data.base import DatasetNotFoundError
@@ -118,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_rerun.add_argument("--atol", type=float, default=1e-3, help="least tolerance (default 1e-3)")
 
+    p_merge = sub.add_parser(
+        "merge", help="join per-seed results files of one table run into one file"
+    )
+    p_merge.add_argument("out", help="output directory of the joined JSON and Markdown")
+    p_merge.add_argument("parts", nargs="+", help="results JSON files (one run each)")
+
     p_thumb = sub.add_parser(
         "thumbnails", help="rewrite PNGs as small thumbnails (committed grids: at most 60 KB)"
     )
@@ -172,6 +180,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "rerun":
         return _rerun(args)
+
+    if args.command == "merge":
+        return _merge(args)
 
     if args.command == "thumbnails":
         return _thumbnails(args.paths)
@@ -236,6 +247,19 @@ def _rerun(args: argparse.Namespace) -> int:
     print(markdown_table(comparison))
     print("rerun matches the file" if ok else "rerun DIFFERS from the file (rows marked False)")
     return 0 if ok else 1
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """``python -m benchmarks merge OUT PART ...``: the joined file (`benchmarks.merge`)."""
+    cmd = shlex.join(["python", "-m", "benchmarks", "merge", args.out, *args.parts])
+    joined = merge_parts([Path(p) for p in args.parts], cmd)
+    meta = {**joined["meta"], "assembled_by": cmd,
+            "parts": "; ".join(p["command"] for p in joined["provenance"]["assembled_from"])}  # fmt: skip
+    jpath, mpath = write_results(Path(args.out), joined["name"], joined["rows"], meta=meta,
+                                 command=joined["provenance"]["command"], rerun=joined["spec"],
+                                 started=joined["provenance"])  # fmt: skip
+    print(f"wrote {jpath} and {mpath}")
+    return 0
 
 
 def _thumbnails(paths: list[str]) -> int:

@@ -98,3 +98,52 @@ def test_the_committed_intrusion_file_reruns_within_its_seed_spread(tmp_path):
     if not os.environ.get("PRIVKERNELS_DATA"):
         pytest.fail("set PRIVKERNELS_DATA to the shared data directory (intrusion is needed)")
     assert main(["rerun", str(path), "--seeds", "0", "--out", str(tmp_path)]) == 0
+
+
+def _part(fake_table: str, out: Path, seeds: list[str], *options: str) -> Path:
+    """One per-seed run's file, marked as run on committed code (the suite may run in a
+    working tree with edits; the merge refuses parts that did not)."""
+    sets = [a for o in options for a in ("--set", o)]
+    assert main(["run", fake_table, "--seeds", *seeds, "--out", str(out), *sets]) == 0
+    path = out / f"{fake_table}-quick.json"
+    payload = json.loads(path.read_text())
+    payload["provenance"]["git_dirty"] = False
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def test_merge_joins_per_seed_runs_into_the_one_process_file(fake_table, tmp_path):
+    one = _part(fake_table, tmp_path / "one", ["0", "1", "2"], "shift=0.25")
+    parts = [_part(fake_table, tmp_path / f"s{s}", [s], "shift=0.25") for s in ("2", "0", "1")]
+    assert main(["merge", str(tmp_path / "joined"), *map(str, parts)]) == 0
+    joined = json.loads((tmp_path / "joined" / f"{fake_table}-quick.json").read_text())
+    expected = json.loads(one.read_text())
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in expected["rows"]]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in joined["rows"]] == strip
+    assert joined["provenance"]["command"] == expected["provenance"]["command"]
+    assert joined["rerun"] == expected["rerun"]
+    assert len(joined["provenance"]["assembled_from"]) == 3
+    assert "benchmarks merge" in joined["provenance"]["assembled_by"]
+    md = (tmp_path / "joined" / f"{fake_table}-quick.md").read_text()
+    assert "assembled_by" in md and "--seeds 1 --set shift=0.25" in md
+    path = tmp_path / "joined" / f"{fake_table}-quick.json"
+    assert main(["rerun", str(path), "--seeds", "1", "--out", str(tmp_path / "again")]) == 0
+
+
+def test_merge_refuses_parts_of_different_runs(fake_table, tmp_path):
+    a = _part(fake_table, tmp_path / "a", ["0"], "shift=0.25")
+    b = _part(fake_table, tmp_path / "b", ["1"], "shift=0.5")
+    c = _part(fake_table, tmp_path / "c", ["0"], "shift=0.25")
+    with pytest.raises(SystemExit, match="options differs"):
+        main(["merge", str(tmp_path / "j"), str(a), str(b)])
+    with pytest.raises(SystemExit, match="share seeds"):
+        main(["merge", str(tmp_path / "j"), str(a), str(c)])
+    payload = json.loads(c.read_text())
+    payload["rerun"]["seeds"], payload["rows"][0]["seed"] = [1], 1
+    payload["provenance"]["git_dirty"] = True
+    c.write_text(json.dumps(payload))
+    with pytest.raises(SystemExit, match="uncommitted"):
+        main(["merge", str(tmp_path / "j"), str(a), str(c)])
+    with pytest.raises(SystemExit, match="at least two"):
+        main(["merge", str(tmp_path / "j"), str(a)])
+    assert not (tmp_path / "j").exists()

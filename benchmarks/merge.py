@@ -1,0 +1,80 @@
+"""``python -m benchmarks merge OUT PART.json ...``: one results file from per-seed runs.
+
+A table run with ``--seeds 0``, another with ``--seeds 1`` ... (side by side, one process
+each, to use more cores) give one file each. `merge_parts` joins them into the file that
+``--seeds 0 1 ...`` in one process would have written, and refuses anything else: every
+part must record a ``rerun`` block for the same table, profile and ``--set`` options, the
+same clean git commit and package versions, and seeds no other part has. The joined
+file's ``command`` is the one-process command over all the seeds (it regenerates the
+file; ``rerun`` repeats it), ``assembled_from`` lists each part's command and time, and
+``assembled_by`` the merge command. Rows keep their order within a part; parts are taken
+in the order of their first seed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.rerun import command_of
+
+__all__ = ["merge_parts"]
+
+
+def _part(path: Path) -> dict[str, Any]:
+    payload = json.loads(Path(path).read_text())
+    if not isinstance(payload, dict) or not payload.get("rerun") or not payload.get("provenance"):
+        raise SystemExit(f"{path}: not a table run's results file (no rerun block or provenance)")
+    return payload
+
+
+def _same(parts: list[dict[str, Any]], paths: Sequence[Path]) -> None:
+    """Refuse parts of different runs (``SystemExit`` naming the field)."""
+    first = parts[0]
+    for p, path in zip(parts[1:], paths[1:], strict=True):
+        for field in ("table", "profile", "options"):
+            if p["rerun"][field] != first["rerun"][field]:
+                raise SystemExit(f"{path}: its {field} differs from {paths[0]}'s")
+        for field in ("git_commit", "versions"):
+            if p["provenance"].get(field) != first["provenance"].get(field):
+                raise SystemExit(f"{path}: its {field} differs from {paths[0]}'s")
+    for p, path in zip(parts, paths, strict=True):
+        if p["provenance"].get("git_dirty") is not False:
+            raise SystemExit(f"{path}: ran on uncommitted or unknown code (git_dirty is not false)")
+
+
+def merge_parts(paths: Sequence[Path], merge_command: str) -> dict[str, Any]:
+    """The joined payload of the per-seed results files at ``paths`` (at least two).
+
+    Returns ``{"name", "rows", "meta", "spec", "provenance"}`` for `write_results`.
+    """
+    if len(paths) < 2:
+        raise SystemExit("merge needs at least two results files")
+    parts = [_part(Path(p)) for p in paths]
+    _same(parts, paths)
+    seeds = [list(p["rerun"]["seeds"]) for p in parts]
+    flat = [s for ss in seeds for s in ss]
+    if len(set(flat)) != len(flat):
+        raise SystemExit(f"the parts share seeds: {flat}")
+    order = sorted(range(len(parts)), key=lambda i: min(seeds[i]))
+    spec = {**parts[0]["rerun"], "seeds": [s for i in order for s in seeds[i]]}
+    provenance = {
+        **parts[0]["provenance"],
+        "command": command_of(spec),
+        "assembled_by": merge_command,
+        "assembled_from": [
+            {
+                "command": parts[i]["provenance"]["command"],
+                "created": parts[i].get("created"),
+                "total_seconds": parts[i].get("meta", {}).get("total_seconds"),
+            }
+            for i in order
+        ],  # fmt: skip
+    }
+    meta = {**parts[0].get("meta", {}), "seeds": spec["seeds"],
+            "total_seconds": "per part: see provenance.assembled_from (run side by side)"}  # fmt: skip
+    rows = [r for i in order for r in parts[i]["rows"]]
+    return {"name": parts[0]["table"], "rows": rows, "meta": meta, "spec": spec,
+            "provenance": provenance}  # fmt: skip
