@@ -62,6 +62,7 @@ _TABLE_MODULES = (
     "benchmarks.dp_ntk_images",
     "benchmarks.dp_kip_tables",
     "benchmarks.dp_ntk_regression_tables",
+    "benchmarks.dp_ntk_regression_solver",
     "benchmarks.audit_tables",
     "benchmarks.peers",
     "benchmarks.dp_ntk_tabular",
