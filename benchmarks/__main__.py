@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_merge.add_argument("out", help="output directory of the joined JSON and Markdown")
     p_merge.add_argument("parts", nargs="+", help="results JSON files (one run each)")
+    p_merge.add_argument(
+        "--force", action="store_true", help="replace an existing joined file in OUT"
+    )
 
     p_thumb = sub.add_parser(
         "thumbnails", help="rewrite PNGs as small thumbnails (committed grids: at most 60 KB)"
@@ -253,11 +256,18 @@ def _merge(args: argparse.Namespace) -> int:
     """``python -m benchmarks merge OUT PART ...``: the joined file (`benchmarks.merge`)."""
     cmd = shlex.join(["python", "-m", "benchmarks", "merge", args.out, *args.parts])
     joined = merge_parts([Path(p) for p in args.parts], cmd)
+    out = Path(args.out)
+    if any(Path(p).resolve().parent == out.resolve() for p in args.parts):
+        raise SystemExit(f"{out} holds one of the parts: write the joined file elsewhere")
+    target = out / f"{joined['name']}.json"
+    if target.exists() and not args.force:
+        raise SystemExit(f"{target} exists: pass --force to replace it")
     meta = {**joined["meta"], "assembled_by": cmd,
             "parts": "; ".join(p["command"] for p in joined["provenance"]["assembled_from"])}  # fmt: skip
     jpath, mpath = write_results(Path(args.out), joined["name"], joined["rows"], meta=meta,
                                  command=joined["provenance"]["command"], rerun=joined["spec"],
-                                 started=joined["provenance"])  # fmt: skip
+                                 started=joined["provenance"], machine=joined["machine"],
+                                 created=joined["created"])  # fmt: skip
     print(f"wrote {jpath} and {mpath}")
     return 0
 

@@ -169,20 +169,23 @@ def write_results(
     command: str | None = None,
     rerun: dict[str, Any] | None = None,
     started: dict[str, Any] | None = None,
+    machine: dict[str, Any] | None = None,
+    created: str | None = None,
 ) -> tuple[Path, Path]:
     """Write ``name.json`` (rows, machine, meta, provenance) and ``name.md``; return both.
 
     ``command`` is the shell command that regenerates the file; ``rerun`` (a table run's
     ``{"table", "profile", "seeds", "options"}``) lets ``python -m benchmarks rerun``
     repeat it. ``started`` is `provenance` taken when the run began (the code that ran);
-    by default it is taken now.
+    by default it is taken now. ``machine`` and ``created`` default to this machine and
+    now (`benchmarks.merge` passes its parts').
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
         "table": name,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": machine_info(),
+        "created": created or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine or machine_info(),
         "provenance": started if started is not None else provenance(command),
         "meta": meta or {},
         "rows": rows,

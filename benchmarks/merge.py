@@ -7,8 +7,13 @@ part must record a ``rerun`` block for the same table, profile and ``--set`` opt
 same clean git commit and package versions, and seeds no other part has. The joined
 file's ``command`` is the one-process command over all the seeds (it regenerates the
 file; ``rerun`` repeats it), ``assembled_from`` lists each part's command and time, and
-``assembled_by`` the merge command. Rows keep their order within a part; parts are taken
-in the order of their first seed.
+``assembled_by`` the merge command; its machine is the parts' (which must agree) and its
+``created`` the span of theirs. Rows keep their order within a part; parts are taken in
+the order of their first seed, so a table that loops over epsilon outside its seeds has
+the same rows as one process but grouped by seed. A part must name its seeds consistently
+(command, rerun block, rows), give every row a seed (tables that average over seeds cannot
+be merged), and not be a merged file itself. Parts from a copy without ``.git`` (a lent
+GPU machine: ``git_dirty`` unknown) are refused too.
 """
 
 from __future__ import annotations
@@ -24,9 +29,27 @@ __all__ = ["merge_parts"]
 
 
 def _part(path: Path) -> dict[str, Any]:
-    payload = json.loads(Path(path).read_text())
+    """One part, refused (``SystemExit``, one line) unless it is one per-seed table run."""
+    try:
+        payload = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"{path}: cannot read a results file ({type(err).__name__})") from None
     if not isinstance(payload, dict) or not payload.get("rerun") or not payload.get("provenance"):
         raise SystemExit(f"{path}: not a table run's results file (no rerun block or provenance)")
+    if "assembled_by" in payload["provenance"]:
+        raise SystemExit(f"{path}: already a merged file; merge the runs it was made of")
+    spec = payload["rerun"]
+    if not isinstance(spec.get("seeds"), list) or payload["provenance"].get(
+        "command"
+    ) != command_of(spec):
+        raise SystemExit(f"{path}: its command and its rerun block disagree")
+    rows = payload.get("rows") or []
+    if not rows or any("seed" not in r for r in rows):
+        raise SystemExit(
+            f"{path}: a row without a seed (a table that averages over seeds cannot be merged)"
+        )
+    if {r["seed"] for r in rows} != set(spec["seeds"]):
+        raise SystemExit(f"{path}: its rows' seeds are not the seeds its run names")
     return payload
 
 
@@ -40,6 +63,8 @@ def _same(parts: list[dict[str, Any]], paths: Sequence[Path]) -> None:
         for field in ("git_commit", "versions"):
             if p["provenance"].get(field) != first["provenance"].get(field):
                 raise SystemExit(f"{path}: its {field} differs from {paths[0]}'s")
+        if p.get("machine") != first.get("machine"):
+            raise SystemExit(f"{path}: it ran on another machine than {paths[0]}")
     for p, path in zip(parts, paths, strict=True):
         if p["provenance"].get("git_dirty") is not False:
             raise SystemExit(f"{path}: ran on uncommitted or unknown code (git_dirty is not false)")
@@ -48,7 +73,8 @@ def _same(parts: list[dict[str, Any]], paths: Sequence[Path]) -> None:
 def merge_parts(paths: Sequence[Path], merge_command: str) -> dict[str, Any]:
     """The joined payload of the per-seed results files at ``paths`` (at least two).
 
-    Returns ``{"name", "rows", "meta", "spec", "provenance"}`` for `write_results`.
+    Returns ``{"name", "rows", "meta", "spec", "provenance", "machine", "created"}`` for
+    `write_results`: the parts' machine, and the span of their ``created`` times.
     """
     if len(paths) < 2:
         raise SystemExit("merge needs at least two results files")
@@ -76,5 +102,7 @@ def merge_parts(paths: Sequence[Path], merge_command: str) -> dict[str, Any]:
     meta = {**parts[0].get("meta", {}), "seeds": spec["seeds"],
             "total_seconds": "per part: see provenance.assembled_from (run side by side)"}  # fmt: skip
     rows = [r for i in order for r in parts[i]["rows"]]
+    created = sorted(str(p.get("created")) for p in parts)
     return {"name": parts[0]["table"], "rows": rows, "meta": meta, "spec": spec,
-            "provenance": provenance}  # fmt: skip
+            "provenance": provenance, "machine": parts[0].get("machine"),
+            "created": f"{created[0]} to {created[-1]} (parts)"}  # fmt: skip

@@ -138,12 +138,44 @@ def test_merge_refuses_parts_of_different_runs(fake_table, tmp_path):
         main(["merge", str(tmp_path / "j"), str(a), str(b)])
     with pytest.raises(SystemExit, match="share seeds"):
         main(["merge", str(tmp_path / "j"), str(a), str(c)])
-    payload = json.loads(c.read_text())
-    payload["rerun"]["seeds"], payload["rows"][0]["seed"] = [1], 1
-    payload["provenance"]["git_dirty"] = True
-    c.write_text(json.dumps(payload))
+    d = _part(fake_table, tmp_path / "d", ["1"], "shift=0.25")
+    _edit(d, lambda p: p["provenance"].update(git_dirty=True))
     with pytest.raises(SystemExit, match="uncommitted"):
-        main(["merge", str(tmp_path / "j"), str(a), str(c)])
+        main(["merge", str(tmp_path / "j"), str(a), str(d)])
     with pytest.raises(SystemExit, match="at least two"):
         main(["merge", str(tmp_path / "j"), str(a)])
     assert not (tmp_path / "j").exists()
+
+
+def _edit(path: Path, change: Any) -> Path:
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def test_merge_refuses_inconsistent_averaged_or_merged_parts(fake_table, tmp_path):
+    a = _part(fake_table, tmp_path / "a", ["0"])
+    b = _part(fake_table, tmp_path / "b", ["1"])
+    j = str(tmp_path / "j")
+    bad = {
+        "rerun block disagree": lambda p: p["rerun"].update(seeds=[2]),
+        "rows' seeds": lambda p: p["rows"][0].update(seed=0),
+        "averages over seeds": lambda p: p["rows"][0].pop("seed"),
+        "already a merged file": lambda p: p["provenance"].update(assembled_by="x"),
+        "another machine": lambda p: p["machine"].update(cpu_count=64),
+    }
+    for message, change in bad.items():
+        c = tmp_path / "c.json"
+        c.write_text(b.read_text())
+        with pytest.raises(SystemExit, match=message):
+            main(["merge", j, str(a), str(_edit(c, change))])
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="cannot read"):
+        main(["merge", j, str(a), str(tmp_path / "junk.json")])
+    with pytest.raises(SystemExit, match="holds one of the parts"):
+        main(["merge", str(tmp_path / "a"), str(a), str(b)])
+    assert main(["merge", j, str(a), str(b)]) == 0
+    with pytest.raises(SystemExit, match="pass --force"):
+        main(["merge", j, str(a), str(b)])
+    assert main(["merge", j, str(a), str(b), "--force"]) == 0
