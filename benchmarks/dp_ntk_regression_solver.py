@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import Timer, release_key
+from benchmarks.dp_ntk_regression_tables import _normalize
 from benchmarks.registry import RunContext, register
 
 DEFAULTS: dict[str, str] = {
@@ -82,12 +83,6 @@ def _options(ctx: RunContext) -> dict[str, Any]:
     return {**opts, "datasets": names, "epsilons": eps, "delta": delta}
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    """Rows flattened to ``(n, d)`` float32 and scaled to unit L2 norm."""
-    x = np.asarray(x, np.float32).reshape(len(x), -1)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
 def _load(name: str, data_dir: str | None) -> tuple[np.ndarray, ...]:
     """``(x_train, y_train, x_test, y_test)``, unit-norm rows and int labels."""
     from sklearn.datasets import load_digits
@@ -96,12 +91,12 @@ def _load(name: str, data_dir: str | None) -> tuple[np.ndarray, ...]:
 
     if name == "digits":
         dg = load_digits()
-        x, y = _unit(dg.data), np.asarray(dg.target)
+        x, y = _normalize(dg.data), np.asarray(dg.target)
         tr, te = data.stratified_split_indices(y, test_fraction=0.2, seed=0)
         return x[tr], y[tr], x[te], y[te]
     train = data.load("mnist", data_dir=data_dir, split="train")
     test = data.load("mnist", data_dir=data_dir, split="test")
-    return _unit(train.x), np.asarray(train.y), _unit(test.x), np.asarray(test.y)
+    return _normalize(train.x), np.asarray(train.y), _normalize(test.x), np.asarray(test.y)
 
 
 def _estimator(eps: float, delta: float, key: Any, solver: str, intercept: bool) -> Any:
