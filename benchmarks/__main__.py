@@ -97,6 +97,30 @@ def main(argv: list[str] | None = None) -> int:
         default="cpu",
         help="cpu: pin JAX to the CPU (perf-quick/perf-full); gpu: require a GPU (perf-gpu) (default: cpu)",
     )
+    p_perf.add_argument(
+        "--paper-cells",
+        action="store_true",
+        help="only the paper-profile cells, each end to end in its own process "
+        "({device}-paper-cells.json/md; see benchmarks/perf_gpu.py)",
+    )
+    p_perf.add_argument(
+        "--cells",
+        default="kip_feature,kip_input,dp_ntk",
+        help="with --paper-cells: which cells, comma-separated (default: all three)",
+    )
+    p_perf.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="CELL.KEY=VALUE",
+        help="with --paper-cells: a table option for one cell (the row then says it is not the paper's cell)",
+    )
+    p_perf.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=None,
+        help="with --paper-cells: seconds after which a cell is stopped (default: none)",
+    )
 
     p_rerun = sub.add_parser(
         "rerun", help="re-run a results file's table for some seeds and compare its rows"
@@ -198,6 +222,23 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "perf":
         if args.device == "cpu" and "jax" not in sys.modules:
             os.environ["JAX_PLATFORMS"] = "cpu"  # the CPU table measures the CPU
+        if args.paper_cells:
+            from benchmarks.perf_gpu import parse_overrides, run_paper_cells
+
+            overrides = parse_overrides(args.set)  # checked before anything runs
+            return run_paper_cells(
+                out=Path(args.out),
+                data_dir=resolve_data_dir(args.data_dir),
+                device=args.device,
+                cells=tuple(c for c in args.cells.split(",") if c),
+                overrides=overrides,
+                cell_timeout=args.cell_timeout,
+                command=shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]])
+                if sys.argv[1:2] == ["perf"]
+                else "python -m benchmarks perf --paper-cells",
+            )
+        if args.set or args.cell_timeout is not None:
+            raise SystemExit("--set and --cell-timeout apply to --paper-cells only")
         from benchmarks.perf import run_perf
 
         return run_perf(

@@ -2,35 +2,49 @@
 
 The GPU run times the same sections as the CPU one (every figure a ratio against
 a baseline in the same process) and adds ``paper_cells``: whole benchmark-table
-cells at the papers' settings, end to end (data loading, compilation, training,
-evaluation), with steps per second and the GPU utilisation that ``nvidia-smi``
-reports while the cell runs:
+cells at the papers' settings and delta 1e-5, end to end (data loading,
+compilation, training, evaluation). ``perf --paper-cells`` runs only those:
 
-* DP-KIP-ScatterNet, MNIST, 10 images/class, eps=1 (Appendix D: 30 epochs of
-  batch 500, 3600 steps), clipped in feature space and in the paper's input space;
-* DP-NTK Table 2, MNIST, eps=1 (Appendix A: fc_1l width 800, 2000 iterations of
-  batch 5000), LogReg and MLP accuracy.
+* ``kip_feature``: DP-KIP-ScatterNet, MNIST, 10 images/class, eps=1 (Appendix D:
+  30 epochs of batch 500, 3600 steps), clipped in feature space (target 30 s);
+* ``kip_input``: the same clipped in the paper's input space (target 90 s);
+* ``dp_ntk``: DP-NTK Table 2, MNIST, eps=1 (Appendix A: fc_1l width 800, 2000
+  iterations of batch 5000), LogReg and MLP accuracy (target 60 s).
 
-``nvidia-smi``'s ``utilization.gpu`` is the fraction of each sample period in
-which at least one kernel ran (not SM occupancy); it is sampled every 200 ms.
+Each cell runs in its own process (``python -m benchmarks.perf_gpu --cell``), so
+its compilations are its own and its peak device memory is its own; a cell that
+passes ``cell_timeout`` is stopped and its row says so. A row holds the wall time,
+split into compilation (JAX's tracing, lowering and backend-compile events, summed
+by `CompileClock`) and the rest; the peak device memory (``peak_bytes_in_use``);
+``nvidia-smi``'s ``utilization.gpu`` over the cell (the fraction of each 200 ms
+period in which at least one kernel ran, not SM occupancy); and the accuracy beside
+the paper's. A cell with ``--set`` overrides is not the paper's cell: its row says
+so and claims no target.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import jax
+
+from benchmarks.common import resolve_data_dir, write_results
 from benchmarks.perf_timing import make_row
+from benchmarks.registry import RunContext, load_all
 
 
 def require_gpu() -> str:
     """The GPU's name; ``SystemExit`` with the reason when JAX sees no GPU."""
-    import jax
-
     gpus = [d for d in jax.devices() if d.platform == "gpu"]
     if not gpus:
         raise SystemExit(
@@ -88,71 +102,286 @@ class UtilSampler:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def _run_cell(table: str, options: dict[str, str], data_dir: str | None) -> tuple[Any, float, Any]:
-    from benchmarks.common import resolve_data_dir
-    from benchmarks.registry import RunContext, load_all
+class CompileClock:
+    """Sums JAX's compilation events while a block runs: seconds per phase and a count.
 
+    Phases: ``trace`` (Python to jaxpr), ``lower`` (jaxpr to MLIR), ``compile`` (the
+    backend's compiler). A program found in a persistent compilation cache adds no
+    ``compile`` time. The listener is removed on exit.
+    """
+
+    _PHASES = {
+        "/jax/core/compile/jaxpr_trace_duration": "trace",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+        "/jax/core/compile/backend_compile_duration": "compile",
+    }
+
+    def __init__(self) -> None:
+        self.seconds = {"trace": 0.0, "lower": 0.0, "compile": 0.0}
+        self.compiles = 0
+
+    def _listen(self, event: str, duration_secs: float, **_: str | int) -> None:
+        phase = self._PHASES.get(event)
+        if phase is not None:
+            self.seconds[phase] += float(duration_secs)
+            self.compiles += phase == "compile"
+
+    def __enter__(self) -> CompileClock:
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+
+class Cell(NamedTuple):
+    """One paper-profile table cell: the table, its ``--set`` options, the time target."""
+
+    table: str
+    options: dict[str, str]
+    target_s: float
+    title: str
+
+
+_KIP = {"datasets": "mnist", "kernels": "scatternet", "epsilons": "1", "spc": "10"}
+CELLS: dict[str, Cell] = {
+    "kip_feature": Cell(
+        "dp-kip-table2", {**_KIP, "clip_space": "feature"}, 30.0,
+        "DP-KIP-ScatterNet MNIST 10/class eps=1, feature space",
+    ),
+    "kip_input": Cell(
+        "dp-kip-table2", {**_KIP, "clip_space": "input"}, 90.0,
+        "DP-KIP-ScatterNet MNIST 10/class eps=1, input space",
+    ),
+    "dp_ntk": Cell(
+        "dp-ntk-table2", {"datasets": "mnist", "epsilons": "1"}, 60.0,
+        "DP-NTK Table 2 MNIST eps=1",
+    ),
+}  # fmt: skip
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:
+    """``["kip_input.epochs=2", ...]`` -> ``{"kip_input": {"epochs": "2"}}``, each key checked
+    against its cell's table (``SystemExit`` before anything runs)."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        cell, dot, option = key.strip().partition(".")
+        if not sep or not dot or cell not in CELLS or not option:
+            raise SystemExit(
+                f"--set for --paper-cells expects CELL.option=value with CELL one of "
+                f"{', '.join(CELLS)}, got {item!r}"
+            )
+        out.setdefault(cell, {})[option] = value.strip()
+    tables = load_all()
+    for cell, opts in out.items():
+        tables[CELLS[cell].table].check_options({**CELLS[cell].options, **opts})
+    return out
+
+
+def _peak_device_mb() -> float | None:
+    stats = jax.local_devices()[0].memory_stats()
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return stats["peak_bytes_in_use"] / 2**20
+
+
+def _accuracy(cell: Cell, rows: list[dict[str, Any]]) -> tuple[str, int, float]:
+    """(accuracy beside the paper's, steps or iterations, seconds the table timed)."""
+    r = rows[0]
+    if cell.table == "dp-ntk-table2":
+        acc = {x["metric"]: (x["value"], x["paper_value"]) for x in rows}
+        (lr, plr), (mlp, pmlp) = acc["logreg_accuracy"], acc["mlp_accuracy"]
+        text = f"LogReg {lr:.3f} / MLP {mlp:.3f} (paper {plr} / {pmlp})"
+        return text, int(r["iterations"]), float(r["seconds"])
+    text = f"KRR test accuracy {r['value']:.2f}% (paper {r['paper_value']}), eps spent {r['eps_spent']:.4f}"
+    return text, int(r["steps"]), float(r["seconds"])
+
+
+def measure_cell(name: str, data_dir: str | None, overrides: dict[str, str]) -> dict[str, Any]:
+    """Run one cell in this process and return its row (see the module docstring)."""
+    cell = CELLS[name]
+    opts = {**cell.options, **overrides}
+    table = load_all()[cell.table]
+    table.check_options(opts)
     ctx = RunContext(
         profile="paper", seeds=(0,), data_dir=resolve_data_dir(data_dir),
-        out=Path(tempfile.mkdtemp(prefix="perf-gpu-")), options=options,
+        out=Path(tempfile.mkdtemp(prefix="paper-cell-")), options=opts,
     )  # fmt: skip
-    tables = load_all()
-    tables[table].check_options(options)
-    with UtilSampler() as util:
+    with UtilSampler() as util, CompileClock() as clock:
         t0 = time.perf_counter()
-        rows = tables[table].run(ctx)
+        rows = table.run(ctx)
         wall = time.perf_counter() - t0
-    return rows, wall, util
+    text, steps, timed = _accuracy(cell, rows)
+    variant, paper = _variant(overrides)
+    return make_row(
+        "paper_cells", cell.title, variant,
+        n=steps, median_s=wall, compile_s=clock.total, run_s=wall - clock.total,
+        compile_phases={k: round(v, 2) for k, v in clock.seconds.items()},
+        compiles=clock.compiles, setup_s=wall - timed, throughput=steps / wall,
+        peak_mb=_peak_device_mb(), gpu_util_mean=util.mean(),
+        target=cell.target_s if paper else None, meets=(wall <= cell.target_s) if paper else None,
+        note=f"{text}; compile {clock.total:.1f} s in {clock.compiles} programs, "
+        f"data loading and setup {wall - timed:.1f} s; {util.summary()}",
+    )  # fmt: skip
+
+
+PROTOCOL = (
+    "one run per cell, each in its own process (cold compilation); median_s = wall time of the "
+    "table's run (data loading, compilation, training, evaluation); compile_s = JAX trace + "
+    "lowering + backend-compile events; run_s = the rest; setup_s = what the table did not time "
+    "(data loading, preprocessing); peak_mb = the device's peak_bytes_in_use; gpu_util_mean = "
+    "nvidia-smi utilization.gpu every 200 ms over the whole cell"
+)
+
+#: ``--set`` keys that change how a cell is computed, not what: the row stays the paper's cell.
+PERF_ONLY = frozenset({"chunk_size"})
+
+
+def _variant(overrides: dict[str, str]) -> tuple[str, bool]:
+    """(the row's variant text, whether it is still the paper's cell)."""
+    changed = {k: v for k, v in overrides.items() if k not in PERF_ONLY}
+    text = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    if changed:
+        return f"NOT the paper cell: {text}", False
+    return f"paper settings{'; ' + text if text else ''}", True
+
+
+def _stopped_row(name: str, overrides: dict[str, str], why: str) -> dict[str, Any]:
+    cell = CELLS[name]
+    variant, paper = _variant(overrides)
+    return make_row(
+        "paper_cells", cell.title, variant,
+        target=cell.target_s if paper else None, meets=False if paper else None, note=why,
+    )  # fmt: skip
 
 
 def bench_paper_cells(
     data_dir: str | None,
     *,
-    kip_overrides: dict[str, str] | None = None,
-    ntk_overrides: dict[str, str] | None = None,
+    cells: tuple[str, ...] = tuple(CELLS),
+    overrides: dict[str, dict[str, str]] | None = None,
+    cell_timeout: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Whole paper-profile table cells on the GPU (see the module docstring).
+    """Each cell in its own process, one after another; a row per cell (printed as it ends).
 
-    ``*_overrides``: extra ``--set`` options (a smoke run on CPU shortens the cells).
+    ``overrides``: per-cell ``--set`` options (a shortened cell is not the paper's).
+    ``cell_timeout``: seconds after which a cell's process group is killed; its row says so.
     """
-    out: list[dict[str, Any]] = []
-    for space in ("feature", "input"):
-        opts = {"datasets": "mnist", "kernels": "scatternet", "epsilons": "1", "spc": "10",
-                "clip_space": space, **(kip_overrides or {})}  # fmt: skip
-        rows, wall, util = _run_cell("dp-kip-table2", opts, data_dir)
-        r = rows[0]
-        out.append(
-            make_row(
-                "paper_cells",
-                "DP-KIP-ScatterNet MNIST 10/class eps=1 (paper profile)",
-                f"clip_space={space}",
-                median_s=wall,
-                n=r["steps"],
-                throughput=r["steps"] / r["seconds"],
-                target=30.0 if space == "feature" else 90.0,
-                meets=wall <= (30.0 if space == "feature" else 90.0),
-                note=f"KRR test accuracy {r['value']:.2f}% (paper {r['paper_value']}); "
-                f"fit+eval {r['seconds']:.1f} s; steps/s over fit+eval; {util.summary()}",
-                gpu_util_mean=util.mean(),
+    rows = []
+    for name in cells:
+        own = (overrides or {}).get(name, {})
+        with tempfile.TemporaryDirectory() as tmp:
+            target = Path(tmp) / "row.json"
+            cmd = [
+                sys.executable,
+                "-m",
+                "benchmarks.perf_gpu",
+                "--cell",
+                name,
+                "--json",
+                str(target),
+            ]
+            cmd += (
+                ["--data-dir", str(resolve_data_dir(data_dir))]
+                if data_dir or os.environ.get("PRIVKERNELS_DATA")
+                else []
             )
+            cmd += [f"--set={name}.{k}={v}" for k, v in own.items()]
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(cmd, start_new_session=True)
+            try:
+                rc = proc.wait(timeout=cell_timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                rc = None
+            if rc == 0 and target.exists():
+                row = json.loads(target.read_text())
+                row["process_s"] = time.perf_counter() - t0
+            elif rc is None:
+                row = _stopped_row(
+                    name, own, f"stopped at the {cell_timeout:.0f} s cell limit: not finished"
+                )
+            else:
+                row = _stopped_row(
+                    name, own, f"the cell's process failed (exit status {rc}); see the log"
+                )
+        print(f"[perf] row {json.dumps(row, default=str)}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def _device_slug() -> str:
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        return "cpu"
+    kind = gpus[0].device_kind.lower().replace("nvidia", "").strip()
+    return "gpu-" + "".join(c for c in kind.split()[0] if c.isalnum())
+
+
+def run_paper_cells(
+    *,
+    out: Path,
+    data_dir: str | None,
+    device: str,
+    cells: tuple[str, ...] = tuple(CELLS),
+    overrides: dict[str, dict[str, str]] | None = None,
+    cell_timeout: float | None = None,
+    command: str = "",
+) -> int:
+    """``perf --paper-cells``: the cells, one file ``{device}-paper-cells.{json,md}`` under ``out``.
+
+    ``device="gpu"`` refuses (``SystemExit``) unless JAX sees a GPU. Returns 0, or 1
+    when a cell did not finish.
+    """
+    unknown = [c for c in cells if c not in CELLS]
+    if unknown:
+        raise SystemExit(
+            f"--cells: unknown cell(s) {', '.join(unknown)}; known: {', '.join(CELLS)}"
         )
-    ntk_opts = {"datasets": "mnist", "epsilons": "1", **(ntk_overrides or {})}
-    rows, wall, util = _run_cell("dp-ntk-table2", ntk_opts, data_dir)
-    acc = {r["metric"]: r["value"] for r in rows}
-    paper = {r["metric"]: r["paper_value"] for r in rows}
-    r = rows[0]
-    out.append(
-        make_row(
-            "paper_cells",
-            "DP-NTK Table 2 MNIST eps=1 (paper profile)",
-            "fc_1l(800), 2000 x 5000",
-            median_s=wall,
-            n=r["iterations"],
-            throughput=r["iterations"] / r["seconds"],
-            note=f"LogReg {acc['logreg_accuracy']:.3f} / MLP {acc['mlp_accuracy']:.3f} "
-            f"(paper {paper['logreg_accuracy']} / {paper['mlp_accuracy']}); release+training+evaluation {r['seconds']:.1f} s; "
-            f"{util.summary()}",
-            gpu_util_mean=util.mean(),
-        )  # fmt: skip
-    )
-    return out
+    gpu_name = require_gpu() if device == "gpu" else None
+    t0 = time.perf_counter()
+    name = f"{_device_slug() if device == 'gpu' else 'cpu'}-paper-cells"
+    columns = ["case", "variant", "n", "median_s", "compile_s", "run_s", "setup_s", "throughput",
+               "peak_mb", "gpu_util_mean", "target", "meets", "note"]  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for cell in cells:  # the file is rewritten after each cell: a stopped run keeps its rows
+        rows += bench_paper_cells(
+            data_dir, cells=(cell,), overrides=overrides, cell_timeout=cell_timeout
+        )
+        meta = {
+            "device": gpu_name or "cpu",
+            "jax_backend": f"{jax.default_backend()} (jax {jax.__version__})",
+            "cells": list(cells),
+            "overrides": overrides or {},
+            "cell_timeout_s": cell_timeout,
+            "total_seconds": round(time.perf_counter() - t0, 1),
+            "protocol": PROTOCOL,
+            "unfinished": [r["case"] for r in rows if r.get("median_s") is None]
+            + [CELLS[c].title for c in cells[len(rows) :]],
+        }  # fmt: skip
+        _, mpath = write_results(out, name, rows, meta=meta, columns=columns, command=command)
+    print(mpath.read_text())
+    return 1 if meta["unfinished"] else 0
+
+
+def _child(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.perf_gpu")
+    p.add_argument("--cell", required=True, choices=tuple(CELLS))
+    p.add_argument("--json", required=True)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--set", action="append", default=[])
+    args = p.parse_args(argv)
+    own = parse_overrides(args.set).get(args.cell, {})
+    row = measure_cell(args.cell, args.data_dir, own)
+    Path(args.json).write_text(json.dumps(row, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))

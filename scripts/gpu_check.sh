@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The device check in one call: the default test suite on the GPU, then the GPU perf table.
+# The device check in one call: the paper cells, and when asked the default tests and the
+# GPU perf sections (PARTS=cells,tests,perf; default: cells).
 #
 # Written for a lent GPU machine with no package registry (JAX with CUDA, flax, optax,
 # scipy, scikit-learn, pytest, pytest-xdist and pytest-timeout already there). Prepare,
@@ -11,24 +12,20 @@
 #     pytest-instafail pytest-timeout
 #   mkdir -p .gpudata/data && cp -r "$PRIVKERNELS_DATA"/{mnist,tabular} .gpudata/data/
 #
-# and carry both (carry=[".whl", ".gpudata"]). The tree (about 26 MiB) and these fit the
-# 64 MiB a call takes; Fashion-MNIST (30 MiB) does not. Perf rows print as each section ends ("[perf] row {...}").
-# Then run `bash scripts/gpu_check.sh` there with OUT set to a folder that comes back.
-# TESTS_S and PERF_S bound the two parts (seconds); SECTIONS picks perf sections; TESTS
-# names test files or folders (default: the whole suite).
+# carry both (carry=[".whl", ".gpudata"]; with the tree they fit the 64 MiB a call takes,
+# Fashion-MNIST does not) and run `BENCHMARKS_GIT_COMMIT=<sha> bash scripts/gpu_check.sh`
+# there with OUT set to a folder that comes back. Bounds (seconds): CELLS_S, CELL_S (one
+# cell), TESTS_S, PERF_S. CELLS names the cells, CELL_SETS adds `--set cell.key=value`s,
+# TESTS names test files, SECTIONS perf sections.
 #
-# Lessons of the first H200 run (2026-11-26, benchmarks/results/gpu-h200-tests.md):
-# failures print their tracebacks as they happen (instafail), since a suite stopped at
-# its limit prints no summary; each test has its own timeout; xdist workers are killed
-# before the perf part starts, or they load the cores the perf part measures.
-#
-# Lessons of the second (same day, later session; gpu-h200-perf-quick.md): the suite
-# takes about 350 s with 14 workers, starting a machine about 40 s, and the quick perf
-# sections need far more than the rest of 15 minutes (entk 79 s, dp_kip 205 s, mostly
-# compilation), so run the parts as separate calls: PARTS=tests (TESTS_S=420), then
-# PARTS=perf with SECTIONS naming the sections still missing from the last table.
+# Lessons (H200 2026-11-26, H100 2026-11-27, H200 2026-11-29): starting a machine takes
+# about 40 s to minutes of the 15; the default suite takes about 350 s with 14 workers
+# (instafail prints failures as they happen, since a suite stopped at its limit prints no
+# summary; xdist workers are killed before timing anything); the quick perf sections are
+# mostly compilation (entk 79 s, dp_kip 205 s); each paper cell runs in its own process and
+# its results file is rewritten after each cell, so a call cut at its limit keeps its rows.
 set -u
-PARTS=${PARTS:-tests,perf}
+PARTS=${PARTS:-cells}
 OUT=${OUT:-gpu-check-out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -41,6 +38,16 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
   'numpy', numpy.__version__, 'scipy', scipy.__version__)"
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
+
+if [[ ,$PARTS, == *,cells,* ]]; then
+t2=$(date +%s)
+# shellcheck disable=SC2086  # CELL_SETS is a list of --set words
+timeout -k 10 "${CELLS_S:-480}" python3 -m benchmarks perf --device gpu --paper-cells \
+  --cells "${CELLS:-kip_feature,dp_ntk,kip_input}" --cell-timeout "${CELL_S:-300}" \
+  ${CELL_SETS:-} --out "$OUT/cells" > "$OUT/cells.log" 2>&1
+echo "cells rc=$? wall=$(( $(date +%s) - t2 ))s" | tee -a "$OUT/cells.log"
+grep "^\[perf\] row" "$OUT/cells.log" | cut -c1-600
+fi
 
 if [[ ,$PARTS, == *,tests,* ]]; then
 t0=$(date +%s)
