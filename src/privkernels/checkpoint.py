@@ -109,6 +109,25 @@ def check_new(path: Path, resume_does: str) -> None:
         )
 
 
+#: Nesting this file format never writes past (its reports nest about 5 levels deep).
+_MAX_META_DEPTH = 32
+
+
+def _depth(obj: Any) -> int:
+    """Nesting depth of parsed JSON (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(obj, 0)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, list):
+            deepest = max(deepest, d + 1)
+            if d + 1 > _MAX_META_DEPTH:
+                break
+            stack.extend((child, d + 1) for child in node)
+    return deepest
+
+
 def load(
     path: str | os.PathLike[str], *, format: str | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -126,6 +145,8 @@ def load(
         raise ValueError(f"{path} holds metadata that is not readable JSON") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{path} holds metadata that is not a JSON object")
+    if _depth(meta) > _MAX_META_DEPTH:  # the parser's own limit differs by Python version
+        raise ValueError(f"{path} holds metadata nested deeper than {_MAX_META_DEPTH} levels")
     if format is not None and meta.get("format") != format:
         raise ValueError(f"{path} holds {meta.get('format')!r}, expected {format!r}")
     return arrays, meta

@@ -146,5 +146,7 @@ def per_example_grads(
     Both give example ``i``'s gradient from ``(x_i, y_i)`` alone. Wrap in
     ``jax.jit`` (closing over ``spec``) for speed.
     """
+    if method not in ("adjoint", "vmap"):  # before any work on the targets
+        raise ValueError(f"method must be 'adjoint' or 'vmap', got {method!r}")
     t = support_repr(spec, x_t)
     return example_grads(spec, x_s, y_s, t, y_t, reg + jitter, method)[0]
