@@ -223,6 +223,7 @@ def measure_cell(name: str, data_dir: str | None, overrides: dict[str, str]) -> 
         n=steps, median_s=wall, compile_s=clock.total, run_s=wall - clock.total,
         compile_phases={k: round(v, 2) for k, v in clock.seconds.items()},
         compiles=clock.compiles, setup_s=wall - timed, throughput=steps / wall,
+        busy_s=None if util.mean() is None else wall * util.mean() / 100.0,
         peak_mb=_peak_device_mb(), gpu_util_mean=util.mean(),
         target=cell.target_s if paper else None, meets=(wall <= cell.target_s) if paper else None,
         note=f"{text}; compile {clock.total:.1f} s in {clock.compiles} programs, "
@@ -235,7 +236,9 @@ PROTOCOL = (
     "table's run (data loading, compilation, training, evaluation); compile_s = JAX trace + "
     "lowering + backend-compile events; run_s = the rest; setup_s = what the table did not time "
     "(data loading, preprocessing); peak_mb = the device's peak_bytes_in_use; gpu_util_mean = "
-    "nvidia-smi utilization.gpu every 200 ms over the whole cell"
+    "nvidia-smi utilization.gpu every 200 ms over the whole cell; busy_s = median_s x "
+    "gpu_util_mean / 100, an estimate of the seconds a kernel ran (the rest of run_s is host "
+    "work, transfers and waiting)"
 )
 
 #: ``--set`` keys that change how a cell is computed, not what: the row stays the paper's cell.
@@ -347,8 +350,8 @@ def run_paper_cells(
     gpu_name = require_gpu() if device == "gpu" else None
     t0 = time.perf_counter()
     name = f"{_device_slug() if device == 'gpu' else 'cpu'}-paper-cells"
-    columns = ["case", "variant", "n", "median_s", "compile_s", "run_s", "setup_s", "throughput",
-               "peak_mb", "gpu_util_mean", "target", "meets", "note"]  # fmt: skip
+    columns = ["case", "variant", "n", "median_s", "compile_s", "run_s", "busy_s", "setup_s",
+               "throughput", "peak_mb", "gpu_util_mean", "target", "meets", "note"]  # fmt: skip
     rows: list[dict[str, Any]] = []
     for cell in cells:  # the file is rewritten after each cell: a stopped run keeps its rows
         rows += bench_paper_cells(

@@ -1,0 +1,111 @@
+"""``perf --paper-cells``: option checks before anything runs, the compile clock, the cell
+limit (the cell's whole process group is stopped), and what a row claims."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from benchmarks import perf_gpu
+from benchmarks.__main__ import main
+
+
+def test_compile_clock_counts_compilations_and_removes_its_listener():
+    from jax._src import monitoring
+
+    before = len(monitoring._event_duration_secs_listeners)
+    with perf_gpu.CompileClock() as clock:
+        jax.jit(lambda x: jnp.cos(x) * 3.0 + 0.5)(jnp.arange(7.0)).block_until_ready()
+    assert clock.compiles >= 1 and clock.seconds["compile"] > 0.0
+    assert clock.total == pytest.approx(sum(clock.seconds.values()))
+    assert len(monitoring._event_duration_secs_listeners) == before
+
+
+@pytest.mark.parametrize(
+    "items, match",
+    [
+        (["epochs=2"], "CELL.option=value"),
+        (["kip_nothing.epochs=2"], "CELL.option=value"),
+        (["kip_input.epochs"], "CELL.option=value"),
+        (["kip_input.=3"], "CELL.option=value"),
+        (["kip_input.not_an_option=3"], "unknown --set option"),
+        (["dp_ntk.epochs=3"], "unknown --set option"),  # a DP-KIP key on the DP-NTK cell
+    ],
+)
+def test_bad_cell_options_are_refused_before_anything_runs(items, match):
+    with pytest.raises(SystemExit, match=match):
+        perf_gpu.parse_overrides(items)
+
+
+def test_cli_refuses_unknown_cells_and_cell_options_without_paper_cells(tmp_path):
+    with pytest.raises(SystemExit, match="unknown cell"):
+        main(["perf", "--paper-cells", "--cells", "kip_feature,nope", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--paper-cells only"):
+        main(["perf", "--set", "kip_input.epochs=1", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
+def test_paper_cells_on_the_gpu_refuse_without_one(tmp_path):
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("a GPU is visible: the refusal path cannot be exercised here")
+    with pytest.raises(SystemExit, match="JAX sees no GPU"):
+        main(["perf", "--device", "gpu", "--paper-cells", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
+def test_only_performance_options_keep_a_row_the_papers_cell():
+    assert perf_gpu._variant({}) == ("paper settings", True)
+    assert perf_gpu._variant({"chunk_size": "500"}) == ("paper settings; chunk_size=500", True)
+    text, paper = perf_gpu._variant({"chunk_size": "500", "epochs": "1"})
+    assert not paper and text.startswith("NOT the paper cell")
+    row = perf_gpu._stopped_row("kip_input", {"epochs": "1"}, "stopped")
+    assert row["target"] is None and row["meets"] is None  # a shortened cell claims no target
+    row = perf_gpu._stopped_row("kip_input", {}, "stopped")
+    assert row["target"] == 90.0 and row["meets"] is False and row.get("median_s") is None
+
+
+def test_a_cell_past_its_limit_is_stopped_with_its_process_group(tmp_path, capsys):
+    """The limit kills the cell's process and what it started (the utilisation sampler)."""
+    t0 = time.perf_counter()
+    rows = perf_gpu.bench_paper_cells(None, cells=("dp_ntk",), cell_timeout=1.0)
+    assert time.perf_counter() - t0 < 30.0
+    assert len(rows) == 1 and "not finished" in rows[0]["note"]
+    assert rows[0]["meets"] is False and rows[0].get("median_s") is None
+    printed = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[perf] row")]
+    assert json.loads(printed[0].split(" ", 2)[2])["note"] == rows[0]["note"]
+    left = subprocess.run(
+        ["pgrep", "-f", "benchmarks.perf_gpu --cell dp_ntk"], capture_output=True, text=True
+    )
+    assert left.stdout.strip() == ""
+
+
+def test_the_child_refuses_a_cell_it_does_not_know(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.perf_gpu", "--cell", "nope", "--json", str(tmp_path / "r")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode != 0 and "invalid choice" in out.stderr
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_a_shortened_cell_runs_end_to_end_on_the_cpu(tmp_path):
+    """A DP-KIP feature-space cell cut to one epoch, in its own process, through the CLI: its
+    row has the compile split and the accuracy, and claims no target."""
+    rc = main([
+        "perf", "--paper-cells", "--cells", "kip_feature", "--out", str(tmp_path),
+        "--set", "kip_feature.epochs=1", "--set", "kip_feature.max_test=500",
+    ])  # fmt: skip
+    assert rc == 0
+    data = json.loads((tmp_path / "cpu-paper-cells.json").read_text())
+    (row,) = data["rows"]
+    assert row["n"] == 120 and row["variant"].startswith("NOT the paper cell")
+    assert 0.0 < row["compile_s"] < row["median_s"] and row["target"] is None
+    assert "KRR test accuracy" in row["note"] and data["meta"]["unfinished"] == []
+    assert "--paper-cells" in data["provenance"]["command"]
