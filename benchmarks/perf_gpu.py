@@ -218,13 +218,14 @@ def measure_cell(name: str, data_dir: str | None, overrides: dict[str, str]) -> 
         wall = time.perf_counter() - t0
     text, steps, timed = _accuracy(cell, rows)
     variant, paper = _variant(overrides)
+    util_mean = util.mean()
     return make_row(
         "paper_cells", cell.title, variant,
         n=steps, median_s=wall, compile_s=clock.total, run_s=wall - clock.total,
         compile_phases={k: round(v, 2) for k, v in clock.seconds.items()},
         compiles=clock.compiles, setup_s=wall - timed, throughput=steps / wall,
-        busy_s=None if util.mean() is None else wall * util.mean() / 100.0,
-        peak_mb=_peak_device_mb(), gpu_util_mean=util.mean(),
+        busy_s=None if util_mean is None else wall * util_mean / 100.0,
+        peak_mb=_peak_device_mb(), gpu_util_mean=util_mean,
         target=cell.target_s if paper else None, meets=(wall <= cell.target_s) if paper else None,
         note=f"{text}; compile {clock.total:.1f} s in {clock.compiles} programs, "
         f"data loading and setup {wall - timed:.1f} s; {util.summary()}",
