@@ -121,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="with --paper-cells: seconds after which a cell is stopped (default: none)",
     )
+    p_perf.add_argument(
+        "--compilation-cache",
+        default=None,
+        metavar="DIR",
+        help="with --paper-cells: a persistent compilation cache the cells read and fill "
+        "(a second run then starts warm; default: none, every cell compiles cold)",
+    )
 
     p_rerun = sub.add_parser(
         "rerun", help="re-run a results file's table for some seeds and compare its rows"
@@ -233,12 +240,15 @@ def _dispatch(args: argparse.Namespace) -> int:
                 cells=tuple(c for c in args.cells.split(",") if c),
                 overrides=overrides,
                 cell_timeout=args.cell_timeout,
+                cache=args.compilation_cache,
                 command=shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]])
                 if sys.argv[1:2] == ["perf"]
                 else "python -m benchmarks perf --paper-cells",
             )
-        if args.set or args.cell_timeout is not None:
-            raise SystemExit("--set and --cell-timeout apply to --paper-cells only")
+        if args.set or args.cell_timeout is not None or args.compilation_cache:
+            raise SystemExit(
+                "--set, --cell-timeout and --compilation-cache apply to --paper-cells only"
+            )
         from benchmarks.perf import run_perf
 
         return run_perf(

@@ -41,6 +41,7 @@ import jax
 from benchmarks.common import resolve_data_dir, write_results
 from benchmarks.perf_timing import make_row
 from benchmarks.registry import RunContext, load_all
+from privkernels import enable_compilation_cache
 
 
 def require_gpu() -> str:
@@ -106,8 +107,8 @@ class CompileClock:
     """Sums JAX's compilation events while a block runs: seconds per phase and a count.
 
     Phases: ``trace`` (Python to jaxpr), ``lower`` (jaxpr to MLIR), ``compile`` (the
-    backend's compiler). A program found in a persistent compilation cache adds no
-    ``compile`` time. The listener is removed on exit.
+    backend's compiler, or the read of a program found in a persistent compilation cache:
+    ``cache_hits`` counts those). The listeners are removed on exit.
     """
 
     _PHASES = {
@@ -119,6 +120,10 @@ class CompileClock:
     def __init__(self) -> None:
         self.seconds = {"trace": 0.0, "lower": 0.0, "compile": 0.0}
         self.compiles = 0
+        self.cache_hits = 0
+
+    def _hit(self, event: str, **_: str | int) -> None:
+        self.cache_hits += event == "/jax/compilation_cache/cache_hits"
 
     def _listen(self, event: str, duration_secs: float, **_: str | int) -> None:
         phase = self._PHASES.get(event)
@@ -128,10 +133,12 @@ class CompileClock:
 
     def __enter__(self) -> CompileClock:
         jax.monitoring.register_event_duration_secs_listener(self._listen)
+        jax.monitoring.register_event_listener(self._hit)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         jax.monitoring.unregister_event_duration_listener(self._listen)
+        jax.monitoring.unregister_event_listener(self._hit)
 
     @property
     def total(self) -> float:
@@ -202,8 +209,16 @@ def _accuracy(cell: Cell, rows: list[dict[str, Any]]) -> tuple[str, int, float]:
     return text, int(r["steps"]), float(r["seconds"])
 
 
-def measure_cell(name: str, data_dir: str | None, overrides: dict[str, str]) -> dict[str, Any]:
-    """Run one cell in this process and return its row (see the module docstring)."""
+def measure_cell(
+    name: str, data_dir: str | None, overrides: dict[str, str], cache: str | None = None
+) -> dict[str, Any]:
+    """Run one cell in this process and return its row (see the module docstring).
+
+    ``cache``: a persistent compilation cache directory (`privkernels.enable_compilation_cache`)
+    the cell reads and fills; a second run of the same cell then reads its programs.
+    """
+    if cache is not None:
+        enable_compilation_cache(cache)
     cell = CELLS[name]
     opts = {**cell.options, **overrides}
     table = load_all()[cell.table]
@@ -218,12 +233,13 @@ def measure_cell(name: str, data_dir: str | None, overrides: dict[str, str]) -> 
         wall = time.perf_counter() - t0
     text, steps, timed = _accuracy(cell, rows)
     variant, paper = _variant(overrides)
+    variant += f"; compilation cache ({clock.cache_hits} programs read)" if cache else ""
     util_mean = util.mean()
     return make_row(
         "paper_cells", cell.title, variant,
         n=steps, median_s=wall, compile_s=clock.total, run_s=wall - clock.total,
         compile_phases={k: round(v, 2) for k, v in clock.seconds.items()},
-        compiles=clock.compiles, setup_s=wall - timed, throughput=steps / wall,
+        compiles=clock.compiles, cache_hits=clock.cache_hits, setup_s=wall - timed, throughput=steps / wall,
         busy_s=None if util_mean is None else wall * util_mean / 100.0,
         peak_mb=_peak_device_mb(), gpu_util_mean=util_mean,
         target=cell.target_s if paper else None, meets=(wall <= cell.target_s) if paper else None,
@@ -270,11 +286,13 @@ def bench_paper_cells(
     cells: tuple[str, ...] = tuple(CELLS),
     overrides: dict[str, dict[str, str]] | None = None,
     cell_timeout: float | None = None,
+    cache: str | None = None,
 ) -> list[dict[str, Any]]:
     """Each cell in its own process, one after another; a row per cell (printed as it ends).
 
     ``overrides``: per-cell ``--set`` options (a shortened cell is not the paper's).
     ``cell_timeout``: seconds after which a cell's process group is killed; its row says so.
+    ``cache``: a persistent compilation cache directory every cell reads and fills.
     """
     rows = []
     for name in cells:
@@ -296,6 +314,7 @@ def bench_paper_cells(
                 else []
             )
             cmd += [f"--set={name}.{k}={v}" for k, v in own.items()]
+            cmd += ["--compilation-cache", cache] if cache else []
             t0 = time.perf_counter()
             proc = subprocess.Popen(cmd, start_new_session=True)
             try:
@@ -336,6 +355,7 @@ def run_paper_cells(
     cells: tuple[str, ...] = tuple(CELLS),
     overrides: dict[str, dict[str, str]] | None = None,
     cell_timeout: float | None = None,
+    cache: str | None = None,
     command: str = "",
 ) -> int:
     """``perf --paper-cells``: the cells, one file ``{device}-paper-cells.{json,md}`` under ``out``.
@@ -356,7 +376,7 @@ def run_paper_cells(
     rows: list[dict[str, Any]] = []
     for cell in cells:  # the file is rewritten after each cell: a stopped run keeps its rows
         rows += bench_paper_cells(
-            data_dir, cells=(cell,), overrides=overrides, cell_timeout=cell_timeout
+            data_dir, cells=(cell,), overrides=overrides, cell_timeout=cell_timeout, cache=cache
         )
         meta = {
             "device": gpu_name or "cpu",
@@ -364,6 +384,7 @@ def run_paper_cells(
             "cells": list(cells),
             "overrides": overrides or {},
             "cell_timeout_s": cell_timeout,
+            "compilation_cache": cache,
             "total_seconds": round(time.perf_counter() - t0, 1),
             "protocol": PROTOCOL,
             "unfinished": [r["case"] for r in rows if r.get("median_s") is None]
@@ -380,9 +401,10 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--json", required=True)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--set", action="append", default=[])
+    p.add_argument("--compilation-cache", default=None)
     args = p.parse_args(argv)
     own = parse_overrides(args.set).get(args.cell, {})
-    row = measure_cell(args.cell, args.data_dir, own)
+    row = measure_cell(args.cell, args.data_dir, own, args.compilation_cache)
     Path(args.json).write_text(json.dumps(row, default=str))
     return 0
 

@@ -15,8 +15,8 @@
 # carry both (carry=[".whl", ".gpudata"]; with the tree they fit the 64 MiB a call takes,
 # Fashion-MNIST does not) and run `BENCHMARKS_GIT_COMMIT=<sha> bash scripts/gpu_check.sh`
 # there with OUT set to a folder that comes back. Bounds (seconds): CELLS_S, CELL_S (one
-# cell), TESTS_S, PERF_S. CELLS names the cells, CELL_SETS adds `--set cell.key=value`s,
-# TESTS names test files, SECTIONS perf sections.
+# cell), TESTS_S, PERF_S. CELLS names the cells, CELL_SETS adds options (`--set cell.key=v`,
+# `--compilation-cache DIR`: run twice for warm times), TESTS test files, SECTIONS perf sections.
 #
 # Lessons (H200 2026-11-26, H100 2026-11-27, H200 2026-11-29): starting a machine takes
 # about 40 s to minutes of the 15; the default suite takes about 350 s with 14 workers

@@ -27,6 +27,30 @@ def test_compile_clock_counts_compilations_and_removes_its_listener():
     assert len(monitoring._event_duration_secs_listeners) == before
 
 
+_CACHED = """
+import sys, jax, jax.numpy as jnp, privkernels
+from benchmarks.perf_gpu import CompileClock
+privkernels.enable_compilation_cache(sys.argv[1], min_compile_time_secs=0.0)
+with CompileClock() as clock:
+    jax.jit(lambda x: jnp.tanh(x) @ x.T + 1.0)(jnp.ones((8, 8))).block_until_ready()
+print(clock.compiles, clock.cache_hits)
+"""
+
+
+def test_compile_clock_counts_programs_read_from_a_persistent_cache(tmp_path):
+    """A second process with the same cache reads its program instead of compiling it."""
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", _CACHED, str(tmp_path / "cache")],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        return [int(v) for v in out.stdout.split()]
+
+    compiles, hits = run()
+    assert compiles >= 1 and hits == 0
+    compiles_again, hits_again = run()
+    assert compiles_again == compiles and hits_again >= 1
+
+
 @pytest.mark.parametrize(
     "items, match",
     [
