@@ -184,6 +184,8 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:
                 f"{', '.join(CELLS)}, got {item!r}"
             )
         out.setdefault(cell, {})[option] = value.strip()
+        if option in PERF_ONLY and not (value.strip().isdigit() and int(value) >= 1):
+            raise SystemExit(f"--set {cell}.{option} must be an integer >= 1")
     tables = load_all()
     for cell, opts in out.items():
         tables[CELLS[cell].table].check_options({**CELLS[cell].options, **opts})
@@ -294,9 +296,23 @@ def bench_paper_cells(
     ``cell_timeout``: seconds after which a cell's process group is killed; its row says so.
     ``cache``: a persistent compilation cache directory every cell reads and fills.
     """
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)  # an outer `timeout` too
+    try:
+        return _run_cells(data_dir, cells, overrides or {}, cell_timeout, cache)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_cells(
+    data_dir: str | None,
+    cells: tuple[str, ...],
+    overrides: dict[str, dict[str, str]],
+    cell_timeout: float | None,
+    cache: str | None,
+) -> list[dict[str, Any]]:
     rows = []
     for name in cells:
-        own = (overrides or {}).get(name, {})
+        own = overrides.get(name, {})
         with tempfile.TemporaryDirectory() as tmp:
             target = Path(tmp) / "row.json"
             cmd = [
@@ -320,9 +336,11 @@ def bench_paper_cells(
             try:
                 rc = proc.wait(timeout=cell_timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
                 rc = None
+            finally:  # past its limit, or this process stopped (SIGTERM: `_stop_on_sigterm`)
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
             if rc == 0 and target.exists():
                 row = json.loads(target.read_text())
                 row["process_s"] = time.perf_counter() - t0
@@ -337,6 +355,12 @@ def bench_paper_cells(
         print(f"[perf] row {json.dumps(row, default=str)}", flush=True)
         rows.append(row)
     return rows
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM as ``SystemExit``: `bench_paper_cells` then kills the running cell's group
+    (a cell runs in its own session, out of reach of a signal sent to this one's group)."""
+    raise SystemExit(128 + signum)
 
 
 def _device_slug() -> str:

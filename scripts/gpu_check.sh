@@ -42,8 +42,8 @@ cat "$OUT/env.txt"
 if [[ ,$PARTS, == *,cells,* ]]; then
 t2=$(date +%s)
 # shellcheck disable=SC2086  # CELL_SETS is a list of --set words
-timeout -k 10 "${CELLS_S:-480}" python3 -m benchmarks perf --device gpu --paper-cells \
-  --cells "${CELLS:-kip_feature,dp_ntk,kip_input}" --cell-timeout "${CELL_S:-300}" \
+timeout -k 10 "${CELLS_S:-540}" python3 -m benchmarks perf --device gpu --paper-cells \
+  --cells "${CELLS:-kip_feature,dp_ntk,kip_input}" --cell-timeout "${CELL_S:-170}" \
   ${CELL_SETS:-} --out "$OUT/cells" > "$OUT/cells.log" 2>&1
 echo "cells rc=$? wall=$(( $(date +%s) - t2 ))s" | tee -a "$OUT/cells.log"
 grep "^\[perf\] row" "$OUT/cells.log" | cut -c1-600

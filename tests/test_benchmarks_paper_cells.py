@@ -4,6 +4,8 @@ limit (the cell's whole process group is stopped), and what a row claims."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -60,6 +62,9 @@ def test_compile_clock_counts_programs_read_from_a_persistent_cache(tmp_path):
         (["kip_input.=3"], "CELL.option=value"),
         (["kip_input.not_an_option=3"], "unknown --set option"),
         (["dp_ntk.epochs=3"], "unknown --set option"),  # a DP-KIP key on the DP-NTK cell
+        (["kip_feature.chunk_size=abc"], "integer >= 1"),  # a performance-only key: checked
+        (["kip_feature.chunk_size=0"], "integer >= 1"),
+        (["kip_feature.chunk_size=-5"], "integer >= 1"),
     ],
 )
 def test_bad_cell_options_are_refused_before_anything_runs(items, match):
@@ -107,6 +112,35 @@ def test_a_cell_past_its_limit_is_stopped_with_its_process_group(tmp_path, capsy
         ["pgrep", "-f", "benchmarks.perf_gpu --cell dp_ntk"], capture_output=True, text=True
     )
     assert left.stdout.strip() == ""
+
+
+def _cells_running(tag):
+    out = subprocess.run(["pgrep", "-f", f"benchmarks.perf_gpu --cell dp_ntk --json {tag}"],
+                         capture_output=True, text=True)  # fmt: skip
+    return out.stdout.split()
+
+
+def test_a_stopped_run_stops_its_running_cell(tmp_path):
+    """SIGTERM to the runner (an outer ``timeout``) also ends the cell, which runs in a
+    session of its own that the signal to the runner's group does not reach."""
+    tag = str(tmp_path / "cells")
+    runner = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; from benchmarks.perf_gpu import bench_paper_cells; "
+         "bench_paper_cells(None, cells=('dp_ntk',)); sys.exit(3)"],
+        env={**os.environ, "TMPDIR": tag},
+    )  # fmt: skip
+    os.makedirs(tag, exist_ok=True)
+    deadline = time.monotonic() + 60
+    while not _cells_running(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _cells_running(tag), "the cell never started"
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while _cells_running(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _cells_running(tag) == []
 
 
 def test_the_child_refuses_a_cell_it_does_not_know(tmp_path):

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privkernels import _json as bounded_json
+
 __all__ = [
     "save",
     "check_writable",
@@ -109,25 +111,6 @@ def check_new(path: Path, resume_does: str) -> None:
         )
 
 
-#: Nesting this file format never writes past (its reports nest about 5 levels deep).
-_MAX_META_DEPTH = 32
-
-
-def _depth(obj: Any) -> int:
-    """Nesting depth of parsed JSON (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(obj, 0)]
-    while stack:
-        node, d = stack.pop()
-        if isinstance(node, dict):
-            node = list(node.values())
-        if isinstance(node, list):
-            deepest = max(deepest, d + 1)
-            if d + 1 > _MAX_META_DEPTH:
-                break
-            stack.extend((child, d + 1) for child in node)
-    return deepest
-
-
 def load(
     path: str | os.PathLike[str], *, format: str | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -139,14 +122,9 @@ def load(
         arrays = {k: z[k] for k in z.files}
     if _META not in arrays:
         raise ValueError(f"{path} is not a privkernels file (no metadata)")
-    try:
-        meta = json.loads(str(arrays.pop(_META)))
-    except (ValueError, RecursionError):  # malformed or nested past the parser's depth
-        raise ValueError(f"{path} holds metadata that is not readable JSON") from None
+    meta = bounded_json.loads(str(arrays.pop(_META)), f"the metadata of {path}")
     if not isinstance(meta, dict):
         raise ValueError(f"{path} holds metadata that is not a JSON object")
-    if _depth(meta) > _MAX_META_DEPTH:  # the parser's own limit differs by Python version
-        raise ValueError(f"{path} holds metadata nested deeper than {_MAX_META_DEPTH} levels")
     if format is not None and meta.get("format") != format:
         raise ValueError(f"{path} holds {meta.get('format')!r}, expected {format!r}")
     return arrays, meta

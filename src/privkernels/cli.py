@@ -38,6 +38,7 @@ import jax
 import numpy as np
 
 import privkernels
+from privkernels import _json as bounded_json
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
 from privkernels._validation import MIN_FIT_ROWS, check_fit_rows, check_numeric
 from privkernels._warnings import user_stacklevel
@@ -768,10 +769,14 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError(f"{path} is neither JSON nor an .npz archive: not a file the "
-                         "privkernels commands write") from None  # fmt: skip
+        text = path.read_text()
+    except UnicodeDecodeError:
+        text = "\x00"  # not text: refused below like malformed JSON
+    try:
+        return bounded_json.loads(text, str(path))
+    except ValueError:
+        raise ValueError(f"{path} is neither readable JSON nor an .npz archive: not a file "
+                         "the privkernels commands write") from None  # fmt: skip
 
 
 def _json_report(path: Path) -> PrivacyReport | None:
@@ -790,11 +795,10 @@ def _json_report(path: Path) -> PrivacyReport | None:
                   "and classes were read without noise; a fit on it is not private with respect "
                   "to them." if schema.source == "data" else "It is marked public."))  # fmt: skip
         return None
-    try:
-        report = PrivacyReport.from_dict(data)
-    except (KeyError, TypeError, AttributeError):
+    if not isinstance(data, dict) or not {"epsilon", "delta", "neighbouring"} <= set(data):
         raise ValueError(f"{path} is JSON but not a privacy report (no epsilon, delta, "
-                         "neighbouring and mechanisms)") from None  # fmt: skip
+                         "neighbouring and mechanisms)")  # fmt: skip
+    report = PrivacyReport.from_dict(data)  # a malformed one: a ValueError naming what
     _check_beside(path, report)
     return report
 
@@ -808,8 +812,8 @@ def _npz_report(path: Path) -> PrivacyReport:
                          "metadata); a distill DATA .npz holds x and y, no report") from None  # fmt: skip
     if "report" not in meta:
         raise ValueError(f"{path} holds no privacy report (format {meta.get('format')!r})")
-    report = PrivacyReport.from_dict(meta["report"])
     loaded = _load_checked(str(path), meta)  # the method's own checks (records against the config)
+    report = PrivacyReport.from_dict(meta["report"])
     # an estimator's whole cost: its private preprocessing composed with its model's release
     return getattr(loaded, "privacy_report_", report)
 
@@ -845,7 +849,8 @@ def _check_search_beside(path: Path, search: Any, saved: Any) -> None:
     be the chosen candidate's planned fit (events, budget, relation). The mean and shape of
     the number of runs cannot be checked from files (reports carry no signature)."""
     p = search.mechanisms[0].param_dict
-    planned = json.loads(str(p["events"]))[int(p["chosen"])][:-1]  # the score comes last
+    planned = bounded_json.loads(str(p["events"]), f"the search events of {path}")
+    planned = planned[int(p["chosen"])][:-1]  # the score comes last
     same = same_events(events_of_report(saved), planned)
     if not (
         same
@@ -858,9 +863,9 @@ def _check_search_beside(path: Path, search: Any, saved: Any) -> None:
 
 def _load_checked(path: str, meta: dict[str, Any]) -> Any:
     """Load a result file with its method's loader, which checks the report against the
-    saved configuration (relation, sensitivities, budget shares): ``ValueError`` otherwise.
-    Returns what the loader read (None for a checkpoint: resumable runs are checked by the
-    fit that resumes them)."""
+    saved configuration (relation, sensitivities, budget shares): ``ValueError`` otherwise,
+    and for any other format (a checkpoint is checked by the fit that resumes it). Returns
+    what the loader read."""
     if "estimator" in meta:
         # privkernels.sklearn loads scikit-learn (seconds): only estimator files pay
         from privkernels.sklearn import load as load_estimator
@@ -873,7 +878,14 @@ def _load_checked(path: str, meta: dict[str, Any]) -> Any:
         synth.FORMAT: synth.load_table_synth,
     }
     loader = loaders.get(str(meta.get("format", "")))
-    return None if loader is None else loader(path)
+    if loader is None:  # a checkpoint, or a format no loader checks: its records would go unchecked
+        raise ValueError(
+            f"{path} holds {str(meta.get('format'))!r}, not a result file whose records can be "
+            "checked against its configuration (privkernels report reads the files of "
+            "synth, distill, the estimators and the three methods' save; a checkpoint is "
+            "checked by the fit that resumes it)"
+        )
+    return loader(path)
 
 
 # ----------------------------------------------------------------------- entry point

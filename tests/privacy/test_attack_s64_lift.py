@@ -46,17 +46,26 @@ def test_a1_a_huge_row_moves_the_lifted_clipped_sum_by_at_most_c(scale):
     assert float(terms.sq[0]) >= (b_true * 0.5) ** 2  # the norm sees the b_i x_i^T term
 
 
+def _flushes_subnormals() -> bool:
+    """Whether this backend's compiled float32 products flush subnormals to zero (XLA's CPU
+    does; the H200 of 2026-11-29 kept them)."""
+    return float(jax.jit(lambda a: a * a)(jnp.float32(1e-20))) == 0.0
+
+
 def test_a1_the_squares_of_b_do_flush_to_zero_in_this_setting():
-    """The setting of the test above does reach the underflow (else it could not fail): the
-    squares of b_i fall below float32's smallest normal number, flushed to zero on the CPU,
-    kept as subnormals that have lost most of their digits on the H200 (6.4e-39)."""
+    """The setting of the test above does reach the underflow (else it could not fail). On a
+    backend that keeps subnormals the squares stay accurate (6.41491035e-39 against an exact
+    6.41491097e-39 on the H200), the underflow does not occur and the test above cannot tell
+    the guard from its absence there: this premise is then skipped, not loosened."""
+    if not _flushes_subnormals():
+        pytest.skip("this backend keeps float32 subnormals: the A1 underflow does not occur")
     xs, ys = _support()
     spec = dp_kip.make_kernel("fc_ntk", (20,), 2, options={"sphere_lift": True})
     t = np.ones((2, 20))
     t[0] *= 6e18 / np.linalg.norm(t[0])
     yt = dp_kip.encode_labels(jnp.asarray([0, 1]), 2)
     terms = gram_norm_terms(spec.gram_fn, xs, ys, jnp.asarray(t, jnp.float32), yt, 1e-6)
-    assert float(jnp.sum(terms.b_vec[0] ** 2)) < np.finfo(np.float32).tiny
+    assert float(jnp.sum(terms.b_vec[0] ** 2)) == 0.0
 
 
 def test_c3_the_closed_form_lift_has_its_limit_for_any_finite_row():

@@ -35,6 +35,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from privkernels import _json as bounded_json
+
 __all__ = [
     "MISSING_LEVEL",
     "MISSING_TOKENS",
@@ -311,7 +313,7 @@ class TabularSchema:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TabularSchema:
         """Read a schema written by `save` (or by hand in that format)."""
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return cls.from_dict(bounded_json.loads(Path(path).read_text(), f"the schema {path}"))
 
     # ------------------------------------------------------------------ queries
     @property

@@ -13,9 +13,11 @@ import dataclasses
 import enum
 import json
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from privkernels import _json as bounded_json
 from privkernels.privacy.record import MechanismRecord, freeze_params
 from privkernels.privacy.relations import (
     ADD_REMOVE,
@@ -159,7 +161,18 @@ class PrivacyReport:
         """Inverse of `to_dict` (JSON lists come back as tuples), for a report read from a
         file: nothing in it is trusted. Each record's epsilon is re-derived from its own
         parameters (`privkernels.privacy.verify`), the relation must be a known one and the
-        totals what the composition rule gives; any mismatch is a ``ValueError``."""
+        totals what the composition rule gives; any mismatch is a ``ValueError``, and so is
+        a field of the wrong JSON type or text with terminal control characters."""
+        try:
+            return cls._from_checked_dict(_shape_checked(data))
+        except (KeyError, TypeError, AttributeError) as err:
+            what = f"the field {err.args[0]!r}" if isinstance(err, KeyError) else "a mistyped field"
+            raise ValueError(
+                f"a privacy report with a missing or malformed part ({what})"
+            ) from None
+
+    @classmethod
+    def _from_checked_dict(cls, data: Mapping[str, Any]) -> PrivacyReport:
         mechs = tuple(
             MechanismRecord(
                 name=m["name"],
@@ -191,7 +204,7 @@ class PrivacyReport:
     @classmethod
     def from_json(cls, text: str) -> PrivacyReport:
         """Inverse of `to_json`."""
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(bounded_json.loads(text, "the privacy report"))
 
     def with_note(self, note: str) -> PrivacyReport:
         """This report with ``note`` appended (unchanged if it is already there)."""
@@ -325,3 +338,29 @@ def _verify(report: PrivacyReport) -> None:
                 f"report {key}={total!r} is not the {report.composition.value} composition of "
                 f"its mechanisms ({parts!r})"
             )
+
+
+def _shape_checked(data: Any) -> Mapping[str, Any]:
+    """``data`` when its containers have the types `PrivacyReport.to_dict` writes and its
+    free text holds no control characters (a note could otherwise rewrite the epsilon line
+    of ``privkernels report`` on a terminal); else a ``ValueError`` that quotes none of it."""
+    if not isinstance(data, Mapping):
+        raise ValueError("a privacy report must be a JSON object")
+    mechanisms = data.get("mechanisms", ())
+    if not isinstance(mechanisms, (list, tuple)) or not all(
+        isinstance(m, Mapping) and isinstance(m.get("params", {}), Mapping) for m in mechanisms
+    ):
+        raise ValueError("a privacy report's mechanisms must be a list of JSON objects")
+    texts = [data.get("neighbouring"), data.get("composition")]
+    for field in ("notes", "data_independent"):
+        items = data.get(field, ())
+        if not isinstance(items, (list, tuple)):
+            raise ValueError(f"a privacy report's {field} must be a list of strings")
+        texts += list(items)
+    texts += [m.get(k) for m in mechanisms for k in ("name", "released", "accountant")]
+    for text in texts:
+        if isinstance(text, str) and any(
+            unicodedata.category(ch) in ("Cc", "Cf") and ch not in "\n\t" for ch in text
+        ):
+            raise ValueError("a privacy report's text holds terminal control characters")
+    return data

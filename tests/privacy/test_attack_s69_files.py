@@ -1,0 +1,166 @@
+"""Attack s69 on files read back: a report read through a format no loader checks (F1),
+JSON nested past any limit in every reader (F2), terminal control characters in a report's
+text (F3), and report containers of the wrong JSON type (F6). Each one was accepted or
+crashed ``privkernels report`` with a traceback before; each is now a ``ValueError`` (exit
+status 2 and one line from the command) that quotes none of the file's values."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+from privkernels import _json as bounded_json
+from privkernels import checkpoint, dp_kip, dp_ntk
+from privkernels.cli import main as cli_main
+from privkernels.data.schema import TabularSchema
+from privkernels.privacy.accountant import BudgetAccountant
+from privkernels.privacy.accounting import gaussian_epsilon
+from privkernels.privacy.report import PrivacyReport
+
+DEEP = 100_000  # Python 3.11's parser refuses it with RecursionError, 3.12's reads it
+
+
+@pytest.fixture(scope="module")
+def ntk_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(60, 5)).astype(np.float32)
+    y = (np.arange(60) % 3).astype(np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = dp_ntk.fit(jax.random.key(1), x, y, epsilon=1.0, delta=1e-5, n_classes=3,
+                         iterations=2, batch_size=30, progress=False)  # fmt: skip
+    return res.save(tmp_path_factory.mktemp("ntk") / "ntk.npz")
+
+
+def _edited(path, tmp_path, change, name="edited.npz"):
+    arrays, meta = checkpoint.load(path)
+    meta = copy.deepcopy(meta)
+    change(meta)
+    return checkpoint.save(tmp_path / name, arrays, meta)
+
+
+def _report_fails(path, capsys, *needles):
+    assert cli_main(["report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and all(n in err for n in needles), err
+    return err
+
+
+@pytest.mark.parametrize("fmt", ["privkernels.dp_ntk.checkpoint/1", "privkernels.dp_ntk.result/2"])
+def test_f1_a_report_under_another_format_is_refused_not_printed(ntk_file, tmp_path, capsys, fmt):
+    """F1: sensitivity / 10 and sigma x 10 (the noise unchanged) claimed eps 0.08 for an eps 1
+    release once the format named a checkpoint: the records went unchecked against a config."""
+
+    def swap(meta):
+        meta["format"] = fmt
+        rec = meta["report"]["mechanisms"][0]
+        rec["sensitivity"] /= 10
+        rec["params"]["sigma"] *= 10
+        rec["epsilon"] = meta["report"]["epsilon"] = gaussian_epsilon(
+            rec["params"]["sigma"], rec["delta"]
+        )
+
+    path = _edited(ntk_file, tmp_path, swap)
+    PrivacyReport.from_dict(checkpoint.load(path)[1]["report"])  # consistent on its own
+    out = _report_fails(path, capsys, "not a result file")
+    assert "-DP" not in out
+    assert cli_main(["report", str(ntk_file)]) == 0  # the genuine file is still reported
+
+
+def _nest(depth):
+    return "[" * depth + "1" + "]" * depth
+
+
+def test_f2_deep_json_is_refused_by_every_reader(ntk_file, tmp_path, capsys):
+    with pytest.raises(ValueError, match="nested deeper than 32"):
+        bounded_json.loads(_nest(33), "x")
+    assert bounded_json.loads(_nest(32), "x")  # the limit itself is readable
+    with pytest.raises(ValueError, match="not readable JSON"):
+        bounded_json.loads(_nest(DEEP), "x")
+    deep = tmp_path / "deep.json"
+    deep.write_text(_nest(DEEP))
+    with pytest.raises(ValueError):
+        BudgetAccountant.load(deep)
+    with pytest.raises(ValueError):
+        TabularSchema.load(deep)
+    with pytest.raises(ValueError):
+        PrivacyReport.from_json(_nest(DEEP))
+    _report_fails(deep, capsys, "not a file the privkernels commands write")
+    ledger = tmp_path / "x.privacy.json"
+    ledger.write_text('{"format": "privkernels-budget-ledger/1", "a": ' + _nest(40) + "}")
+    _report_fails(ledger, capsys)
+
+
+def test_f2_deep_events_in_a_record_are_a_value_error(ntk_file, tmp_path, capsys):
+    """A record parameter holding a JSON string (a search's events) nested 100,000 deep."""
+
+    def deep_events(meta):
+        meta["report"]["mechanisms"][0]["name"] = "repeat_and_select"
+        meta["report"]["mechanisms"][0]["accountant"] = "rdp"
+        meta["report"]["mechanisms"][0]["params"]["events"] = _nest(DEEP)
+
+    path = _edited(ntk_file, tmp_path, deep_events)
+    with pytest.raises(ValueError):
+        dp_ntk.load(path)
+    _report_fails(path, capsys)
+
+
+@pytest.mark.parametrize("field", ["notes", "data_independent"])
+def test_f3_control_characters_in_a_reports_text_are_refused(ntk_file, tmp_path, capsys, field):
+    """F3: a note that moved the cursor up and rewrote the epsilon line on a terminal."""
+    spoof = "\x1b[s\x1b[999A\r\x1b[2K(0.0100, 1e-05)-DP\x1b[u"
+
+    def add(meta):
+        meta["report"][field] = [*meta["report"].get(field, []), spoof]
+
+    path = _edited(ntk_file, tmp_path, add)
+    with pytest.raises(ValueError, match="control characters") as err:
+        dp_ntk.load(path)
+    assert "0.0100" not in str(err.value)
+    _report_fails(path, capsys, "control characters")
+    for bidi in ("\u202e", "\u200b"):  # a right-to-left override, a zero-width space
+        with pytest.raises(ValueError, match="control characters"):
+            PrivacyReport.from_dict({**checkpoint.load(ntk_file)[1]["report"], "notes": [bidi]})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m.__setitem__("report", []),
+        lambda m: m.__setitem__("report", "eps=0.01"),
+        lambda m: m["report"].__setitem__("mechanisms", {"a": 1}),
+        lambda m: m["report"].__setitem__("mechanisms", [[1]]),
+        lambda m: m["report"]["mechanisms"][0].__setitem__("params", [1, 2]),
+        lambda m: m["report"].__setitem__("notes", "a note"),
+        lambda m: m["report"].pop("delta"),
+    ],
+)
+def test_f6_report_parts_of_the_wrong_type_are_value_errors(ntk_file, tmp_path, capsys, change):
+    path = _edited(ntk_file, tmp_path, change)
+    with pytest.raises(ValueError):
+        dp_ntk.load(path)
+    _report_fails(path, capsys)
+
+
+def test_f6_the_dp_kip_loader_refuses_a_list_report_with_a_value_error(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 4)).astype(np.float32)
+    y = (np.arange(40) % 2).astype(np.int32)
+    res = dp_kip.fit(
+        jax.random.key(0), x, y, kernel="fc_ntk", support_per_class=1, epsilon=2.0,
+        delta=1e-5, clip_norm=1.0, batch_size=10, epochs=1, progress=False, n_classes=2,
+    )  # fmt: skip
+    path = _edited(res.save(tmp_path / "kip.npz"), tmp_path, lambda m: m.__setitem__("report", []))
+    with pytest.raises(ValueError):
+        dp_kip.load(path)
+
+
+def test_the_genuine_report_round_trips(ntk_file):
+    report = PrivacyReport.from_dict(checkpoint.load(ntk_file)[1]["report"])
+    assert PrivacyReport.from_json(report.to_json()) == report
+    assert json.loads(report.to_json())["epsilon"] == pytest.approx(report.epsilon)
