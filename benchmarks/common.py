@@ -114,7 +114,9 @@ def provenance(command: str | None) -> dict[str, Any]:
     (the numbers then come from uncommitted code). In a copy of the tree without ``.git``
     (a lent GPU machine) the commit is the one the caller names in the
     ``BENCHMARKS_GIT_COMMIT`` environment variable (``git_commit_source: environment``)
-    and ``git_dirty`` is unknown (None).
+    and ``git_dirty`` is unknown (None). The variable also wins over a ``.git`` that reads
+    another commit (the H200 copy of 2026-11-29 carried a stale one): ``git_head_seen``
+    then records what that ``.git`` said.
     """
     versions: dict[str, str | None] = {}
     for dist in ("privkernels", "jax", "jaxlib", "numpy", "scikit-learn", "dp-accounting"):
@@ -122,17 +124,20 @@ def provenance(command: str | None) -> dict[str, Any]:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
-    commit = _git("rev-parse", "HEAD")
-    if commit:
-        dirty: bool | None = bool(_git("status", "--porcelain", "--untracked-files=no"))
-        source = "git"
-    else:  # a copy without .git (a lent GPU machine): the caller names the commit it copied
-        commit, dirty, source = os.environ.get("BENCHMARKS_GIT_COMMIT", ""), None, "environment"
+    head, named = _git("rev-parse", "HEAD"), os.environ.get("BENCHMARKS_GIT_COMMIT", "")
+    extra: dict[str, Any] = {}
+    if named and not head.startswith(named):  # a copy (a lent GPU machine): the caller names it
+        commit, dirty, source = named, None, "environment"
+        extra = {"git_head_seen": head} if head else {}
+    else:
+        commit, source = head, "git"
+        dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if head else None
     return {
         "command": command,
         "git_commit": commit or None,
         "git_dirty": dirty,
         "git_commit_source": source,
+        **extra,
         "versions": versions,
     }
 

@@ -167,3 +167,22 @@ def test_a_shortened_cell_runs_end_to_end_on_the_cpu(tmp_path):
     assert 0.0 < row["compile_s"] < row["median_s"] and row["target"] is None
     assert "KRR test accuracy" in row["note"] and data["meta"]["unfinished"] == []
     assert "--paper-cells" in data["provenance"]["command"]
+
+
+def test_a_named_commit_wins_over_a_stale_git_copy(monkeypatch):
+    """On a lent machine the tree's ``.git`` may read an older commit than the code copied
+    there; the commit the caller names is recorded, and what ``.git`` said beside it."""
+    from benchmarks.common import provenance
+
+    monkeypatch.delenv("BENCHMARKS_GIT_COMMIT", raising=False)
+    head = provenance(None)["git_commit"]
+    if not head:
+        pytest.skip("this copy of the tree has no .git")
+    assert provenance(None)["git_commit_source"] == "git"
+    monkeypatch.setenv("BENCHMARKS_GIT_COMMIT", head[:7])  # the same commit: git's view stands
+    same = provenance(None)
+    assert same["git_commit"] == head and same["git_commit_source"] == "git"
+    monkeypatch.setenv("BENCHMARKS_GIT_COMMIT", "0123abc")
+    named = provenance(None)
+    assert named["git_commit"] == "0123abc" and named["git_commit_source"] == "environment"
+    assert named["git_dirty"] is None and named["git_head_seen"] == head
