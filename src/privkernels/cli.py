@@ -46,7 +46,7 @@ from privkernels.data.frames import infer_schema, read_csv, write_csv
 from privkernels.data.schema import MISSING_TOKENS, TabularSchema
 from privkernels.privacy.accountant import LEDGER_FORMAT, BudgetAccountant, ledger_lock
 from privkernels.privacy.keys import sample_key, sampling_key, seed_keys, seeded_call, warn_seed
-from privkernels.privacy.report import PrivacyReport
+from privkernels.privacy.report import PrivacyReport, printable
 from privkernels.privacy.warnings import PrivacyLeakWarning
 from privkernels.synth import fit_table, load_table_synth
 from privkernels.tuning import events_of_report, same_events
@@ -415,7 +415,7 @@ def _value(text: str) -> Any:
 
 def _say(text: str) -> None:
     """One line to the caller on stderr (never into a released file)."""
-    print(f"privkernels: {text}", file=sys.stderr)
+    print(f"privkernels: {printable(text)}", file=sys.stderr)
 
 
 def _read_rows(path: str) -> dict[str, np.ndarray]:
@@ -750,21 +750,29 @@ def _cmd_report(a: argparse.Namespace) -> int:
         raise ValueError(f"no file {path}")
     # with --json, stdout holds JSON alone: the descriptions go to stderr
     with contextlib.redirect_stdout(sys.stderr) if a.json else contextlib.nullcontext():
-        if zipfile.is_zipfile(path):
-            report = _npz_report(path)
-        elif path.suffix == ".csv":
-            beside = _report_path(path)
-            if not beside.is_file():
-                raise ValueError(f"{path} is a CSV (rows, no report inside) and no "
-                                 f"{beside.name} lies beside it")  # fmt: skip
-            report = _json_report(beside)
-        else:
-            report = _json_report(path)
+        try:
+            report = _file_report(path)
+        except (ArithmeticError, LookupError, AttributeError, MemoryError) as err:
+            # a malformed file past the loaders' own checks: one line, not a traceback
+            raise ValueError(f"{path} is malformed ({type(err).__name__})") from None
     if report is not None:
         print(report.to_json(indent=2) if a.json else _flags(report.summary()))
     elif a.json:  # a schema or an empty ledger: the file's own (checked) JSON
         print(json.dumps(_read_json(path), indent=2))
     return 0
+
+
+def _file_report(path: Path) -> PrivacyReport | None:
+    """The checked report of ``path`` (`_cmd_report`), None for a schema or an empty ledger."""
+    if zipfile.is_zipfile(path):
+        return _npz_report(path)
+    if path.suffix == ".csv":
+        beside = _report_path(path)
+        if not beside.is_file():
+            raise ValueError(f"{path} is a CSV (rows, no report inside) and no "
+                             f"{beside.name} lies beside it")  # fmt: skip
+        return _json_report(beside)
+    return _json_report(path)
 
 
 def _read_json(path: Path) -> Any:
@@ -922,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (ValueError, TypeError, OSError) as err:  # OSError: a file missing or unwritable
-        print(f"privkernels: error: {_flags(str(err))}", file=sys.stderr)
+        print(f"privkernels: error: {printable(_flags(str(err)))}", file=sys.stderr)
         return 2
 
 

@@ -164,3 +164,49 @@ def test_the_genuine_report_round_trips(ntk_file):
     report = PrivacyReport.from_dict(checkpoint.load(ntk_file)[1]["report"])
     assert PrivacyReport.from_json(report.to_json()) == report
     assert json.loads(report.to_json())["epsilon"] == pytest.approx(report.epsilon)
+
+
+# ---------------------------------------------------------------- round 2 (G1, G2, G5, G6)
+
+
+def _add_param(key, value):
+    def change(meta):
+        meta["report"]["mechanisms"][0]["params"][key] = value
+
+    return change
+
+
+def test_g1_g5_text_read_from_a_file_cannot_forge_a_line_of_the_summary(ntk_file, tmp_path, capsys):
+    """G1: escape codes in a record's params (unchecked there) rewrote the headline on a
+    terminal; G5: a newline in one printed a line of its own at the margin, like the headline.
+    Now every line but the headline is escaped and its continuation lines indented."""
+    forged = "(0.01, 1e-05)-DP under replace-one neighbours"
+    for i, value in enumerate(["\x1b[999A\r\x1b[2K" + forged, "x\n" + forged]):
+        path = _edited(ntk_file, tmp_path, _add_param("z", value), name=f"p{i}.npz")
+        try:
+            dp_ntk.load(path)
+        except ValueError:
+            continue  # refused on load: nothing printed either
+        assert cli_main(["report", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\r" not in out
+        assert [ln for ln in out.splitlines() if not ln.startswith(" ")] == [out.splitlines()[0]]
+        assert out.splitlines()[0].startswith("(1, 1e-05)-DP")
+
+
+def test_g2_numbers_too_large_for_a_float_are_one_line_errors(ntk_file, tmp_path, capsys):
+    """10**400 is valid JSON; float() of it raised OverflowError through three readers."""
+    path = _edited(ntk_file, tmp_path, lambda m: m["report"].__setitem__("epsilon", 10**400))
+    with pytest.raises(ValueError):
+        PrivacyReport.from_dict(checkpoint.load(path)[1]["report"])
+    _report_fails(path, capsys)
+    beside = tmp_path / "x.privacy.json"
+    beside.write_text('{"epsilon": 1e999999, "delta": 1e-5, "neighbouring": "replace-one"}')
+    _report_fails(beside, capsys)
+
+
+def test_g6_an_error_never_prints_control_characters(tmp_path, capsys):
+    bad = tmp_path / "\x1b[2Kname.json"
+    bad.write_text("{not json")
+    assert cli_main(["report", str(bad)]) == 2
+    assert "\x1b" not in capsys.readouterr().err

@@ -165,7 +165,7 @@ class PrivacyReport:
         a field of the wrong JSON type or text with terminal control characters."""
         try:
             return cls._from_checked_dict(_shape_checked(data))
-        except (KeyError, TypeError, AttributeError) as err:
+        except (KeyError, TypeError, AttributeError, ArithmeticError) as err:
             what = f"the field {err.args[0]!r}" if isinstance(err, KeyError) else "a mistyped field"
             raise ValueError(
                 f"a privacy report with a missing or malformed part ({what})"
@@ -236,7 +236,10 @@ class PrivacyReport:
             lines.append(f"  * data-independent (no cost): {item}")
         for note in self.notes:
             lines.append(f"  ! {note}")
-        return "\n".join(lines)
+        # only the first line starts at the margin: text read from a file cannot forge one
+        return "\n".join(
+            [lines[0], *(printable(line).replace("\n", "\n      ") for line in lines[1:])]
+        )
 
     def __str__(self) -> str:  # pragma: no cover - formatting only
         return self.summary()
@@ -338,6 +341,16 @@ def _verify(report: PrivacyReport) -> None:
                 f"report {key}={total!r} is not the {report.composition.value} composition of "
                 f"its mechanisms ({parts!r})"
             )
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters (Unicode Cc, Cf) other than newline
+    written as escapes (``\\x1b``): safe to print on a terminal, whatever a file held."""
+    return "".join(
+        ch if ch == "\n" or unicodedata.category(ch) not in ("Cc", "Cf")
+        else ascii(ch)[1:-1]
+        for ch in text
+    )  # fmt: skip
 
 
 def _shape_checked(data: Any) -> Mapping[str, Any]:
