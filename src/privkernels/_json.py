@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "depth", "loads"]
+__all__ = ["MAX_DEPTH", "depth", "loads_bounded"]
 
 #: Deeper than anything the package writes (its reports nest about 5 levels).
 MAX_DEPTH = 32
@@ -33,7 +33,7 @@ def depth(obj: Any, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def loads(text: str, what: str) -> Any:
+def loads_bounded(text: str, what: str) -> Any:
     """``json.loads(text)``, or a ``ValueError`` naming ``what`` (never the text) when it is
     malformed or nested deeper than `MAX_DEPTH`."""
     try:

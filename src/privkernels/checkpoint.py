@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privkernels import _json as bounded_json
+from privkernels._json import loads_bounded
 
 __all__ = [
     "save",
@@ -122,7 +122,7 @@ def load(
         arrays = {k: z[k] for k in z.files}
     if _META not in arrays:
         raise ValueError(f"{path} is not a privkernels file (no metadata)")
-    meta = bounded_json.loads(str(arrays.pop(_META)), f"the metadata of {path}")
+    meta = loads_bounded(str(arrays.pop(_META)), f"the metadata of {path}")
     if not isinstance(meta, dict):
         raise ValueError(f"{path} holds metadata that is not a JSON object")
     if format is not None and meta.get("format") != format:

@@ -38,8 +38,8 @@ import jax
 import numpy as np
 
 import privkernels
-from privkernels import _json as bounded_json
 from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression, synth
+from privkernels._json import loads_bounded
 from privkernels._validation import MIN_FIT_ROWS, check_fit_rows, check_numeric
 from privkernels._warnings import user_stacklevel
 from privkernels.data.frames import infer_schema, read_csv, write_csv
@@ -781,7 +781,7 @@ def _read_json(path: Path) -> Any:
     except UnicodeDecodeError:
         text = "\x00"  # not text: refused below like malformed JSON
     try:
-        return bounded_json.loads(text, str(path))
+        return loads_bounded(text, str(path))
     except ValueError:
         raise ValueError(f"{path} is neither readable JSON nor an .npz archive: not a file "
                          "the privkernels commands write") from None  # fmt: skip
@@ -857,7 +857,7 @@ def _check_search_beside(path: Path, search: Any, saved: Any) -> None:
     be the chosen candidate's planned fit (events, budget, relation). The mean and shape of
     the number of runs cannot be checked from files (reports carry no signature)."""
     p = search.mechanisms[0].param_dict
-    planned = bounded_json.loads(str(p["events"]), f"the search events of {path}")
+    planned = loads_bounded(str(p["events"]), f"the search events of {path}")
     planned = planned[int(p["chosen"])][:-1]  # the score comes last
     same = same_events(events_of_report(saved), planned)
     if not (

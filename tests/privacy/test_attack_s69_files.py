@@ -14,8 +14,8 @@ import jax
 import numpy as np
 import pytest
 
-from privkernels import _json as bounded_json
 from privkernels import checkpoint, dp_kip, dp_ntk
+from privkernels._json import loads_bounded
 from privkernels.cli import main as cli_main
 from privkernels.data.schema import TabularSchema
 from privkernels.privacy.accountant import BudgetAccountant
@@ -78,10 +78,10 @@ def _nest(depth):
 
 def test_f2_deep_json_is_refused_by_every_reader(ntk_file, tmp_path, capsys):
     with pytest.raises(ValueError, match="nested deeper than 32"):
-        bounded_json.loads(_nest(33), "x")
-    assert bounded_json.loads(_nest(32), "x")  # the limit itself is readable
+        loads_bounded(_nest(33), "x")
+    assert loads_bounded(_nest(32), "x")  # the limit itself is readable
     with pytest.raises(ValueError, match="not readable JSON"):
-        bounded_json.loads(_nest(DEEP), "x")
+        loads_bounded(_nest(DEEP), "x")
     deep = tmp_path / "deep.json"
     deep.write_text(_nest(DEEP))
     with pytest.raises(ValueError):

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from privkernels import _json as bounded_json
+from privkernels._json import loads_bounded
 
 __all__ = [
     "MISSING_LEVEL",
@@ -313,7 +313,7 @@ class TabularSchema:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TabularSchema:
         """Read a schema written by `save` (or by hand in that format)."""
-        return cls.from_dict(bounded_json.loads(Path(path).read_text(), f"the schema {path}"))
+        return cls.from_dict(loads_bounded(Path(path).read_text(), f"the schema {path}"))
 
     # ------------------------------------------------------------------ queries
     @property

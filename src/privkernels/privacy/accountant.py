@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from privkernels import _json as bounded_json
+from privkernels._json import loads_bounded
 from privkernels._validation import check_epsilon
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.relations import ADD_REMOVE, REPLACE_ONE, check_neighbouring
@@ -414,7 +414,7 @@ class BudgetAccountant:
     def load(cls, path: str | os.PathLike[str]) -> BudgetAccountant:
         """Read a ledger written by `save`."""
         try:
-            data = bounded_json.loads(Path(path).read_text(), str(path))
+            data = loads_bounded(Path(path).read_text(), str(path))
         except ValueError:
             raise ValueError(f"{path} is not a JSON budget ledger") from None
         return cls.from_dict(data)

@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from privkernels import _json as bounded_json
+from privkernels._json import loads_bounded
 from privkernels.privacy.record import MechanismRecord, freeze_params
 from privkernels.privacy.relations import (
     ADD_REMOVE,
@@ -204,7 +204,7 @@ class PrivacyReport:
     @classmethod
     def from_json(cls, text: str) -> PrivacyReport:
         """Inverse of `to_json`."""
-        return cls.from_dict(bounded_json.loads(text, "the privacy report"))
+        return cls.from_dict(loads_bounded(text, "the privacy report"))
 
     def with_note(self, note: str) -> PrivacyReport:
         """This report with ``note`` appended (unchanged if it is already there)."""

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from privkernels import _json as bounded_json
+from privkernels._json import loads_bounded
 from privkernels.privacy.accounting import (
     dpsgd_epsilon,
     gaussian_epsilon,
@@ -143,7 +143,7 @@ def _repeat_and_select(record: MechanismRecord, relation: str) -> float:
     if record.accountant != "rdp":
         raise ValueError(f"record {record.name!r}: accountant must be 'rdp'")
     try:
-        candidates = bounded_json.loads(str(p["events"]), f"record {record.name!r}'s events")
+        candidates = loads_bounded(str(p["events"]), f"record {record.name!r}'s events")
     except (KeyError, ValueError):
         raise ValueError(f"record {record.name!r} has no readable 'events'") from None
     kinds = {str(e[0]) for run in candidates for e in run}
