@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "key_to_array",
     "key_from_array",
     "jsonable",
+    "reading",
 ]
 
 _META = "__meta__"
@@ -205,3 +206,20 @@ def key_from_array(data: Any, typed: bool) -> jax.Array:
     """Inverse of `key_to_array`."""
     arr = jnp.asarray(data)
     return jax.random.wrap_key_data(arr) if typed else arr
+
+
+@contextlib.contextmanager
+def reading(field: str, *also: type[Exception]) -> Iterator[None]:
+    """Turn a missing or malformed ``field`` of a model file into a ``ValueError`` naming
+    it and no value (a crafted file raised ``KeyError``/``TypeError``/``OverflowError`` and
+    a traceback in the CLI); ``also``: more errors to rename (a ``ValueError`` that would
+    repeat the file's value)."""
+    caught: tuple[type[Exception], ...] = (
+        KeyError, TypeError, IndexError, AttributeError, OverflowError, *also,
+    )  # fmt: skip
+    try:
+        yield
+    except caught as err:
+        raise ValueError(
+            f"the file's {field} is missing or malformed ({type(err).__name__})"
+        ) from None

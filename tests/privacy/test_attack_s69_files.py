@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from privkernels import checkpoint, dp_kip, dp_ntk
+from privkernels import checkpoint, dp_kip, dp_ntk, dp_ntk_regression
 from privkernels._json import loads_bounded
 from privkernels.cli import main as cli_main
 from privkernels.data.schema import TabularSchema
@@ -210,3 +210,43 @@ def test_g6_an_error_never_prints_control_characters(tmp_path, capsys):
     bad.write_text("{not json")
     assert cli_main(["report", str(bad)]) == 2
     assert "\x1b" not in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def kip_and_reg_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("kipreg")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 4)).astype(np.float32)
+    y = (np.arange(40) % 2).astype(np.int32)
+    kip = dp_kip.fit(
+        jax.random.key(0), x, y, kernel="fc_ntk", support_per_class=1, epsilon=2.0,
+        delta=1e-5, clip_norm=1.0, batch_size=10, epochs=1, progress=False, n_classes=2,
+    ).save(d / "kip.npz")  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = dp_ntk_regression.fit(jax.random.key(2), x[:30], y[:30], epsilon=1.0, n_classes=2,
+                                    width=16).save(d / "reg.npz")  # fmt: skip
+    return kip, reg
+
+
+@pytest.mark.parametrize(
+    "which, change",
+    [
+        ("kip", lambda m: m["config"].__setitem__("noise_multiplier", 10**400)),
+        ("kip", lambda m: m["config"].__setitem__("clip_norm", 10**400)),
+        ("kip", lambda m: m["config"].__setitem__("init", 5)),
+        ("kip", lambda m: m.__setitem__("history", [1, 2])),
+        ("reg", lambda m: m["config"].__setitem__("epsilon", 10**400)),
+        ("reg", lambda m: m["config"].__setitem__("delta", 10**400)),
+    ],
+)
+def test_g2_crafted_numbers_and_types_are_value_errors_in_every_loader(
+    kip_and_reg_files, tmp_path, capsys, which, change
+):
+    """G2: OverflowError or AttributeError tracebacks from dp_kip.load and
+    dp_ntk_regression.load (dp_ntk.load already named the malformed field)."""
+    kip, reg = kip_and_reg_files
+    path = _edited(kip if which == "kip" else reg, tmp_path, change)
+    with pytest.raises(ValueError):
+        (dp_kip.load if which == "kip" else dp_ntk_regression.load)(path)
+    _report_fails(path, capsys)

@@ -113,11 +113,12 @@ def load(path: str | os.PathLike[str]) -> DPKIPResult:
     steps), so a file whose report was edited apart from its release is refused.
     """
     arrays, meta = checkpoint.load(path, format=FORMAT)
-    config = DPKIPConfig.from_dict(meta["config"])
-    report = PrivacyReport.from_dict(meta["report"])
-    _check_report(report, config, int(meta["steps_done"]))
-    _check_run(config, int(meta["steps_done"]), meta.get("history") or {})
-    _check_support(arrays, config)
+    with checkpoint.reading("contents"):  # a crafted type or number: a ValueError, no traceback
+        config = DPKIPConfig.from_dict(meta["config"])
+        report = PrivacyReport.from_dict(meta["report"])
+        _check_report(report, config, int(meta["steps_done"]))
+        _check_run(config, int(meta["steps_done"]), meta.get("history") or {})
+        _check_support(arrays, config)
     kp = None
     if any(k.startswith("kernel_params/") for k in arrays):
         kp = checkpoint.dict_tree(arrays, "kernel_params")

@@ -8,12 +8,10 @@ and only privkernels classes are rebuilt from a file).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import importlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -133,21 +131,7 @@ def load(
     return result_from(arrays, meta, generator=generator, network=network)
 
 
-@contextlib.contextmanager
-def _reading(field: str, *also: type[Exception]) -> Iterator[None]:
-    """Turn a missing or malformed ``field`` of a model file into a ``ValueError`` naming
-    it and no value (a crafted file raised ``KeyError``/``TypeError``/``OverflowError`` and
-    a traceback in the CLI); ``also``: more errors to rename (a ``ValueError`` that would
-    repeat the file's value)."""
-    caught: tuple[type[Exception], ...] = (
-        KeyError, TypeError, IndexError, AttributeError, OverflowError, *also,
-    )  # fmt: skip
-    try:
-        yield
-    except caught as err:
-        raise ValueError(
-            f"the file's {field} is missing or malformed ({type(err).__name__})"
-        ) from None
+_reading = checkpoint.reading
 
 
 def result_from(

@@ -139,14 +139,15 @@ class DPNTKRegressionModel:
 def load(path: str | os.PathLike[str]) -> DPNTKRegressionModel:
     """Read a model written by `DPNTKRegressionModel.save` (report checked against config)."""
     arrays, meta = checkpoint.load(path, format=FORMAT)
-    config = RegressionConfig.from_dict(meta["config"])
-    report = PrivacyReport.from_dict(meta["report"])
-    if report.private != (config.epsilon is not None) or (
-        report.private and abs(report.epsilon - float(config.epsilon or 0)) > 1e-9
-    ):
-        raise ValueError("saved report and config disagree on the budget")
-    check_records(report, config, weights=arrays["weights"], x_tilde=arrays["x_tilde"])
-    _check_arrays(arrays, config)
+    with checkpoint.reading("contents"):  # a crafted type or number: a ValueError, no traceback
+        config = RegressionConfig.from_dict(meta["config"])
+        report = PrivacyReport.from_dict(meta["report"])
+        if report.private != (config.epsilon is not None) or (
+            report.private and abs(report.epsilon - float(config.epsilon or 0)) > 1e-9
+        ):
+            raise ValueError("saved report and config disagree on the budget")
+        check_records(report, config, weights=arrays["weights"], x_tilde=arrays["x_tilde"])
+        _check_arrays(arrays, config)
     with x64(config.dtype == "float64"):
         dt = jnp.float64 if config.dtype == "float64" else jnp.float32
         return DPNTKRegressionModel(
