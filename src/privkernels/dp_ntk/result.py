@@ -131,9 +131,6 @@ def load(
     return result_from(arrays, meta, generator=generator, network=network)
 
 
-_reading = checkpoint.reading
-
-
 def result_from(
     arrays: dict[str, np.ndarray],
     meta: dict[str, Any],
@@ -145,9 +142,9 @@ def result_from(
     """Rebuild a result from `release_arrays` / `release_meta` entries (a field that is
     missing or of the wrong kind is a ``ValueError`` naming it, no value; `check_fields`
     then holds the fields to each other)."""
-    with _reading("report"):
+    with checkpoint.reading("report"):
         report = PrivacyReport.from_dict(meta["report"])
-    with _reading("config"):
+    with checkpoint.reading("config"):
         config = DPNTKConfig.from_dict(meta["config"])
     if report.private and (
         config.epsilon is None or abs(report.epsilon - config.epsilon) > 1e-9 * config.epsilon
@@ -162,15 +159,15 @@ def result_from(
     if network is None:
         network = module_from_spec(meta.get("network"), "network")
     saved_generator = generator_params is None  # else a resume's, checked by unflatten_like
-    with _reading("arrays"):
+    with checkpoint.reading("arrays"):
         if saved_generator:
             generator_params = checkpoint.dict_tree(arrays, "generator_params")
         ntk_params = checkpoint.dict_tree(arrays, "ntk_params")
         noisy_embedding = jnp.asarray(arrays["noisy_embedding"])
         loss_history = np.asarray(arrays["loss_history"], np.float32)
-    with _reading("groups", ValueError):
+    with checkpoint.reading("groups", ValueError):
         groups = tuple(ColumnGroup(*g) for g in meta["groups"])
-    with _reading("iteration", ValueError):
+    with checkpoint.reading("iteration", ValueError):
         iteration = check_int(meta["iteration"], "iteration", minimum=0)
     result = DPNTKResult(
         generator=generator, generator_params=generator_params, network=network,

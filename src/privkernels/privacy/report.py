@@ -346,11 +346,12 @@ def _verify(report: PrivacyReport) -> None:
 def printable(text: str) -> str:
     """``text`` with control and format characters (Unicode Cc, Cf) other than newline
     written as escapes (``\\x1b``): safe to print on a terminal, whatever a file held."""
-    return "".join(
-        ch if ch == "\n" or unicodedata.category(ch) not in ("Cc", "Cf")
-        else ascii(ch)[1:-1]
-        for ch in text
-    )  # fmt: skip
+    return "".join(ascii(ch)[1:-1] if _is_control(ch, "\n") else ch for ch in text)
+
+
+def _is_control(ch: str, allowed: str) -> bool:
+    """Whether ``ch`` is a control or format character (Unicode Cc, Cf) not in ``allowed``."""
+    return ch not in allowed and unicodedata.category(ch) in ("Cc", "Cf")
 
 
 def _shape_checked(data: Any) -> Mapping[str, Any]:
@@ -372,8 +373,6 @@ def _shape_checked(data: Any) -> Mapping[str, Any]:
         texts += list(items)
     texts += [m.get(k) for m in mechanisms for k in ("name", "released", "accountant")]
     for text in texts:
-        if isinstance(text, str) and any(
-            unicodedata.category(ch) in ("Cc", "Cf") and ch not in "\n\t" for ch in text
-        ):
+        if isinstance(text, str) and any(_is_control(ch, "\n\t") for ch in text):
             raise ValueError("a privacy report's text holds terminal control characters")
     return data
