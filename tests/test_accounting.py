@@ -272,3 +272,24 @@ def test_dp_sgd_calibration_is_memoized():
     hits = accounting._calibrate.cache_info().hits
     accounting.dpsgd_noise_multiplier(1.3, 1e-5, **kw)
     assert accounting._calibrate.cache_info().hits == hits + 1
+
+
+def test_pld_runs_past_the_grid_limit_are_refused_before_the_pld_is_built():
+    """`MAX_PLD_CELLS`: the RDP epsilon over the interval estimates the PLD grid. Past it,
+    every DP-SGD entry point refuses (a file's record, a plan, a record); genuine budgets
+    sit far inside it, and the RDP accountant has no such limit."""
+    from privkernels.privacy import accounting
+
+    kw = dict(sampling_rate=1 / 120, accountant="pld")
+    sigma10 = 0.5337  # PLD's sigma for eps 10 at these numbers (module docstring)
+    rough = dpsgd_epsilon(sigma10, DELTA, steps=1200, sampling_rate=1 / 120, accountant="rdp")
+    assert rough / accounting.DEFAULT_PLD_INTERVAL < 0.2 * accounting.MAX_PLD_CELLS
+    for steps, interval in [(10**7, 1e-4), (1200, 1e-8)]:
+        with pytest.raises(ValueError, match="PLD grid"):
+            dpsgd_epsilon(1.3204, DELTA, steps=steps, value_discretization_interval=interval, **kw)
+        with pytest.raises(ValueError, match="PLD grid"):
+            accounting.dpsgd_record("x", noise_multiplier=1.3204, delta=DELTA, steps=steps,
+                                    clip_norm=1.0, value_discretization_interval=interval, **kw)  # fmt: skip
+    with pytest.raises(ValueError, match="PLD grid"):  # refused before any PLD is computed
+        dpsgd_noise_multiplier(500.0, DELTA, steps=1200, **kw)
+    assert dpsgd_epsilon(1.3204, DELTA, sampling_rate=1 / 120, steps=10**9, accountant="rdp") > 0

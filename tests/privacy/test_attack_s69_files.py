@@ -238,3 +238,27 @@ def test_g2_crafted_numbers_and_types_are_value_errors_in_every_loader(
     with pytest.raises(ValueError):
         (dp_kip.load if which == "kip" else dp_ntk_regression.load)(path)
     _report_fails(path, capsys)
+
+
+def _set_sgd_param(name, value):
+    def change(meta):
+        sgd = [
+            r for r in meta["report"]["mechanisms"] if r["name"] == "poisson_subsampled_gaussian"
+        ]
+        sgd[0]["params"][name] = value
+
+    return change
+
+
+@pytest.mark.timeout(60, func_only=True)  # unguarded, 1e-7 ran for minutes
+@pytest.mark.parametrize("name, value", [("value_discretization_interval", 1e-7), ("steps", 10**9)])
+def test_f7_a_file_cannot_make_the_pld_accountant_run_without_bound(
+    kip_and_reg_files, tmp_path, capsys, name, value
+):
+    """F7 / G2: a DP-SGD record's interval or step count made loading run for minutes or
+    ask for 9.4 GiB (steps 1e7) to 469 GiB (1e9). Now refused from its RDP size estimate,
+    before the PLD is built, by the loader and by ``privkernels report``."""
+    path = _edited(kip_and_reg_files[0], tmp_path, _set_sgd_param(name, value))
+    with pytest.raises(ValueError, match="PLD grid"):
+        dp_kip.load(path)
+    _report_fails(path, capsys, "PLD grid")

@@ -101,6 +101,11 @@ DEFAULT_PLD_INTERVAL = 1e-4
 DEFAULT_SIGMA_TOL = 1e-4
 #: PLD interval of the cheap first pass that brackets the accurate calibration.
 _COARSE_FACTOR = 10.0
+#: Largest PLD grid a DP-SGD epsilon is computed on, in discretization intervals. The
+#: grid's size is estimated as the run's RDP epsilon (cheap for any step count) over the
+#: interval (`_check_pld_size`); past this, memory and time grow without bound (a file's
+#: ``steps=10**7`` once asked for 9.4 GiB, an interval of 1e-7 ran for minutes).
+MAX_PLD_CELLS = 10**6
 
 
 # --------------------------------------------------------------------------- #
@@ -268,6 +273,30 @@ def _make_accountant(accountant: str, interval: float, relation: str) -> Any:
     return dp_accounting.rdp.RdpAccountant(neighboring_relation=neighbouring)
 
 
+def _check_pld_size(sigma: float, run: _Run) -> None:
+    """Refuse (``ValueError``) a PLD run whose loss grid would pass `MAX_PLD_CELLS`.
+
+    The estimate is the add-remove RDP epsilon of the same ``sigma``, q and steps
+    (cheap for any step count; a rough measure of the range of privacy losses the PLD
+    grid spans) over ``run.interval``. Genuine budgets are far inside it: eps 10
+    at the default interval is about 1.5e5 cells. Nothing here depends on data.
+    """
+    if run.accountant == "pld":
+        _refuse_large_pld(
+            _epsilon(sigma, run._replace(accountant="rdp", relation="add-remove")), run
+        )
+
+
+def _refuse_large_pld(rough_epsilon: float, run: _Run) -> None:
+    if not rough_epsilon / run.interval <= MAX_PLD_CELLS:
+        raise ValueError(
+            f"this DP-SGD run would need a PLD grid of about {rough_epsilon / run.interval:.3g} "
+            f"cells (epsilon {rough_epsilon:.4g} over the interval {run.interval:g}), more than "
+            f"the {MAX_PLD_CELLS:.0e} the PLD accountant is run on; use accountant='rdp', a "
+            "larger value_discretization_interval, or fewer steps"
+        )
+
+
 def _epsilon(sigma: float, run: _Run) -> float:
     """Epsilon of ``run.steps`` Poisson-subsampled Gaussian steps of noise multiplier ``sigma``."""
     acc = _make_accountant(run.accountant, run.interval, run.relation)
@@ -304,6 +333,7 @@ def dpsgd_epsilon(
     run = _check_run(
         delta, sampling_rate, steps, accountant, value_discretization_interval, neighbouring
     )
+    _check_pld_size(sigma, run)
     return _epsilon(sigma, run)
 
 
@@ -521,6 +551,9 @@ def dpsgd_noise_multiplier(
 
     Very large budgets (sigma below ~0.3) make every PLD evaluation slow
     (e.g. ~30 s for eps=50, q=0.01, 10 steps); ``accountant="rdp"`` stays fast.
+    A sigma whose PLD grid would pass `MAX_PLD_CELLS` is refused (``ValueError``), as
+    `dpsgd_epsilon` and `dpsgd_record` refuse it, so no plan is made whose record a
+    loader could not re-derive.
 
     Returns:
       sigma (float). Use ``dpsgd_epsilon(sigma, delta, ...)`` with the same
@@ -530,7 +563,11 @@ def dpsgd_noise_multiplier(
     run = _check_run(
         delta, sampling_rate, steps, accountant, value_discretization_interval, neighbouring
     )
-    return _calibrate(eps, run, check_positive(tol, "tol"))
+    if run.accountant == "pld":  # the answer's RDP epsilon is at least the target
+        _refuse_large_pld(eps, run)
+    sigma = _calibrate(eps, run, check_positive(tol, "tol"))
+    _check_pld_size(sigma, run)  # a plan whose record could not be re-derived from its file
+    return sigma
 
 
 def dpsgd_record(
@@ -558,6 +595,7 @@ def dpsgd_record(
         delta, sampling_rate, steps, accountant, value_discretization_interval, neighbouring
     )
     c = check_positive(clip_norm, "clip_norm")
+    _check_pld_size(sigma, run)
     eps = _epsilon(sigma, run) if epsilon is None else check_epsilon(epsilon)
     pld = run.accountant == "pld"
     extra: dict[str, Any] = {"value_discretization_interval": run.interval} if pld else {}
