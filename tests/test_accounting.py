@@ -275,21 +275,31 @@ def test_dp_sgd_calibration_is_memoized():
 
 
 def test_pld_runs_past_the_grid_limit_are_refused_before_the_pld_is_built():
-    """`MAX_PLD_CELLS`: the RDP epsilon over the interval estimates the PLD grid. Past it,
-    every DP-SGD entry point refuses (a file's record, a plan, a record); genuine budgets
-    sit far inside it, and the RDP accountant has no such limit."""
+    """`MAX_PLD_CELLS`: `_pld_cells` estimates the PLD grid (one step's loss range, and the
+    composed RDP epsilon at delta 1e-10). Past it, every DP-SGD entry point refuses (a file's
+    record, a plan, a record); genuine budgets sit far inside it, and the RDP accountant
+    has no such limit. The s70 adversary's bypasses (a tiny q or a large delta made the
+    first estimate 0) are among the refused."""
     from privkernels.privacy import accounting
 
-    kw = dict(sampling_rate=1 / 120, accountant="pld")
-    sigma10 = 0.5337  # PLD's sigma for eps 10 at these numbers (module docstring)
-    rough = dpsgd_epsilon(sigma10, DELTA, steps=1200, sampling_rate=1 / 120, accountant="rdp")
-    assert rough / accounting.DEFAULT_PLD_INTERVAL < 0.2 * accounting.MAX_PLD_CELLS
-    for steps, interval in [(10**7, 1e-4), (1200, 1e-8)]:
+    def cells(sigma, q, steps, relation="add-remove", delta=DELTA, interval=1e-4):
+        run = accounting._Run(delta, q, steps, "pld", interval, relation)
+        return accounting._pld_cells(sigma, run)
+
+    for relation in ("add-remove", "replace-one"):  # PLD sigma of eps 10 at these numbers
+        assert cells(0.5337, 1 / 120, 1200, relation) < 0.5 * accounting.MAX_PLD_CELLS
+    refused = [  # sigma, q, steps, delta, interval
+        (1.3204, 1 / 120, 10**7, DELTA, 1e-4),
+        (1.3204, 1 / 120, 1200, DELTA, 1e-8),
+        (0.05, 1e-50, 1, DELTA, 3e-5),
+        (0.5, 1.0, 1, 0.9, 1e-6),
+    ]
+    for sigma, q, steps, delta, interval in refused:
+        kw = dict(sampling_rate=q, steps=steps, value_discretization_interval=interval)
         with pytest.raises(ValueError, match="PLD grid"):
-            dpsgd_epsilon(1.3204, DELTA, steps=steps, value_discretization_interval=interval, **kw)
+            dpsgd_epsilon(sigma, delta, **kw)
         with pytest.raises(ValueError, match="PLD grid"):
-            accounting.dpsgd_record("x", noise_multiplier=1.3204, delta=DELTA, steps=steps,
-                                    clip_norm=1.0, value_discretization_interval=interval, **kw)  # fmt: skip
+            accounting.dpsgd_record("x", noise_multiplier=sigma, delta=delta, clip_norm=1.0, **kw)
     with pytest.raises(ValueError, match="PLD grid"):  # refused before any PLD is computed
-        dpsgd_noise_multiplier(500.0, DELTA, steps=1200, **kw)
+        dpsgd_noise_multiplier(500.0, DELTA, sampling_rate=1 / 120, steps=1200)
     assert dpsgd_epsilon(1.3204, DELTA, sampling_rate=1 / 120, steps=10**9, accountant="rdp") > 0

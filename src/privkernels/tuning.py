@@ -212,7 +212,8 @@ def select(
 
     Args:
       key: the secret key of the search's releases (fits and scores).
-      candidates: the grid (`Candidate`, each holding the rows); at least one.
+      candidates: the grid (`Candidate`, each holding the rows); at least one, at most
+        `privkernels.privacy.accounting.MAX_SELECT_CANDIDATES` (256).
       n_rows: the number of rows (public under replace-one).
       epsilon, delta: the guarantee of the whole search.
       relation: the neighbouring relation every candidate's release is under.

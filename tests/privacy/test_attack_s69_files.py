@@ -19,8 +19,15 @@ from privkernels._json import loads_bounded
 from privkernels.cli import main as cli_main
 from privkernels.data.schema import TabularSchema
 from privkernels.privacy.accountant import BudgetAccountant
-from privkernels.privacy.accounting import gaussian_epsilon
+from privkernels.privacy.accounting import (
+    MAX_SELECT_CANDIDATES,
+    gaussian_epsilon,
+    gaussian_sigma,
+    repeat_and_select_epsilon,
+)
+from privkernels.privacy.budget import Budget
 from privkernels.privacy.report import PrivacyReport
+from privkernels.privacy.selection import SelectionPlan, selection_report
 
 DEEP = 100_000  # Python 3.11's parser refuses it with RecursionError, 3.12's reads it
 
@@ -240,25 +247,62 @@ def test_g2_crafted_numbers_and_types_are_value_errors_in_every_loader(
     _report_fails(path, capsys)
 
 
-def _set_sgd_param(name, value):
+def _set_sgd_params(**values):
     def change(meta):
         sgd = [
             r for r in meta["report"]["mechanisms"] if r["name"] == "poisson_subsampled_gaussian"
         ]
-        sgd[0]["params"][name] = value
+        sgd[0]["params"].update(values)
 
     return change
 
 
-@pytest.mark.timeout(60, func_only=True)  # unguarded, 1e-7 ran for minutes
-@pytest.mark.parametrize("name, value", [("value_discretization_interval", 1e-7), ("steps", 10**9)])
+@pytest.mark.timeout(60, func_only=True)  # unguarded, each ran for minutes or ran out of memory
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"value_discretization_interval": 1e-7},
+        {"steps": 10**9},
+        # s70 round: q so small that the RDP epsilon is 0, while one step's grid is 1e7 cells
+        {"noise_multiplier": 0.05, "sampling_rate": 1e-50, "value_discretization_interval": 3e-5},
+    ],
+)
 def test_f7_a_file_cannot_make_the_pld_accountant_run_without_bound(
-    kip_and_reg_files, tmp_path, capsys, name, value
+    kip_and_reg_files, tmp_path, capsys, values
 ):
-    """F7 / G2: a DP-SGD record's interval or step count made loading run for minutes or
-    ask for 9.4 GiB (steps 1e7) to 469 GiB (1e9). Now refused from its RDP size estimate,
-    before the PLD is built, by the loader and by ``privkernels report``."""
-    path = _edited(kip_and_reg_files[0], tmp_path, _set_sgd_param(name, value))
+    """F7 / G2: a DP-SGD record's interval, step count or sampling rate made loading run
+    for minutes or ask for 9.4 GiB (steps 1e7) to 469 GiB (1e9). Now refused from the
+    grid's estimated size, before the PLD is built, by the loader and ``privkernels report``."""
+    path = _edited(kip_and_reg_files[0], tmp_path, _set_sgd_params(**values))
     with pytest.raises(ValueError, match="PLD grid"):
         dp_kip.load(path)
     _report_fails(path, capsys, "PLD grid")
+
+
+def test_e_a_search_report_cannot_list_unbounded_candidates(tmp_path, capsys):
+    """s70 E: `privkernels report` re-derived one RDP curve per listed candidate (about 40 ms
+    each) before it could refuse; 3,500 distinct candidates ran 141 s. Now more than
+    `MAX_SELECT_CANDIDATES` is refused before any curve, and equal candidates share one."""
+
+    def report(n, spread):
+        share, fit = 0.2, Budget(1.0, 1e-6)
+        sigma = gaussian_sigma(share / (1 - share), 1e-6 * share / (1 - share))
+        events = tuple(
+            (("dpsgd", 1.0 + i * spread, 0.01, 1000), ("gaussian", sigma)) for i in range(n)
+        )
+        plan = SelectionPlan(
+            5.0, 1e-5, 5.0, fit, Budget(1.0, 1e-6), sigma, 10.0, 1.0, events, share
+        )
+        return selection_report(
+            plan, "add-remove", candidates=[f"c{i}" for i in range(n)], chosen=0
+        )
+
+    path = tmp_path / "search.privacy.json"
+    path.write_text(json.dumps(report(MAX_SELECT_CANDIDATES + 1, 1e-9).to_dict()))
+    with pytest.raises(ValueError, match="at most"):
+        PrivacyReport.from_dict(json.loads(path.read_text()))
+    _report_fails(path, capsys, "at most")
+    one = [[("dpsgd", 1.0, 0.01, 1000), ("gaussian", 2.0)]]
+    kw = dict(mean=10.0, shape=1.0, delta=1e-5)
+    same = repeat_and_select_epsilon(one * MAX_SELECT_CANDIDATES, **kw)
+    assert same == repeat_and_select_epsilon(one, **kw)

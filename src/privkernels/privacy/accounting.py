@@ -101,9 +101,11 @@ DEFAULT_PLD_INTERVAL = 1e-4
 DEFAULT_SIGMA_TOL = 1e-4
 #: PLD interval of the cheap first pass that brackets the accurate calibration.
 _COARSE_FACTOR = 10.0
-#: Largest PLD grid a DP-SGD epsilon is computed on, in discretization intervals. The
-#: grid's size is estimated as the run's RDP epsilon (cheap for any step count) over the
-#: interval (`_check_pld_size`); past this, memory and time grow without bound (a file's
+#: Most candidates `repeat_and_select_epsilon` accounts: each distinct one costs an RDP
+#: curve (about 40 ms), and a file listing thousands made loading run for minutes.
+MAX_SELECT_CANDIDATES = 256
+#: Largest PLD grid a DP-SGD epsilon is computed on, in discretization intervals, as
+#: `_pld_cells` estimates it; past this, memory and time grow without bound (a file's
 #: ``steps=10**7`` once asked for 9.4 GiB, an interval of 1e-7 ran for minutes).
 MAX_PLD_CELLS = 10**6
 
@@ -276,24 +278,45 @@ def _make_accountant(accountant: str, interval: float, relation: str) -> Any:
 def _check_pld_size(sigma: float, run: _Run) -> None:
     """Refuse (``ValueError``) a PLD run whose loss grid would pass `MAX_PLD_CELLS`.
 
-    The estimate is the add-remove RDP epsilon of the same ``sigma``, q and steps
-    (cheap for any step count; a rough measure of the range of privacy losses the PLD
-    grid spans) over ``run.interval``. Genuine budgets are far inside it: eps 10
-    at the default interval is about 1.5e5 cells. Nothing here depends on data.
+    The estimate (`_pld_cells`) reads no data. Genuine budgets are far inside it: eps 10
+    at q = 1/120, 1200 steps and the default interval is about 2e5 cells (4e5 under
+    replace-one).
     """
     if run.accountant == "pld":
-        _refuse_large_pld(
-            _epsilon(sigma, run._replace(accountant="rdp", relation="add-remove")), run
-        )
+        _refuse_large_pld(_pld_cells(sigma, run), run)
 
 
-def _refuse_large_pld(rough_epsilon: float, run: _Run) -> None:
-    if not rough_epsilon / run.interval <= MAX_PLD_CELLS:
+def _pld_cells(sigma: float, run: _Run) -> float:
+    """Rough size of the PLD grid of ``run`` at noise multiplier ``sigma``, in intervals.
+
+    The larger of (1) one step's privacy-loss range between dp-accounting's own
+    truncation points, which neither a tiny q nor a large delta shrinks, and (2) the
+    composed run's add-remove RDP epsilon at delta 1e-10 (not the record's delta),
+    doubled under replace-one, for the drift of many steps. Both are cheap for any q,
+    delta and step count.
+    """
+    from dp_accounting.pld import privacy_loss_mechanism as plm  # heavy: loaded on first use
+
+    kind = plm.AdjacencyType
+    kinds = (kind.REPLACE,) if run.relation == "replace-one" else (kind.ADD, kind.REMOVE)
+    one_step = 0.0
+    for adjacency in kinds:
+        loss = plm.GaussianPrivacyLoss(sigma, sampling_prob=run.q, adjacency_type=adjacency)
+        tail = loss.privacy_loss_tail()
+        lo, hi = (loss.privacy_loss(x) for x in (tail.lower_x_truncation, tail.upper_x_truncation))
+        one_step = max(one_step, abs(hi - lo))
+    rdp = run._replace(delta=min(run.delta, 1e-10), accountant="rdp", relation="add-remove")
+    drift = _epsilon(sigma, rdp) * (2.0 if run.relation == "replace-one" else 1.0)
+    return max(one_step, drift) / run.interval
+
+
+def _refuse_large_pld(cells: float, run: _Run) -> None:
+    if not cells <= MAX_PLD_CELLS:
         raise ValueError(
-            f"this DP-SGD run would need a PLD grid of about {rough_epsilon / run.interval:.3g} "
-            f"cells (epsilon {rough_epsilon:.4g} over the interval {run.interval:g}), more than "
-            f"the {MAX_PLD_CELLS:.0e} the PLD accountant is run on; use accountant='rdp', a "
-            "larger value_discretization_interval, or fewer steps"
+            f"this DP-SGD run would need a PLD grid of about {cells:.3g} cells at the "
+            f"interval {run.interval:g}, more than the {MAX_PLD_CELLS:.0e} the PLD accountant "
+            "is run on; add noise, take fewer steps, use accountant='rdp' (add-remove), or a "
+            "larger value_discretization_interval where the call takes one"
         )
 
 
@@ -564,7 +587,7 @@ def dpsgd_noise_multiplier(
         delta, sampling_rate, steps, accountant, value_discretization_interval, neighbouring
     )
     if run.accountant == "pld":  # the answer's RDP epsilon is at least the target
-        _refuse_large_pld(eps, run)
+        _refuse_large_pld(eps / run.interval, run)
     sigma = _calibrate(eps, run, check_positive(tol, "tol"))
     _check_pld_size(sigma, run)  # a plan whose record could not be re-derived from its file
     return sigma
@@ -740,7 +763,8 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
     ``RepeatAndSelectDpEvent`` (tested).
 
     Args:
-      candidates: a sequence of candidates, each a sequence of `SelectionEvent` tuples.
+      candidates: a sequence of at most `MAX_SELECT_CANDIDATES` candidates, each a
+        sequence of `SelectionEvent` tuples (equal ones share one RDP curve).
       mean: expected number of repetitions, >= 1.
       shape: the distribution's shape in ``[0, inf)``.
       delta: target delta in (0, 1).
@@ -753,7 +777,13 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
 
     mean, shape = check_repetitions(mean, shape)
     d = check_delta(delta)
-    curves = [candidate_rdp(c) for c in candidates]
+    if len(candidates) > MAX_SELECT_CANDIDATES:
+        raise ValueError(
+            f"repeat-and-select accounts at most {MAX_SELECT_CANDIDATES} candidates, got "
+            f"{len(candidates)}"
+        )
+    distinct = {tuple(tuple(e) for e in c): c for c in candidates}  # one curve per run shape
+    curves = [candidate_rdp(c) for c in distinct.values()]
     if not curves:
         raise ValueError("repeat-and-select needs at least one candidate")
     orders = np.asarray(curves[0][0], np.float64)
