@@ -293,12 +293,13 @@ def test_pld_runs_past_the_grid_limit_are_refused_before_the_pld_is_built():
         (1.3204, 1 / 120, 1200, DELTA, 1e-8),
         (0.05, 1e-50, 1, DELTA, 3e-5),
         (0.5, 1.0, 1, 0.9, 1e-6),
+        (200.0, 0.01, 3 * 10**7, DELTA, 1e-4),  # a tiny grid composed 3e7 times: 157 s
     ]
-    for sigma, q, steps, delta, interval in refused:
+    for sigma, q, steps, delta, interval in refused + [(1e-200, 1.0, 1, DELTA, 1e-4)]:
         kw = dict(sampling_rate=q, steps=steps, value_discretization_interval=interval)
-        with pytest.raises(ValueError, match="PLD grid"):
+        with pytest.raises(ValueError, match="PLD"):
             dpsgd_epsilon(sigma, delta, **kw)
-        with pytest.raises(ValueError, match="PLD grid"):
+        with pytest.raises(ValueError, match="PLD"):
             accounting.dpsgd_record("x", noise_multiplier=sigma, delta=delta, clip_norm=1.0, **kw)
     with pytest.raises(ValueError, match="PLD grid"):  # refused before any PLD is computed
         dpsgd_noise_multiplier(500.0, DELTA, sampling_rate=1 / 120, steps=1200)

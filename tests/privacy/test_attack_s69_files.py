@@ -21,6 +21,7 @@ from privkernels.data.schema import TabularSchema
 from privkernels.privacy.accountant import BudgetAccountant
 from privkernels.privacy.accounting import (
     MAX_SELECT_CANDIDATES,
+    MAX_SELECT_DPSGD_EVENTS,
     gaussian_epsilon,
     gaussian_sigma,
     repeat_and_select_epsilon,
@@ -265,6 +266,8 @@ def _set_sgd_params(**values):
         {"steps": 10**9},
         # s70 round: q so small that the RDP epsilon is 0, while one step's grid is 1e7 cells
         {"noise_multiplier": 0.05, "sampling_rate": 1e-50, "value_discretization_interval": 3e-5},
+        # s70 round 2: a sigma so large that the grid is tiny, composed 3e7 times (157 s)
+        {"noise_multiplier": 200.0, "sampling_rate": 0.01, "steps": 3 * 10**7},
     ],
 )
 def test_f7_a_file_cannot_make_the_pld_accountant_run_without_bound(
@@ -274,9 +277,20 @@ def test_f7_a_file_cannot_make_the_pld_accountant_run_without_bound(
     for minutes or ask for 9.4 GiB (steps 1e7) to 469 GiB (1e9). Now refused from the
     grid's estimated size, before the PLD is built, by the loader and ``privkernels report``."""
     path = _edited(kip_and_reg_files[0], tmp_path, _set_sgd_params(**values))
-    with pytest.raises(ValueError, match="PLD grid"):
+    with pytest.raises(ValueError, match="PLD"):
         dp_kip.load(path)
-    _report_fails(path, capsys, "PLD grid")
+    _report_fails(path, capsys, "PLD")
+
+
+def test_d_an_unreadable_interval_is_not_echoed(kip_and_reg_files, tmp_path, capsys):
+    """s70 round 2, D: a text interval came back whole inside the error message."""
+    path = _edited(
+        kip_and_reg_files[0], tmp_path, _set_sgd_params(value_discretization_interval="Z" * 300)
+    )
+    with pytest.raises(ValueError, match="value_discretization_interval") as err:
+        dp_kip.load(path)
+    assert "ZZZ" not in str(err.value)
+    assert "ZZZ" not in _report_fails(path, capsys)
 
 
 def test_e_a_search_report_cannot_list_unbounded_candidates(tmp_path, capsys):
@@ -298,10 +312,11 @@ def test_e_a_search_report_cannot_list_unbounded_candidates(tmp_path, capsys):
         )
 
     path = tmp_path / "search.privacy.json"
-    path.write_text(json.dumps(report(MAX_SELECT_CANDIDATES + 1, 1e-9).to_dict()))
-    with pytest.raises(ValueError, match="at most"):
-        PrivacyReport.from_dict(json.loads(path.read_text()))
-    _report_fails(path, capsys, "at most")
+    for n in (MAX_SELECT_CANDIDATES + 1, MAX_SELECT_DPSGD_EVENTS + 1):  # round 2: 256 took 80 s
+        path.write_text(json.dumps(report(n, 1e-9).to_dict()))
+        with pytest.raises(ValueError, match="at most"):
+            PrivacyReport.from_dict(json.loads(path.read_text()))
+        _report_fails(path, capsys, "at most")
     one = [[("dpsgd", 1.0, 0.01, 1000), ("gaussian", 2.0)]]
     kw = dict(mean=10.0, shape=1.0, delta=1e-5)
     same = repeat_and_select_epsilon(one * MAX_SELECT_CANDIDATES, **kw)

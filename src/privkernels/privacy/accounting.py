@@ -101,9 +101,16 @@ DEFAULT_PLD_INTERVAL = 1e-4
 DEFAULT_SIGMA_TOL = 1e-4
 #: PLD interval of the cheap first pass that brackets the accurate calibration.
 _COARSE_FACTOR = 10.0
-#: Most candidates `repeat_and_select_epsilon` accounts: each distinct one costs an RDP
-#: curve (about 40 ms), and a file listing thousands made loading run for minutes.
+#: Most candidates `repeat_and_select_epsilon` accounts, and most DP-SGD events over its
+#: distinct candidates: each such event costs an RDP curve (0.04 to 0.4 s), and files
+#: listing thousands of candidates, or hundreds of events in one, made loading run for
+#: minutes (adversary s70).
 MAX_SELECT_CANDIDATES = 256
+MAX_SELECT_DPSGD_EVENTS = 64
+#: Most DP-SGD steps the PLD accountant composes: a large sigma keeps the grid small, and
+#: dp-accounting's sparse composition then works on an integer of ``size**steps`` (3e7
+#: steps took 157 s). The RDP accountant has no such limit.
+MAX_PLD_STEPS = 10**6
 #: Largest PLD grid a DP-SGD epsilon is computed on, in discretization intervals, as
 #: `_pld_cells` estimates it; past this, memory and time grow without bound (a file's
 #: ``steps=10**7`` once asked for 9.4 GiB, an interval of 1e-7 ran for minutes).
@@ -282,8 +289,22 @@ def _check_pld_size(sigma: float, run: _Run) -> None:
     at q = 1/120, 1200 steps and the default interval is about 2e5 cells (4e5 under
     replace-one).
     """
-    if run.accountant == "pld":
-        _refuse_large_pld(_pld_cells(sigma, run), run)
+    if run.accountant != "pld":
+        return
+    _check_pld_steps(run)
+    try:
+        cells = _pld_cells(sigma, run)
+    except ArithmeticError:  # a sigma near the float range's ends
+        cells = math.inf
+    _refuse_large_pld(cells, run)
+
+
+def _check_pld_steps(run: _Run) -> None:
+    if run.accountant == "pld" and run.steps > MAX_PLD_STEPS:
+        raise ValueError(
+            f"the PLD accountant composes at most {MAX_PLD_STEPS:.0e} DP-SGD steps, got "
+            f"{run.steps}; use accountant='rdp' (add-remove)"
+        )
 
 
 def _pld_cells(sigma: float, run: _Run) -> float:
@@ -299,15 +320,17 @@ def _pld_cells(sigma: float, run: _Run) -> float:
 
     kind = plm.AdjacencyType
     kinds = (kind.REPLACE,) if run.relation == "replace-one" else (kind.ADD, kind.REMOVE)
-    one_step = 0.0
+    ranges = []
     for adjacency in kinds:
         loss = plm.GaussianPrivacyLoss(sigma, sampling_prob=run.q, adjacency_type=adjacency)
         tail = loss.privacy_loss_tail()
         lo, hi = (loss.privacy_loss(x) for x in (tail.lower_x_truncation, tail.upper_x_truncation))
-        one_step = max(one_step, abs(hi - lo))
+        ranges.append(abs(hi - lo))
     rdp = run._replace(delta=min(run.delta, 1e-10), accountant="rdp", relation="add-remove")
-    drift = _epsilon(sigma, rdp) * (2.0 if run.relation == "replace-one" else 1.0)
-    return max(one_step, drift) / run.interval
+    ranges.append(_epsilon(sigma, rdp) * (2.0 if run.relation == "replace-one" else 1.0))
+    if not all(math.isfinite(r) for r in ranges):
+        return math.inf
+    return max(ranges) / run.interval
 
 
 def _refuse_large_pld(cells: float, run: _Run) -> None:
@@ -587,6 +610,7 @@ def dpsgd_noise_multiplier(
         delta, sampling_rate, steps, accountant, value_discretization_interval, neighbouring
     )
     if run.accountant == "pld":  # the answer's RDP epsilon is at least the target
+        _check_pld_steps(run)
         _refuse_large_pld(eps / run.interval, run)
     sigma = _calibrate(eps, run, check_positive(tol, "tol"))
     _check_pld_size(sigma, run)  # a plan whose record could not be re-derived from its file
@@ -764,7 +788,8 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
 
     Args:
       candidates: a sequence of at most `MAX_SELECT_CANDIDATES` candidates, each a
-        sequence of `SelectionEvent` tuples (equal ones share one RDP curve).
+        sequence of `SelectionEvent` tuples (equal ones share one RDP curve; at most
+        `MAX_SELECT_DPSGD_EVENTS` DP-SGD events over the distinct ones).
       mean: expected number of repetitions, >= 1.
       shape: the distribution's shape in ``[0, inf)``.
       delta: target delta in (0, 1).
@@ -783,6 +808,12 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
             f"{len(candidates)}"
         )
     distinct = {tuple(tuple(e) for e in c): c for c in candidates}  # one curve per run shape
+    sgd = sum(1 for c in distinct for e in c if e and e[0] == "dpsgd")
+    if sgd > MAX_SELECT_DPSGD_EVENTS:
+        raise ValueError(
+            f"repeat-and-select accounts at most {MAX_SELECT_DPSGD_EVENTS} DP-SGD events over "
+            f"its distinct candidates, got {sgd}"
+        )
     curves = [candidate_rdp(c) for c in distinct.values()]
     if not curves:
         raise ValueError("repeat-and-select needs at least one candidate")

@@ -131,7 +131,8 @@ def _dpsgd(record: MechanismRecord, relation: str) -> float:
     steps = _num(p, "steps", record)
     if steps != int(steps) or steps < 1:
         raise ValueError(f"record {record.name!r}: steps must be an integer >= 1")
-    interval = float(p.get("value_discretization_interval", 1e-4))
+    key = "value_discretization_interval"
+    interval = _num(p, key, record) if key in p else 1e-4
     return _dpsgd_epsilon(
         _num(p, "noise_multiplier", record), record.delta, _num(p, "sampling_rate", record),
         int(steps), str(record.accountant), interval, relation,
