@@ -789,7 +789,8 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
     Args:
       candidates: a sequence of at most `MAX_SELECT_CANDIDATES` candidates, each a
         sequence of `SelectionEvent` tuples (equal ones share one RDP curve; at most
-        `MAX_SELECT_DPSGD_EVENTS` DP-SGD events over the distinct ones).
+        `MAX_SELECT_DPSGD_EVENTS` DP-SGD events and ``4 * MAX_SELECT_CANDIDATES`` events
+        in all over the distinct ones).
       mean: expected number of repetitions, >= 1.
       shape: the distribution's shape in ``[0, inf)``.
       delta: target delta in (0, 1).
@@ -809,10 +810,12 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
         )
     distinct = {tuple(tuple(e) for e in c): c for c in candidates}  # one curve per run shape
     sgd = sum(1 for c in distinct for e in c if e and e[0] == "dpsgd")
-    if sgd > MAX_SELECT_DPSGD_EVENTS:
+    total = sum(len(c) for c in distinct)
+    if sgd > MAX_SELECT_DPSGD_EVENTS or total > 4 * MAX_SELECT_CANDIDATES:
         raise ValueError(
-            f"repeat-and-select accounts at most {MAX_SELECT_DPSGD_EVENTS} DP-SGD events over "
-            f"its distinct candidates, got {sgd}"
+            f"repeat-and-select accounts at most {MAX_SELECT_DPSGD_EVENTS} DP-SGD events and "
+            f"{4 * MAX_SELECT_CANDIDATES} events in all over its distinct candidates, got "
+            f"{sgd} and {total}"
         )
     curves = [candidate_rdp(c) for c in distinct.values()]
     if not curves:
