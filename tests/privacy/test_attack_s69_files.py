@@ -22,6 +22,7 @@ from privkernels.privacy.accountant import BudgetAccountant
 from privkernels.privacy.accounting import (
     MAX_SELECT_CANDIDATES,
     MAX_SELECT_DPSGD_EVENTS,
+    MAX_SELECT_EVENTS,
     gaussian_epsilon,
     gaussian_sigma,
     repeat_and_select_epsilon,
@@ -317,7 +318,7 @@ def test_e_a_search_report_cannot_list_unbounded_candidates(tmp_path, capsys):
         with pytest.raises(ValueError, match="at most"):
             PrivacyReport.from_dict(json.loads(path.read_text()))
         _report_fails(path, capsys, "at most")
-    many = [[("gaussian", 2.0 + i * 1e-9) for i in range(4 * MAX_SELECT_CANDIDATES + 1)]]
+    many = [[("gaussian", 2.0 + i * 1e-9) for i in range(MAX_SELECT_EVENTS + 1)]]
     with pytest.raises(ValueError, match="events in all"):
         repeat_and_select_epsilon(many, mean=10.0, shape=1.0, delta=1e-5)
     one = [[("dpsgd", 1.0, 0.01, 1000), ("gaussian", 2.0)]]

@@ -107,6 +107,7 @@ _COARSE_FACTOR = 10.0
 #: minutes (adversary s70).
 MAX_SELECT_CANDIDATES = 256
 MAX_SELECT_DPSGD_EVENTS = 64
+MAX_SELECT_EVENTS = 4 * MAX_SELECT_CANDIDATES
 #: Most DP-SGD steps the PLD accountant composes: a large sigma keeps the grid small, and
 #: dp-accounting's sparse composition then works on an integer of ``size**steps`` (3e7
 #: steps took 157 s). The RDP accountant has no such limit.
@@ -789,7 +790,7 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
     Args:
       candidates: a sequence of at most `MAX_SELECT_CANDIDATES` candidates, each a
         sequence of `SelectionEvent` tuples (equal ones share one RDP curve; at most
-        `MAX_SELECT_DPSGD_EVENTS` DP-SGD events and ``4 * MAX_SELECT_CANDIDATES`` events
+        `MAX_SELECT_DPSGD_EVENTS` DP-SGD events and `MAX_SELECT_EVENTS` events
         in all over the distinct ones).
       mean: expected number of repetitions, >= 1.
       shape: the distribution's shape in ``[0, inf)``.
@@ -811,10 +812,10 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
     distinct = {tuple(tuple(e) for e in c): c for c in candidates}  # one curve per run shape
     sgd = sum(1 for c in distinct for e in c if e and e[0] == "dpsgd")
     total = sum(len(c) for c in distinct)
-    if sgd > MAX_SELECT_DPSGD_EVENTS or total > 4 * MAX_SELECT_CANDIDATES:
+    if sgd > MAX_SELECT_DPSGD_EVENTS or total > MAX_SELECT_EVENTS:
         raise ValueError(
             f"repeat-and-select accounts at most {MAX_SELECT_DPSGD_EVENTS} DP-SGD events and "
-            f"{4 * MAX_SELECT_CANDIDATES} events in all over its distinct candidates, got "
+            f"{MAX_SELECT_EVENTS} events in all over its distinct candidates, got "
             f"{sgd} and {total}"
         )
     curves = [candidate_rdp(c) for c in distinct.values()]
