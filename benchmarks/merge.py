@@ -1,19 +1,19 @@
 """``python -m benchmarks merge OUT PART.json ...``: one results file from per-seed runs.
 
-A table run with ``--seeds 0``, another with ``--seeds 1`` ... (side by side, one process
-each, to use more cores) give one file each. `merge_parts` joins them into the file that
-``--seeds 0 1 ...`` in one process would have written, and refuses anything else: every
-part must record a ``rerun`` block for the same table, profile and ``--set`` options, the
-same clean git commit and package versions, and seeds no other part has. The joined
-file's ``command`` is the one-process command over all the seeds (it regenerates the
-file; ``rerun`` repeats it), ``assembled_from`` lists each part's command and time, and
-``assembled_by`` the merge command; its machine is the parts' (which must agree) and its
-``created`` the span of theirs. Rows keep their order within a part; parts are taken in
-the order of their first seed, so a table that loops over epsilon outside its seeds has
-the same rows as one process but grouped by seed. A part must name its seeds consistently
-(command, rerun block, rows), give every row a seed (tables that average over seeds cannot
-be merged), and not be a merged file itself. Parts from a copy without ``.git`` (a lent
-GPU machine: ``git_dirty`` unknown) are refused too.
+A table run with ``--seeds 0``, another with ``--seeds 1`` ... (one process each, side by
+side to use more cores or one after another) give one file each. `merge_parts` joins them
+into the file that ``--seeds 0 1 ...`` in one process would have written, and refuses
+anything else: every part must record a ``rerun`` block for the same table, profile and
+``--set`` options, the same clean git commit and package versions, and seeds no other part
+has. The joined file's ``command`` is the one-process command over all the seeds (it
+regenerates the file; ``rerun`` repeats it), ``assembled_from`` lists each part's command
+and time, and ``assembled_by`` the merge command; its machine is the parts' (which must
+agree) and its ``created`` the span of theirs. Rows keep their order within a part; parts
+are taken in the order of their first seed, so a table that loops over epsilon outside its
+seeds has the same rows as one process but grouped by seed. A part must name its seeds
+consistently (command, rerun block, rows), give every row a seed (tables that average over
+seeds cannot be merged), and not be a merged file itself. Parts from a copy without ``.git``
+(a lent GPU machine: ``git_dirty`` unknown) are refused too.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def merge_parts(paths: Sequence[Path], merge_command: str) -> dict[str, Any]:
         ],  # fmt: skip
     }
     meta = {**parts[0].get("meta", {}), "seeds": spec["seeds"],
-            "total_seconds": "per part: see provenance.assembled_from (run side by side)"}  # fmt: skip
+            "total_seconds": "per part: see provenance.assembled_from (one process each)"}  # fmt: skip
     rows = [r for i in order for r in parts[i]["rows"]]
     created = sorted(str(p.get("created")) for p in parts)
     return {"name": parts[0]["table"], "rows": rows, "meta": meta, "spec": spec,
