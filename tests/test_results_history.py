@@ -93,6 +93,20 @@ def test_the_readme_counts_equal_the_line_counts() -> None:
         assert test == f"{len(tests)} ({len(settings)} setting{plural})", cell
 
 
+def test_the_last_column_repeats_the_test_counts() -> None:
+    """The counts in the last column agree with the test-lines column."""
+    for cell, (_, _, _, _, test, covers) in _table_rows(_readme()).items():
+        counts = re.match(r"(\d+) \((\d+) settings?\)", test)
+        assert counts, cell
+        said = re.search(r"(\d+) test reads? of (\d+) settings?", covers)
+        pick = re.search(r"the pick among (\d+) settings?", covers)
+        assert said or pick, f"{cell}: the last column gives no count"
+        if said:
+            assert said.groups() == counts.groups(), cell
+        if pick:
+            assert pick[1] == counts[2], cell
+
+
 def test_the_readme_lists_every_test_read() -> None:
     text = _readme()
     for cell, lines in _cells().items():
