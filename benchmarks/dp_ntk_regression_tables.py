@@ -41,9 +41,18 @@ included; its own key) at ``delta = replace_one_delta = 1e-5`` (the paper's
 the function's defaults. Metric ``replace_one_test_acc``; ``relation`` names the
 guarantee of each row.
 
+``replace_one_features`` and ``replace_one_ridge_factor`` replace the sketch size and
+ridge factor of those fits (default: the function's, D = 1024 and 0.125); when given, the
+replace-one rows name them (``features``, ``ridge_factor``).
+
+Every row gives ``seed_values``: each seed's mean over its ``reps`` fits, in the order
+the seeds ran (``value`` is the mean over all of them, ``value_std`` their spread), so a
+mean and t-interval over seeds can be read from the file.
+
 Options (``--set key=value``): datasets (comma list), per_class_train,
 per_class_test, n_eps, reps, eta_mode (shift|paper), kernel_shift, reg, eta_min,
-beta, delta, width, replace_one (0|1), replace_one_delta, copy_plot_to (a directory).
+beta, delta, width, replace_one (0|1), replace_one_delta, replace_one_features,
+replace_one_ridge_factor, copy_plot_to (a directory).
 """
 
 from __future__ import annotations
@@ -76,7 +85,8 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 DEFAULTS: dict[str, Any] = dict(
     eta_mode="shift", kernel_shift=5.0, reg=5.0, eta_min=None, beta=1e-6, delta=2e-3, width=256,
-    replace_one=1, replace_one_delta=1e-5,
+    replace_one=1, replace_one_delta=1e-5, replace_one_features=None,
+    replace_one_ridge_factor=None,
 )  # fmt: skip
 PAPER_ETA_MIN = 7e-3
 PAPER_REG = 10.0
@@ -92,6 +102,8 @@ def _options(ctx: RunContext) -> dict[str, Any]:
         base = opts.get(key)
         if key in ("datasets", "eta_mode", "copy_plot_to"):
             opts[key] = raw
+        elif key == "replace_one_features":
+            opts[key] = None if raw.lower() == "none" else int(raw)
         elif isinstance(base, int) and not isinstance(base, bool):
             opts[key] = int(raw)
         else:
@@ -118,6 +130,21 @@ def _per_class(y: np.ndarray, per_class: int, rng: np.random.Generator) -> np.nd
         idx = np.flatnonzero(y == c)
         out.append(rng.choice(idx, size=min(per_class, idx.size), replace=False))
     return np.sort(np.concatenate(out))
+
+
+def _add(store: dict[Any, dict[int, list[float]]], key: Any, seed: int, value: float) -> None:
+    """File one fit's ``value`` under its cell ``key`` and its seed."""
+    store.setdefault(key, {}).setdefault(seed, []).append(value)
+
+
+def _flat(by_seed: dict[int, list[float]]) -> list[float]:
+    """Every fit's value, seed by seed, in the order they ran."""
+    return [v for values in by_seed.values() for v in values]
+
+
+def _seed_means(by_seed: dict[int, list[float]]) -> list[float]:
+    """Each seed's mean over its fits, in the order the seeds ran (the unit of a t-interval)."""
+    return [float(np.mean(values)) for values in by_seed.values()]
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:
@@ -240,13 +267,19 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
         fit_intercept=False,  # the paper's model, so the table keeps its numbers
         neighbouring="beta-close",  # the paper's relation, by name (not the default)
     )
+    replace_one_sketch = {
+        name: opts[f"replace_one_{name}"]
+        for name in ("features", "ridge_factor")
+        if opts[f"replace_one_{name}"] is not None
+    }
+    sketch_row = dict(replace_one_sketch)
     eta_note = (
         "public: kernel_shift (K + sI >= sI)"
         if opts["eta_mode"] == "shift"
         else "paper's 7e-3: unchecked assumption"
     )
     for name in datasets:
-        per_seed: dict[tuple[Any, str], list[float]] = {}
+        per_seed: dict[tuple[Any, str], dict[int, list[float]]] = {}
         times: dict[tuple[Any, str], list[float]] = {}
         ks: dict[float, list[int]] = {}
         errors: dict[float, str] = {}
@@ -272,7 +305,7 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                         **common,
                     )
                     acc = _acc(base, xte, yte)
-                per_seed.setdefault((None, "nonprivate_test_acc"), []).append(acc)
+                _add(per_seed, (None, "nonprivate_test_acc"), seed, acc)
                 times.setdefault((None, "nonprivate_test_acc"), []).append(t.seconds)
                 for eps in eps_grid:
                     eps = float(eps)
@@ -281,9 +314,10 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                             m1 = R.fit(release_key(seed, eps, rep, "replace-one"), xtr, ytr,
                                        epsilon=eps, delta=float(opts["replace_one_delta"]),
                                        n_classes=n_classes, width=int(opts["width"]),
-                                       neighbouring="replace-one", progress=False)  # fmt: skip
+                                       neighbouring="replace-one", progress=False,
+                                       **replace_one_sketch)  # fmt: skip
                             acc1 = _acc(m1, xte, yte)
-                        per_seed.setdefault((eps, "replace_one_test_acc"), []).append(acc1)
+                        _add(per_seed, (eps, "replace_one_test_acc"), seed, acc1)
                         times.setdefault((eps, "replace_one_test_acc"), []).append(t.seconds)
                     try:
                         with Timer() as t:
@@ -305,7 +339,7 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                         continue
                     ks.setdefault(eps, []).append(int(model.k or 0))
                     proven[eps] = model.report.proven
-                    per_seed.setdefault((eps, "private_test_acc"), []).append(acc)
+                    _add(per_seed, (eps, "private_test_acc"), seed, acc)
                     times.setdefault((eps, "private_test_acc"), []).append(t.seconds)
         if skipped:
             rows.append(
@@ -321,9 +355,9 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                 )
             )
             continue
-        base_mean = {"nonprivate_test_acc": float(np.mean(per_seed[(None, "nonprivate_test_acc")]))}
+        base_vals = _flat(per_seed[(None, "nonprivate_test_acc")])
+        base_mean = {"nonprivate_test_acc": float(np.mean(base_vals))}
         for metric in ("nonprivate_test_acc",):
-            base_vals = per_seed[(None, metric)]
             rows.append(
                 dict(
                     dataset=name,
@@ -340,6 +374,7 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                     runs=len(base_vals),
                     eta_min=opts["eta_min"],
                     eta_source=eta_note,
+                    seed_values=_seed_means(per_seed[(None, metric)]),
                 )
             )
         metrics = ("private_test_acc",) + (
@@ -347,7 +382,7 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
         )
         for eps in map(float, eps_grid):
             for metric in metrics:
-                vals = per_seed.get((eps, metric))
+                vals = _flat(per_seed.get((eps, metric), {}))
                 ref = base_mean["nonprivate_test_acc"]
                 beta_close = metric == "private_test_acc"
                 if not vals:
@@ -389,6 +424,8 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                         runs=len(vals),
                         eta_min=opts["eta_min"],
                         eta_source=eta_note,
+                        seed_values=_seed_means(per_seed[(eps, metric)]),
+                        **({} if beta_close else sketch_row),
                     )
                 )
     png = _plot(rows, Path(ctx.out) / f"dp_ntk_regression_fig1_{ctx.profile}.png", opts)

@@ -3,7 +3,8 @@
 A table run writes a ``rerun`` block into its JSON (table, profile, seeds, ``--set``
 options). This module runs that table again for the given seeds and compares each row's
 ``value`` with the recorded one. Rows are matched on their identifying fields: every field
-that is not a float (dataset, metric, seed, sizes, ...) plus ``epsilon`` and ``delta``.
+that is not a float or a list of floats (dataset, metric, seed, sizes, ...) plus
+``epsilon`` and ``delta``; a list of floats (a table's per-seed means) is a measurement.
 A row passes when the two values differ by at most ``max(k * spread, atol)``: ``spread``
 is the standard deviation of the recorded values of that cell over its seeds (rows that
 differ only in ``seed``), or the row's ``value_std`` for a row that is already a mean over
@@ -61,12 +62,17 @@ def load_rerun(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return spec, list(payload["rows"])
 
 
+def _measured(value: Any) -> bool:
+    """A float, or a non-empty list of floats: a measurement, not part of a row's identity."""
+    if isinstance(value, list) and value:
+        return all(isinstance(v, float) for v in value)
+    return isinstance(value, float)
+
+
 def row_key(row: dict[str, Any], *, without: Sequence[str] = ()) -> tuple[Any, ...]:
     """The identifying fields of ``row`` (sorted ``(name, value)`` pairs), less ``without``."""
     keep = {
-        k: v
-        for k, v in row.items()
-        if k not in without and (not isinstance(v, float) or k in _FLOAT_KEYS)
+        k: v for k, v in row.items() if k not in without and (not _measured(v) or k in _FLOAT_KEYS)
     }
     return tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in keep.items()))
 

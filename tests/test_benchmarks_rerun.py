@@ -80,6 +80,9 @@ def test_compare_rows_uses_the_seed_spread_and_value_std():
     assert not compare_rows(mean, [{"metric": "acc", "value": 0.65}], [0])[1]
     assert not compare_rows(mean, [], [0])[1]  # a missing row fails
     assert row_key({"a": 1, "value": 0.5, "epsilon": 1.0}) == row_key({"a": 1, "epsilon": 1.0})
+    # per-seed means are a measurement too; a list of ints or names still identifies
+    assert row_key({"a": 1, "seed_values": [0.7, 0.8]}) == row_key({"a": 1, "seed_values": [0.6]})
+    assert row_key({"a": 1, "b": [1, 2]}) != row_key({"a": 1, "b": [1, 3]})
 
 
 def test_command_of_quotes_options():
