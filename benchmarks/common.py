@@ -149,6 +149,8 @@ def _fmt(v: Any) -> str:
         if math.isnan(v):
             return "nan"
         return f"{v:.4g}"
+    if isinstance(v, list) and v and all(isinstance(x, float) for x in v):
+        return " / ".join(_fmt(x) for x in v)  # per-seed values
     return str(v)
 
 

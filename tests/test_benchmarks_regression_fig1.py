@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks import dp_ntk_regression_tables as table
+from benchmarks.common import markdown_table
 from benchmarks.registry import RunContext
 from privkernels import dp_ntk_regression as R
 
@@ -59,3 +60,8 @@ def test_a_bad_sketch_size_is_refused_when_the_options_are_read(tmp_path):
     ctx = RunContext("quick", (0,), None, tmp_path, {**SMALL, "replace_one_features": "1.5"})
     with pytest.raises(ValueError):
         table.run(ctx)
+
+
+def test_the_markdown_shows_per_seed_values_as_numbers():
+    text = markdown_table([{"metric": "acc", "seed_values": [0.73125, 0.71]}])
+    assert "| acc | 0.7312 / 0.71 |" in text
