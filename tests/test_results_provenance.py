@@ -1,0 +1,81 @@
+"""Every results file says how it was made (issue 53 item 5): a JSON written by
+``python -m benchmarks`` carries its command, clean git commit, versions and machine.
+
+Files from before the provenance block (2026-11-28) are listed here by name; the list may
+only shrink (rerun a file to take it off), and ``docs/benchmarks.md`` gives its length.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+#: Older than the provenance block: their Markdown says how they were run.
+LEGACY = set(
+    """
+audit-quick defaults-dp-kip-coarse-bounds defaults-dp-kip-grid defaults-regression
+dp-kip-table2-fcntk-dp-ntk-start-eps10 dp-kip-table2-fcntk-dp-ntk-start-smooth
+dp-kip-table2-fcntk-dp-ntk-start dp-kip-table2-fcntk-mnist-3seeds dp-kip-table2-fcntk
+dp-kip-table2-scatternet-10epochs dp-kip-table2-scatternet-2epochs-seeds12
+dp-kip-table2-scatternet-2epochs dp-kip-table2-scatternet-fmnist-eps1-batch5000
+dp-kip-table2-scatternet-fmnist-eps1-round11 dp-kip-table2-scatternet-fmnist-eps1-round8
+dp-kip-table2-scatternet-fmnist-eps1-validated
+dp-kip-table2-scatternet-fmnist-eps10-round24
+dp-kip-table2-scatternet-fmnist-eps10-round8
+dp-kip-table2-scatternet-fmnist-eps10-validated dp-kip-table2-scatternet-mnist-30epochs
+dp-kip-table2-scatternet-mnist-eps1-batch5000
+dp-kip-table2-scatternet-mnist-eps1-round11 dp-kip-table2-scatternet-mnist-eps1-round19
+dp-kip-table2-scatternet-mnist-eps1-round8 dp-kip-table2-scatternet-mnist-eps1-transfer
+dp-kip-table2-scatternet-mnist-eps10-round18 dp-kip-table2-scatternet-mnist-eps10-round8
+dp-kip-table2-scatternet-mnist-eps10-transfer dp-kip-table3-quick-dp-ntk-augment-fmnist
+dp-kip-table3-quick-dp-ntk-augment dp-kip-table3-quick-dp-ntk-code20-fmnist
+dp-kip-table3-quick-dp-ntk-f0.2 dp-kip-table3-quick-dp-ntk-f0.3-fmnist
+dp-kip-table3-quick-dp-ntk-fmnist dp-kip-table3-quick-dp-ntk-it1000
+dp-kip-table3-quick-dp-ntk-teacher-fmnist dp-kip-table3-quick-dp-ntk-teacher600-fmnist
+dp-kip-table3-quick-dp-ntk dp-kip-table3-quick-lowpass dp-kip-table3-quick
+dp-kip-table4-quick dp-ntk-regression-fig1-quick dp-ntk-table2-2000iter
+dp-ntk-table2-fmnist-2000iter dp-ntk-table4-quick-cervical-3seeds
+dp-ntk-table4-quick-cervical-epileptic dp-ntk-table4-quick gpu-h100-perf-quick
+gpu-h200-perf-quick peers-adult-aim peers-mnist-regression-full peers-quick
+""".split()
+)
+#: Run on a lent GPU from uncommitted code; the Markdown names the three files that differed.
+DIRTY = {"gpu-h200-paper-cells"}
+SHA = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+def _files() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))}
+
+
+def test_the_legacy_lists_name_existing_files_only() -> None:
+    names = set(_files())
+    assert LEGACY | DIRTY <= names
+
+
+@pytest.mark.parametrize("name", sorted(_files()))
+def test_a_results_file_records_how_it_was_made(name: str) -> None:
+    payload = _files()[name]
+    if name in LEGACY:
+        assert "provenance" not in payload, f"{name} has provenance now: drop it from LEGACY"
+        return
+    prov = payload.get("provenance")
+    assert isinstance(prov, dict), f"{name}: no provenance block"
+    assert isinstance(payload.get("machine"), dict) and payload["machine"], name
+    assert SHA.match(str(prov.get("git_commit"))), name
+    assert isinstance(prov.get("versions"), dict) and prov["versions"].get("jax"), name
+    # the estimator-defaults benchmarks (issue 52) keep their command in ``meta``
+    command = prov.get("command") or payload.get("meta", {}).get("command")
+    assert str(command).startswith("python -m benchmarks"), name
+    if name not in DIRTY:
+        assert prov.get("git_dirty") is False, f"{name}: run from uncommitted code"
+
+
+def test_the_docs_give_the_number_of_legacy_files() -> None:
+    text = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+    assert f"older files ({len(LEGACY)})" in text
