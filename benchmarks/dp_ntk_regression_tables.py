@@ -45,9 +45,9 @@ guarantee of each row.
 ridge factor of those fits (default: the function's, D = 1024 and 0.125); when given, the
 replace-one rows name them (``features``, ``ridge_factor``).
 
-Every row gives ``seed_values``: each seed's mean over its ``reps`` fits, in the order
-the seeds ran (``value`` is the mean over all of them, ``value_std`` their spread), so a
-mean and t-interval over seeds can be read from the file.
+Every row with a value gives ``seed_values``: each seed's mean over its ``reps`` fits,
+in the order the seeds ran (``value`` is the mean over all of them, ``value_std`` their
+spread), so a mean and t-interval over seeds can be read from the file.
 
 Options (``--set key=value``): datasets (comma list), per_class_train,
 per_class_test, n_eps, reps, eta_mode (shift|paper), kernel_shift, reg, eta_min,
