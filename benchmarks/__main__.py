@@ -297,7 +297,8 @@ def _rerun(args: argparse.Namespace) -> int:
     rows = table.run(ctx)
     _write_table(spec["table"], ctx, rows, time.perf_counter() - t0, started)
     _, recorded = load_rerun(Path(args.file))
-    comparison, ok = compare_rows(recorded, rows, ctx.seeds, k=args.k, atol=args.atol)
+    comparison, ok = compare_rows(recorded, rows, ctx.seeds, k=args.k, atol=args.atol,
+                                  recorded_seeds=spec.get("seeds"))  # fmt: skip
     print(markdown_table(comparison))
     print("rerun matches the file" if ok else "rerun DIFFERS from the file (rows marked False)")
     return 0 if ok else 1

@@ -29,6 +29,9 @@ __all__ = ["command_of", "compare_rows", "load_rerun", "row_key", "run_spec"]
 
 #: Float fields that identify a row (every other float is a measurement or a paper number).
 _FLOAT_KEYS = ("epsilon", "delta")
+#: Fields of a row averaged over seeds that summarise those seeds (the number of fits, the
+#: least sample count of Fig. 1's beta-close mechanism): left out when a subset is rerun.
+_OVER_SEEDS = ("runs", "k")
 
 
 def command_of(spec: dict[str, Any]) -> str:
@@ -99,6 +102,21 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _subset_target(
+    row: dict[str, Any], seeds: Sequence[int], recorded_seeds: Sequence[int] | None
+) -> tuple[float, float] | None:
+    """For a row that averages over seeds and gives ``seed_values`` (one per recorded seed):
+    the mean of the rerun seeds' recorded values and the spread of all of them; else None."""
+    per_seed = row.get("seed_values")
+    if "seed" in row or recorded_seeds is None or not isinstance(per_seed, list):
+        return None
+    if len(per_seed) != len(recorded_seeds) or not set(seeds) <= set(recorded_seeds):
+        return None
+    picked = [float(per_seed[list(recorded_seeds).index(s)]) for s in seeds]
+    spread = float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else 0.0
+    return float(np.mean(picked)), spread
+
+
 def compare_rows(
     recorded: list[dict[str, Any]],
     new: list[dict[str, Any]],
@@ -106,27 +124,37 @@ def compare_rows(
     *,
     k: float = 3.0,
     atol: float = 1e-3,
+    recorded_seeds: Sequence[int] | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     """Each recorded row of ``seeds`` (all rows when they carry no seed) beside its rerun.
 
     Returns ``(comparison rows, ok)``: ``ok`` when every such row has a rerun row with the
-    same key whose ``value`` is within ``max(k * spread, atol)``.
+    same key whose ``value`` is within ``max(k * spread, atol)``. A row that averages over
+    the file's seeds (``recorded_seeds``) and gives ``seed_values`` is compared, for a
+    subset of those seeds, with the mean of their recorded values (fields that summarise the
+    seeds, ``_OVER_SEEDS``, are left out of the match).
     """
     fresh = {row_key(r): r for r in new}
+    loose = {row_key(r, without=_OVER_SEEDS): r for r in new if "seed" not in r}
     out, ok = [], True
     for row in recorded:
         if "seed" in row and row["seed"] not in seeds:
             continue
         if not _is_number(row.get("value")):
             continue
-        twin = fresh.get(row_key(row))
-        tol = max(k * _spread(recorded, row), atol)
+        subset = _subset_target(row, seeds, recorded_seeds)
+        if subset is None:
+            twin = fresh.get(row_key(row))
+            target, tol = float(row["value"]), max(k * _spread(recorded, row), atol)
+        else:
+            twin = loose.get(row_key(row, without=_OVER_SEEDS))
+            target, tol = subset[0], max(k * subset[1], atol)
         value = twin.get("value") if twin is not None else None
-        good = _is_number(value) and abs(float(value) - float(row["value"])) <= tol  # type: ignore[arg-type]
+        good = _is_number(value) and abs(float(value) - target) <= tol  # type: ignore[arg-type]
         ok &= good
         line: dict[str, Any] = {
             n: row[n] for n in ("dataset", "metric", "epsilon", "seed") if n in row
         }
-        line.update(recorded=row["value"], rerun=value, tolerance=tol, ok=good)
+        line.update(recorded=target, rerun=value, tolerance=tol, ok=good)
         out.append(line)
     return out, ok and bool(out)

@@ -85,6 +85,20 @@ def test_compare_rows_uses_the_seed_spread_and_value_std():
     assert row_key({"a": 1, "b": [1, 2]}) != row_key({"a": 1, "b": [1, 3]})
 
 
+def test_a_mean_over_seeds_reruns_for_a_subset_of_its_seeds():
+    """A row averaged over the file's seeds with ``seed_values`` is compared, for a rerun of
+    some of those seeds, with their recorded values (``runs`` differs and is not matched)."""
+    recorded = [{"metric": "acc", "runs": 4, "value": 0.705, "seed_values": [0.70, 0.71]}]
+    rerun = [{"metric": "acc", "runs": 2, "value": 0.70, "seed_values": [0.70]}]
+    rows, ok = compare_rows(recorded, rerun, [0], recorded_seeds=[0, 1])
+    assert ok and rows[0]["recorded"] == pytest.approx(0.70)
+    far = [{**rerun[0], "value": 0.75}]  # 3 x std(0.70, 0.71) = 0.021
+    assert not compare_rows(recorded, far, [0], recorded_seeds=[0, 1])[1]
+    # without the file's seed list (or without seed_values) the old rule applies: no match
+    assert not compare_rows(recorded, rerun, [0])[1]
+    assert not compare_rows(recorded, rerun, [2], recorded_seeds=[0, 1])[1]
+
+
 def test_command_of_quotes_options():
     spec = {"table": "t", "profile": "paper", "seeds": [1], "options": {"datasets": "a b"}}
     assert (
