@@ -56,6 +56,18 @@ def test_without_the_options_the_fits_take_the_functions_defaults(tmp_path, monk
     assert not any("features" in r or "ridge_factor" in r for r in rows)
 
 
+@pytest.mark.slow
+def test_each_seed_value_is_that_seeds_own_run(tmp_path, monkeypatch):
+    """``seed_values`` follow the seeds' order: seed 1's entry of a (0, 1) run is what a run
+    of seed 1 alone gives (same keys, same data)."""
+    both, _ = _run(tmp_path, monkeypatch, reps="1")
+    ctx = RunContext("quick", (1,), None, tmp_path, {**SMALL, "reps": "1"})
+    alone = table.run(ctx)
+    for row, single in zip(both, alone, strict=True):
+        assert row["metric"] == single["metric"] and row["epsilon"] == single["epsilon"]
+        assert row["seed_values"][1] == pytest.approx(single["seed_values"][0], abs=1e-12)
+
+
 def test_a_bad_sketch_size_is_refused_when_the_options_are_read(tmp_path):
     ctx = RunContext("quick", (0,), None, tmp_path, {**SMALL, "replace_one_features": "1.5"})
     with pytest.raises(ValueError):
