@@ -272,7 +272,6 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
         for name in ("features", "ridge_factor")
         if opts[f"replace_one_{name}"] is not None
     }
-    sketch_row = dict(replace_one_sketch)
     eta_note = (
         "public: kernel_shift (K + sI >= sI)"
         if opts["eta_mode"] == "shift"
@@ -425,7 +424,7 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                         eta_min=opts["eta_min"],
                         eta_source=eta_note,
                         seed_values=_seed_means(per_seed[(eps, metric)]),
-                        **({} if beta_close else sketch_row),
+                        **({} if beta_close else replace_one_sketch),
                     )
                 )
     png = _plot(rows, Path(ctx.out) / f"dp_ntk_regression_fig1_{ctx.profile}.png", opts)
