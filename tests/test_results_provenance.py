@@ -58,14 +58,17 @@ def _files() -> dict[str, dict]:
     return {str(p.relative_to(RESULTS).with_suffix("")): json.loads(p.read_text()) for p in paths}
 
 
+FILES = _files()  # read once: every case below looks one file up
+
+
 def test_the_legacy_lists_name_existing_files_only() -> None:
-    names = set(_files())
+    names = set(FILES)
     assert LEGACY | DIRTY <= names
 
 
-@pytest.mark.parametrize("name", sorted(_files()))
+@pytest.mark.parametrize("name", sorted(FILES))
 def test_a_results_file_records_how_it_was_made(name: str) -> None:
-    payload = _files()[name]
+    payload = FILES[name]
     if name in LEGACY:
         assert "provenance" not in payload, f"{name} has provenance now: drop it from LEGACY"
         return
