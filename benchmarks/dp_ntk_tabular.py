@@ -44,7 +44,10 @@ A summary table, one line per cell, goes to ``dp-ntk-tabular-<profile>-summary.m
 Options (``--set``): ``datasets``, ``epsilons``, ``methods``, ``classifiers`` (comma lists;
 ``classifiers=all`` for the 12), ``aim_datasets``, ``bins``, ``bound_steps``,
 ``n_synthetic``, ``max_train`` / ``max_test`` (classifier caps), ``max_fit_rows`` (a public
-seeded subset of the training rows, for smoke runs), ``iterations`` (both DP-NTK methods).
+seeded subset of the training rows, for smoke runs), ``iterations`` (both DP-NTK methods),
+``net`` (one of `NETS`) and ``batch_size`` (the ``dp_ntk`` method only: the candidates of
+``results/dp-ntk-tabular-adult-transfer-rule.md``). ``classifiers=none`` trains no classifier
+(marginal measures only).
 """
 
 from __future__ import annotations
@@ -121,8 +124,18 @@ AIM_SKIPPED = ("skipped: one AIM release took over 15 min at eps 1 on adult and 
 
 OPTIONS = (
     "datasets", "epsilons", "methods", "classifiers", "aim_datasets", "bins", "bound_steps",
-    "n_synthetic", "max_train", "max_test", "max_fit_rows", "iterations",
+    "n_synthetic", "max_train", "max_test", "max_fit_rows", "iterations", "net", "batch_size",
 )  # fmt: skip
+
+#: e-NTK networks the ``net`` option names (``dp_ntk`` method): the table default
+#: (`default_table_network`: ``fc_1l(800)`` with the 16-bin marginal code), the same code at
+#: 64 bins, and the two plain networks of adult's diagnostic fits.
+NETS: dict[str, tuple[Any, ...]] = {
+    "table_default": ("table_default",),
+    "table_code64": ("table_code", 64),
+    "fc_1l_800": ("fc_1l", 800, 0),
+    "cnn_2l_30_200": ("cnn_2l", 30, 200),
+}
 
 #: Per-seed metrics, in the order of the summary columns.
 MARGINAL_METRICS = ("tv1_mean", "tv1_categorical_mean", "tv1_numeric_mean", "tv2_mean",
@@ -149,15 +162,20 @@ def paper_recipe(name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def resolve_recipe(recipe: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+def resolve_recipe(recipe: dict[str, Any], ctx: RunContext, *, own: bool = False) -> dict[str, Any]:
     """``recipe`` with its ``quick`` overrides applied under the quick profile and the
-    ``iterations`` option, if given (a copy; the module's dicts are never changed)."""
+    ``iterations`` option, if given, and (``own``: the ``dp_ntk`` method's recipe) the
+    ``net`` and ``batch_size`` options (a copy; the module's dicts are never changed)."""
     r = copy.deepcopy(recipe)
     overrides = r.pop("quick", {}) if ctx.profile != "paper" else {}
     for k, v in overrides.items():
         r[k] = {**r[k], **v} if isinstance(v, dict) else v
     if "iterations" in ctx.options:
         r["fit"]["iterations"] = int(ctx.options["iterations"])
+    if own and "net" in ctx.options:
+        r["net"] = NETS[ctx.options["net"]]
+    if own and "batch_size" in ctx.options:
+        r["fit"]["batch_size"] = int(ctx.options["batch_size"])
     r.pop("quick", None)
     return r
 
@@ -182,6 +200,11 @@ def _cap(ctx: RunContext, name: str, quick_default: int | None) -> int | None:
     if raw is None:
         return quick_default if ctx.profile != "paper" else None
     return None if raw.lower() in ("none", "") else int(raw)
+
+
+def _classify(ctx: RunContext) -> bool:
+    """Whether classifiers are trained on the rows (``classifiers=none``: not at all)."""
+    return ctx.options.get("classifiers") != "none"
 
 
 def _classifiers(ctx: RunContext) -> tuple[str, ...] | None:
@@ -213,9 +236,16 @@ TABLE = "dp-ntk-tabular"
 
 def _recipe_network(spec: tuple[Any, ...], train: Any) -> Any:
     """The e-NTK network of a recipe: ``("table_default",)`` is `default_table_network` of
-    the public schema, any other spec `benchmarks.dp_ntk_tables._network`."""
+    the public schema, ``("table_code", bins)`` the same network with a ``bins``-bin code,
+    any other spec `benchmarks.dp_ntk_tables._network`."""
+    from privkernels import dp_ntk
+    from privkernels.generators import column_groups_from_schema
+
     if spec == ("table_default",):
         return default_table_network(train.schema, train.n_classes)
+    if spec[0] == "table_code":
+        groups = column_groups_from_schema(train.schema, train.schema.n_features)
+        return dp_ntk.default_network(train.n_classes, groups=groups, marginal_bins=spec[1])
     return _network(spec, train.n_classes)
 
 
@@ -266,7 +296,7 @@ def _release(
     """The release of ``method`` and its rows (as many as the recipe / option asks)."""
     if method in ("dp_ntk_paper", "dp_ntk"):
         base = paper_recipe(train.name) if method == "dp_ntk_paper" else TABULAR_RECIPE[train.name]
-        recipe = resolve_recipe(base, ctx)
+        recipe = resolve_recipe(base, ctx, own=method == "dp_ntk")
         n = min(len(train.y), int(ctx.options.get("n_synthetic", recipe["n_synthetic"])))
         return _dp_ntk_release(train, recipe, eps, seed, method, n)
     n = min(len(train.y), int(ctx.options.get("n_synthetic", 20000)))
@@ -315,7 +345,7 @@ def _cell(
         return [{**base, "metric": "release", "value": math.nan, "seconds": 0.0,
                  "status": f"missing {err.name}"}]  # fmt: skip
     with Timer() as te:
-        measured = measure(ctx, train, test, xs, ys, seed)
+        measured = measure(ctx, train, test, xs, ys, seed, classify=_classify(ctx))
     return [{**base, **info, **m, "seconds": t.seconds, "eval_seconds": te.seconds}
             for m in measured]  # fmt: skip
 
@@ -326,7 +356,7 @@ def reference_rows(ctx: RunContext, train: Any, test: Any, seed: int) -> list[di
     base = {"dataset": train.name, "epsilon": None, "seed": seed, "profile": ctx.profile,
             "relation": "none (not private)"}  # fmt: skip
     rows = []
-    for method, x, y, classify in (("real", train.x, train.y, True),
+    for method, x, y, classify in (("real", train.x, train.y, _classify(ctx)),
                                    ("real_test", test.x, test.y, False)):  # fmt: skip
         with Timer() as t:
             measured = measure(ctx, train, test, x, y, seed, classify=classify)
@@ -406,6 +436,11 @@ def _checked(ctx: RunContext) -> tuple[list[str], list[float], list[str]]:
     if bad:
         raise SystemExit(f"{TABLE}: unknown dataset(s) or method(s) {bad}; datasets "
                          f"{list(TABULAR_RECIPE)}, methods {list(METHODS)}")  # fmt: skip
+    if ctx.options.get("net", "table_default") not in NETS:
+        raise SystemExit(f"{TABLE}: net must be one of {list(NETS)}")
+    batch = ctx.options.get("batch_size", "1")
+    if not batch.isdigit() or int(batch) < 1:
+        raise SystemExit(f"{TABLE}: batch_size must be a whole number >= 1")
     return datasets, _list(ctx, "epsilons", EPSILONS, float), methods
 
 

@@ -130,3 +130,46 @@ def test_unknown_names_stop_the_run_before_anything_runs(monkeypatch):
     ctx = RunContext("quick", (0,), None, None, {"methods": "dp_ntk,gan"})  # type: ignore[arg-type]
     with pytest.raises(SystemExit, match="gan"):
         T.run(ctx)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [({"net": "fc_2l_9"}, "net must be one of"), ({"batch_size": "0"}, "batch_size"),
+     ({"batch_size": "-5"}, "batch_size"), ({"batch_size": "nan"}, "batch_size")],
+)  # fmt: skip
+def test_a_bad_network_or_batch_stops_the_run_before_any_data(monkeypatch, options, match):
+    monkeypatch.setattr(T, "load_splits", lambda *a: pytest.fail("loaded data"))
+    ctx = RunContext("quick", (0,), None, None, {"methods": "dp_ntk", **options})  # type: ignore[arg-type]
+    with pytest.raises(SystemExit, match=match):
+        T.run(ctx)
+
+
+def test_net_and_batch_size_set_the_privkernels_recipe_only():
+    """The transfer rule's candidates: ``net`` / ``batch_size`` change the ``dp_ntk`` recipe,
+    never the paper's settings; every named network is one the table can build."""
+    options = {"net": "table_code64", "batch_size": "200", "iterations": "7"}
+    ctx = RunContext("quick", (0,), None, None, options)  # type: ignore[arg-type]
+    ours = T.resolve_recipe(T.TABULAR_RECIPE["adult"], ctx, own=True)
+    paper = T.resolve_recipe(T.paper_recipe("adult"), ctx)
+    assert ours["net"] == ("table_code", 64) and ours["fit"]["batch_size"] == 200
+    assert ours["fit"]["iterations"] == paper["fit"]["iterations"] == 7
+    assert paper["net"] == T.TABULAR_SETTINGS["adult"]["net"]
+    assert paper["fit"]["batch_size"] == T.TABULAR_SETTINGS["adult"]["batch_size"]
+    assert T.TABULAR_RECIPE["adult"]["net"] == ("table_default",)  # the module's dict kept
+    train, _ = _tiny_splits(ctx, "adult")
+    n_numeric = len(train.schema.numeric_value_indices())
+    for name, spec in T.NETS.items():
+        net = T._recipe_network(spec, train)
+        if name.startswith("table_"):
+            bins = 64 if name == "table_code64" else 16
+            assert net.bins == bins and len(net.numeric) == n_numeric, name
+
+
+def test_classifiers_none_measures_the_marginals_alone(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "_dp_ntk_release", _stub_release)
+    args = [a if a != "classifiers=gaussian_nb,decision_tree" else "classifiers=none" for a in tiny]
+    out = tmp_path / "run"
+    assert main(["run", "dp-ntk-tabular", "--seeds", "0", "--out", str(out), *args]) == 0
+    rows = json.loads((out / "dp-ntk-tabular-quick.json").read_text())["rows"]
+    metrics = {r["metric"] for r in rows}
+    assert metrics == set(T.MARGINAL_METRICS)
