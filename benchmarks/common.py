@@ -142,6 +142,11 @@ def provenance(command: str | None) -> dict[str, Any]:
     }
 
 
+def is_float_list(v: Any) -> bool:
+    """A non-empty list of floats (per-seed values): a measurement, printed ``a / b``."""
+    return isinstance(v, list) and bool(v) and all(isinstance(x, float) for x in v)
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "-"
@@ -149,7 +154,7 @@ def _fmt(v: Any) -> str:
         if math.isnan(v):
             return "nan"
         return f"{v:.4g}"
-    if isinstance(v, list) and v and all(isinstance(x, float) for x in v):
+    if is_float_list(v):
         return " / ".join(_fmt(x) for x in v)  # per-seed values
     return str(v)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import is_float_list
 from benchmarks.registry import RunContext
 
 __all__ = ["command_of", "compare_rows", "load_rerun", "row_key", "run_spec"]
@@ -67,9 +68,7 @@ def load_rerun(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def _measured(value: Any) -> bool:
     """A float, or a non-empty list of floats: a measurement, not part of a row's identity."""
-    if isinstance(value, list) and value:
-        return all(isinstance(v, float) for v in value)
-    return isinstance(value, float)
+    return isinstance(value, float) or is_float_list(value)
 
 
 def row_key(row: dict[str, Any], *, without: Sequence[str] = ()) -> tuple[Any, ...]:
