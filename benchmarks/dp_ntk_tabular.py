@@ -46,8 +46,10 @@ Options (``--set``): ``datasets``, ``epsilons``, ``methods``, ``classifiers`` (c
 ``n_synthetic``, ``max_train`` / ``max_test`` (classifier caps), ``max_fit_rows`` (a public
 seeded subset of the training rows, for smoke runs), ``iterations`` (both DP-NTK methods),
 ``net`` (one of `NETS`) and ``batch_size`` (the ``dp_ntk`` method only: the candidates of
-``results/dp-ntk-tabular-adult-transfer-rule.md``). ``classifiers=none`` trains no classifier
-(marginal measures only).
+``results/dp-ntk-tabular-adult-transfer-rule.md``), and ``rule`` (a key of `RULES`: the
+``dp_ntk`` rows' ``tuning`` names that rule; without it, a run that sets ``net`` or
+``batch_size`` says its settings came from the command). ``classifiers=none`` trains no
+classifier (marginal measures only).
 """
 
 from __future__ import annotations
@@ -125,7 +127,15 @@ AIM_SKIPPED = ("skipped: one AIM release took over 15 min at eps 1 on adult and 
 OPTIONS = (
     "datasets", "epsilons", "methods", "classifiers", "aim_datasets", "bins", "bound_steps",
     "n_synthetic", "max_train", "max_test", "max_fit_rows", "iterations", "net", "batch_size",
+    "rule",
 )  # fmt: skip
+
+#: The ``tuning`` of the ``dp_ntk`` rows of a run made under a rule (``--set rule=KEY``).
+RULES = {
+    "adult-transfer": "public data (intrusion's training marginals, a 32,561-row subset; "
+    "rule dp-ntk-tabular-adult-transfer-rule.md)",
+}
+COMMAND_TUNING = "set by the command's net / batch_size options (no rule named)"
 
 #: e-NTK networks the ``net`` option names (``dp_ntk`` method): the table default
 #: (`default_table_network`: ``fc_1l(800)`` with the 16-bin marginal code), the same code at
@@ -176,6 +186,10 @@ def resolve_recipe(recipe: dict[str, Any], ctx: RunContext, *, own: bool = False
         r["net"] = NETS[ctx.options["net"]]
     if own and "batch_size" in ctx.options:
         r["fit"]["batch_size"] = int(ctx.options["batch_size"])
+    if own and {"net", "batch_size"} & set(ctx.options):
+        r["tuning"] = COMMAND_TUNING
+    if own and "rule" in ctx.options:
+        r["tuning"] = RULES[ctx.options["rule"]]
     r.pop("quick", None)
     return r
 
@@ -438,6 +452,8 @@ def _checked(ctx: RunContext) -> tuple[list[str], list[float], list[str]]:
                          f"{list(TABULAR_RECIPE)}, methods {list(METHODS)}")  # fmt: skip
     if ctx.options.get("net", "table_default") not in NETS:
         raise SystemExit(f"{TABLE}: net must be one of {list(NETS)}")
+    if ctx.options.get("rule", "adult-transfer") not in RULES:
+        raise SystemExit(f"{TABLE}: rule must be one of {list(RULES)}")
     batch = ctx.options.get("batch_size", "1")
     if not batch.isdigit() or int(batch) < 1:
         raise SystemExit(f"{TABLE}: batch_size must be a whole number >= 1")

@@ -135,7 +135,8 @@ def test_unknown_names_stop_the_run_before_anything_runs(monkeypatch):
 @pytest.mark.parametrize(
     ("options", "match"),
     [({"net": "fc_2l_9"}, "net must be one of"), ({"batch_size": "0"}, "batch_size"),
-     ({"batch_size": "-5"}, "batch_size"), ({"batch_size": "nan"}, "batch_size")],
+     ({"batch_size": "-5"}, "batch_size"), ({"batch_size": "nan"}, "batch_size"),
+     ({"rule": "mine"}, "rule must be one of")],
 )  # fmt: skip
 def test_a_bad_network_or_batch_stops_the_run_before_any_data(monkeypatch, options, match):
     monkeypatch.setattr(T, "load_splits", lambda *a: pytest.fail("loaded data"))
@@ -156,6 +157,15 @@ def test_net_and_batch_size_set_the_privkernels_recipe_only():
     assert paper["net"] == T.TABULAR_SETTINGS["adult"]["net"]
     assert paper["fit"]["batch_size"] == T.TABULAR_SETTINGS["adult"]["batch_size"]
     assert T.TABULAR_RECIPE["adult"]["net"] == ("table_default",)  # the module's dict kept
+    assert ours["tuning"] == T.COMMAND_TUNING and paper["tuning"].startswith("paper")
+    ruled = RunContext("quick", (0,), None, None, {**options, "rule": "adult-transfer"})  # type: ignore[arg-type]
+    assert T.resolve_recipe(T.TABULAR_RECIPE["adult"], ruled, own=True)["tuning"].startswith(
+        "public data (intrusion"
+    )
+    plain = RunContext("quick", (0,), None, None, {"iterations": "7"})  # type: ignore[arg-type]
+    assert T.resolve_recipe(T.TABULAR_RECIPE["adult"], plain, own=True)["tuning"] == (
+        T.TABLE_DEFAULT_TUNING
+    )
     train, _ = _tiny_splits(ctx, "adult")
     n_numeric = len(train.schema.numeric_value_indices())
     for name, spec in T.NETS.items():
