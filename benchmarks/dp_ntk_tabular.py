@@ -455,7 +455,7 @@ def _checked(ctx: RunContext) -> tuple[list[str], list[float], list[str]]:
     if ctx.options.get("rule", "adult-transfer") not in RULES:
         raise SystemExit(f"{TABLE}: rule must be one of {list(RULES)}")
     batch = ctx.options.get("batch_size", "1")
-    if not batch.isdigit() or int(batch) < 1:
+    if not (batch.isascii() and batch.isdigit()) or int(batch) < 1:
         raise SystemExit(f"{TABLE}: batch_size must be a whole number >= 1")
     return datasets, _list(ctx, "epsilons", EPSILONS, float), methods
 

@@ -136,6 +136,7 @@ def test_unknown_names_stop_the_run_before_anything_runs(monkeypatch):
     ("options", "match"),
     [({"net": "fc_2l_9"}, "net must be one of"), ({"batch_size": "0"}, "batch_size"),
      ({"batch_size": "-5"}, "batch_size"), ({"batch_size": "nan"}, "batch_size"),
+     ({"batch_size": "\u00b2"}, "batch_size"), ({"batch_size": "\u0663"}, "batch_size"),
      ({"rule": "mine"}, "rule must be one of")],
 )  # fmt: skip
 def test_a_bad_network_or_batch_stops_the_run_before_any_data(monkeypatch, options, match):

@@ -136,6 +136,26 @@ def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
     return (clf.predict(np.asarray(xv, np.float32)) == yv).astype(np.float64)
 
 
+def _check_float32(data: Any, name: str) -> None:
+    """Refuse numeric ``data`` with a value that float32 cannot hold (the fits and scores
+    compute in float32: such a row in the validation part would fail after a release).
+    Tables, labels as strings and other non-numeric inputs are left to the estimators'
+    own checks."""
+    if data is None or isinstance(data, dict) or hasattr(data, "columns"):
+        return
+    try:
+        values = np.asarray(data, np.float64)
+    except (TypeError, ValueError):
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(values.astype(np.float32))
+    if not np.all(finite):
+        raise ValueError(
+            f"{name} holds a value float32 cannot hold (NaN, inf or beyond 3.4e38): the "
+            "search refuses it before any noise"
+        )
+
+
 def _check_no_leak(est: Any, table: bool) -> None:
     """Refuse a candidate that would read the private data without noise (its search
     report could not cover it): labels or a schema read from the data, diagnostics."""
@@ -184,7 +204,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         ``epsilon``, ``delta`` or ``random_state`` (the search sets them).
       epsilon, delta: the guarantee of the whole search (every fit, score and the choice).
       mean_runs: expected number of runs (default 2 per candidate); the cost grows with
-        its logarithm.
+        its logarithm. A mean whose runs could pass
+        `privkernels.privacy.accounting.MAX_REPETITIONS` with probability above 1e-12 is
+        refused (about 3,600 for the geometric). The warnings the search shows are the
+        chosen run's, each once: a count per run would tell the hidden number of runs.
       shape: of the truncated negative binomial of the number of runs (1: geometric,
         0: logarithmic).
       score_share: the share of each run's budget spent on its noisy score.
@@ -334,6 +357,8 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         after a release, or scored."""
         for cand in cands:
             clone(cand.base).set_params(**cand.params)._check_fit_data(X, y)
+        _check_float32(X, "X")
+        _check_float32(y, "y")
 
     def fit(self, X: Any, y: Any = None) -> PrivateSearchCV:
         """Run the search on the private ``(X, y)``; see the class docstring."""

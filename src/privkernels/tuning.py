@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -263,13 +264,16 @@ def _search(
     train, val = _split(k_split, n, n_val, frac, relation)
     runs = draw_repetitions(k_runs, plan.mean, plan.shape)
     picks = [int(i) for i in np.asarray(jax.random.randint(k_pick, (runs,), 0, len(candidates)))]
-    best: tuple[float, int, Any] | None = None
+    best: tuple[float, int, Any, list[Any]] | None = None
     for j, i in enumerate(picks):  # K and the picks stay inside: only the best run leaves
-        model, noisy = _run(candidates[i], plan, jax.random.fold_in(key, j),
-                            jax.random.fold_in(k_pub, j), train, val, relation)  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:  # one run's warnings would
+            warnings.simplefilter("always")  # count the runs: kept, and only the best's shown
+            model, noisy = _run(candidates[i], plan, jax.random.fold_in(key, j),
+                                jax.random.fold_in(k_pub, j), train, val, relation)  # fmt: skip
         if best is None or noisy > best[0]:
-            best = (noisy, i, model)
+            best = (noisy, i, model, caught)
     assert best is not None
+    _warn_once(best[3])
     report = selection_report(
         plan, relation, candidates=[c.name for c in candidates], chosen=best[1]
     )
@@ -277,6 +281,15 @@ def _search(
         index=best[1], model=best[2], noisy_score=best[0], report=with_notes(report, seeded),
         plan=plan, n_validation=len(val) if relation == "replace-one" else None,
     )  # fmt: skip
+
+
+def _warn_once(caught: list[Any]) -> None:
+    """Show the chosen run's warnings, each distinct one once (as its own fit would have)."""
+    seen = set()
+    for w in caught:
+        if (w.category, str(w.message)) not in seen:
+            seen.add((w.category, str(w.message)))
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 #: Folded into the search's key to derive its public stream when none is given.

@@ -82,7 +82,9 @@ def test_plan_spends_the_target_and_refuses_an_impossible_one():
     events = [[list(e) for e in run] for run in plan.events]
     assert repeat_and_select_epsilon(events, mean=8, shape=1, delta=1e-5) == plan.spent
     with pytest.raises(ValueError, match="no per-run budget"):
-        plan_selection([ev], epsilon=1e-3, delta=1e-5, mean=1e6, shape=1)
+        plan_selection([ev], epsilon=1e-3, delta=1e-5, mean=100, shape=1)
+    with pytest.raises(ValueError, match="too large"):  # its runs could pass their cap
+        plan_selection([ev], epsilon=1.0, delta=1e-5, mean=1e6, shape=1)
 
 
 @pytest.fixture(scope="module")

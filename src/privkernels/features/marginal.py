@@ -40,6 +40,11 @@ from privkernels.features.networks import init_params
 __all__ = ["MarginalSkip", "marginal_code", "marginal_scale", "reference_rows", "with_marginals"]
 
 
+#: The finest code `with_marginals` builds: ``MAX_BINS + 1`` hats per numeric column (a
+#: finer one only costs memory: ``rows x numeric columns x bins`` floats per batch).
+MAX_BINS = 4096
+
+
 def marginal_code(x: jax.Array, numeric: Sequence[int], bins: int) -> jax.Array:
     """``(b, d) -> (b, d + len(numeric) * (bins + 1))``: the row, then the hats.
 
@@ -130,6 +135,8 @@ def with_marginals(
     """
     numeric = tuple(int(j) for j in numeric)
     bins = check_int(bins, "bins")
+    if bins > MAX_BINS:
+        raise ValueError(f"bins must be at most {MAX_BINS}, got {bins}")
     x_ref = np.asarray(x_ref, np.float32)
     params = init_params(jax.random.key(0) if key is None else key, base, x_ref.shape[1:])
     s = marginal_scale(base, params, x_ref, numeric, bins, weight)

@@ -62,6 +62,7 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
+from scipy.special import gammaln
 
 from privkernels._validation import check_delta, check_epsilon, check_int, check_positive
 from privkernels.privacy.record import MechanismRecord
@@ -85,6 +86,9 @@ __all__ = [
     "SelectionEvent",
     "candidate_rdp",
     "check_repetitions",
+    "repetition_tail",
+    "MAX_REPETITIONS",
+    "MAX_REPETITION_TAIL",
     "repeat_and_select_epsilon",
     "tnb_gamma",
 ]
@@ -761,15 +765,49 @@ def tnb_gamma(mean: float, shape: float) -> float:
     return lo
 
 
+#: The most runs a search draws: `privkernels.privacy.selection.draw_repetitions` stops its
+#: inverse CDF here, and `check_repetitions` refuses any ``(mean, shape)`` whose number of
+#: runs passes it with probability above `MAX_REPETITION_TAIL`, so the runs' distribution is
+#: the one Theorem 2 assumes up to that mass.
+MAX_REPETITIONS = 100_000
+MAX_REPETITION_TAIL = 1e-12
+
+
+@functools.lru_cache(maxsize=256)
+def repetition_tail(mean: float, shape: float, k_max: int = MAX_REPETITIONS) -> float:
+    """``P[K > k_max]`` of the truncated negative binomial of ``(mean, shape)`` (Papernot &
+    Steinke 2022, Def. 1): one minus the exactly rounded sum of its first ``k_max`` masses."""
+    gamma = tnb_gamma(mean, shape)
+    if gamma >= 1.0:
+        return 0.0
+    k = np.arange(1, k_max + 1, dtype=np.float64)
+    log_q = math.log1p(-gamma)
+    if shape == 0.0:
+        logp = k * log_q - np.log(k) - math.log(math.log(1.0 / gamma))
+    else:
+        logp = (
+            gammaln(k + shape) - gammaln(k + 1.0) - math.lgamma(shape)
+            + k * log_q + shape * math.log(gamma) - math.log1p(-(gamma**shape))
+        )  # fmt: skip
+    return max(0.0, 1.0 - math.fsum(np.exp(logp).tolist()))
+
+
 def check_repetitions(mean: Any, shape: Any) -> tuple[float, float]:
     """``(mean, shape)`` of the truncated negative binomial number of repetitions
     (Papernot & Steinke 2022, Theorem 2) as floats, or a ``ValueError``: ``mean`` a finite
-    number >= 1, ``shape`` a finite number >= 0 (public settings, no data)."""
+    number >= 1, ``shape`` a finite number >= 0, and the chance that the runs pass
+    `MAX_REPETITIONS` at most `MAX_REPETITION_TAIL` (public settings, no data; the geometric
+    allows a mean up to about 3,600)."""
     mean, shape = float(mean), float(shape)
     if not (math.isfinite(mean) and mean >= 1.0):
         raise ValueError(f"mean must be a finite number >= 1, got {mean!r}")
     if not (math.isfinite(shape) and shape >= 0.0):
         raise ValueError(f"shape must be a finite number >= 0, got {shape!r}")
+    if mean > 2.0 and repetition_tail(mean, shape) > MAX_REPETITION_TAIL:
+        raise ValueError(
+            f"mean {mean!r} (shape {shape!r}) is too large: the number of runs would pass "
+            f"{MAX_REPETITIONS} with probability above {MAX_REPETITION_TAIL}"
+        )
     return mean, shape
 
 

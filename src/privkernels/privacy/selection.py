@@ -31,6 +31,7 @@ import numpy as np
 
 from privkernels._validation import check_delta, check_epsilon, check_fraction
 from privkernels.privacy.accounting import (
+    MAX_REPETITIONS,
     SelectionEvent,
     gaussian_sigma,
     repeat_and_select_epsilon,
@@ -165,8 +166,8 @@ def draw_repetitions(key: jax.Array, mean: float, shape: float) -> int:
                 + k * log_q + shape * math.log(gamma) - math.log1p(-(gamma**shape))
             )  # fmt: skip
         cdf += math.exp(logp)
-        if k > 100_000:  # unreachable for any mean a search uses (tail mass < 1e-12)
-            break
+        if k > MAX_REPETITIONS:  # reached with probability <= MAX_REPETITION_TAIL
+            break  # (check_repetitions refuses any (mean, shape) with a heavier tail)
     return k
 
 
