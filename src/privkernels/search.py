@@ -139,9 +139,11 @@ def _synthetic_scores(gen: Any, x: Any, y: Any) -> np.ndarray:
 def _check_float32(data: Any, name: str) -> None:
     """Refuse numeric ``data`` with a value that float32 cannot hold (the fits and scores
     compute in float32: such a row in the validation part would fail after a release).
-    Tables, labels as strings and other non-numeric inputs are left to the estimators'
-    own checks."""
-    if data is None or isinstance(data, dict) or hasattr(data, "columns"):
+    A DataFrame is read through its numeric columns; column mappings, labels as strings
+    and other non-numeric inputs are left to the estimators' own checks."""
+    if hasattr(data, "select_dtypes"):  # pandas: its numeric columns
+        data = data.select_dtypes(include="number")
+    elif data is None or isinstance(data, dict) or hasattr(data, "columns"):
         return
     try:
         values = np.asarray(data, np.float64)
@@ -206,7 +208,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
       mean_runs: expected number of runs (default 2 per candidate); the cost grows with
         its logarithm. A mean whose runs could pass
         `privkernels.privacy.accounting.MAX_REPETITIONS` with probability above 1e-12 is
-        refused (about 3,600 for the geometric). The warnings the search shows are the
+        refused (about 3,500 for the geometric). The warnings the search shows are the
         chosen run's, each once: a count per run would tell the hidden number of runs.
       shape: of the truncated negative binomial of the number of runs (1: geometric,
         0: logarithmic).

@@ -25,6 +25,7 @@ import functools
 import math
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import jax
@@ -267,7 +268,7 @@ def _search(
     best: tuple[float, int, Any, list[Any]] | None = None
     for j, i in enumerate(picks):  # K and the picks stay inside: only the best run leaves
         with warnings.catch_warnings(record=True) as caught:  # one run's warnings would
-            warnings.simplefilter("always")  # count the runs: kept, and only the best's shown
+            _every_run_records()  # count the runs: kept, and only the best's shown
             model, noisy = _run(candidates[i], plan, jax.random.fold_in(key, j),
                                 jax.random.fold_in(k_pub, j), train, val, relation)  # fmt: skip
         if best is None or noisy > best[0]:
@@ -283,13 +284,42 @@ def _search(
     )  # fmt: skip
 
 
+def _every_run_records() -> None:
+    """Inside a run's ``catch_warnings(record=True)``: the caller's "error" and "ignore"
+    filters kept as they are (an error still stops the run where it is raised), every other
+    action turned to "always", so each run records its warnings whatever the registries of
+    earlier runs hold (what the chosen run shows must not depend on its place among them)."""
+    saved: list[Any] = list(warnings.filters)
+    warnings.resetwarnings()
+    warnings.simplefilter("always")
+    for action, msg, category, module, lineno in reversed(saved):
+        keep: Any = action if action in ("error", "ignore") else "always"
+        warnings.filterwarnings(
+            keep, getattr(msg, "pattern", msg) or "", category,
+            getattr(module, "pattern", module) or "", lineno,
+        )  # fmt: skip
+
+
+def _module_of(filename: str) -> str | None:
+    """The dotted module name of a privkernels source file (so a caller's filter by
+    module still matches a shown warning); None for other files (Python derives one)."""
+    parts = Path(filename).with_suffix("").parts
+    if "privkernels" not in parts:
+        return None
+    return ".".join(parts[len(parts) - 1 - parts[::-1].index("privkernels") :])
+
+
 def _warn_once(caught: list[Any]) -> None:
     """Show the chosen run's warnings, each distinct one once (as its own fit would have)."""
     seen = set()
     for w in caught:
         if (w.category, str(w.message)) not in seen:
             seen.add((w.category, str(w.message)))
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            module = _module_of(w.filename)  # None: left out, so Python derives one
+            if module is None:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module)
 
 
 #: Folded into the search's key to derive its public stream when none is given.

@@ -98,3 +98,53 @@ def test_the_marginal_code_refuses_a_resolution_past_its_limit():
     assert with_marginals(base, [0, 1], rows, bins=MAX_BINS).bins == MAX_BINS
     with pytest.raises(ValueError, match="at most"):
         with_marginals(base, [0, 1], rows, bins=MAX_BINS + 1)
+
+
+# ------------------------------------------------------------------ round 2 (helper-55)
+def test_a_numeric_dataframe_is_checked_in_float32_too(monkeypatch):
+    pd = pytest.importorskip("pandas")
+    x, y = _rows(200, 5, seed=1)
+    x[123, 0] = 1e39
+    forbid_noise(monkeypatch)
+    frame = pd.DataFrame(x, columns=[f"f{j}" for j in range(5)])
+    search = PrivateSearchCV(DPNTKClassifier(classes=[0, 1], preprocessing=None),
+                             {"fit_intercept": [True, False]}, random_state=2)  # fmt: skip
+    with pytest.raises(ValueError, match="float32"):
+        search.fit(frame, y)
+
+
+@pytest.mark.parametrize("shape", [1e8, 1e4, 101.0, 1e-14, 0.009, -0.5, math.nan])
+def test_a_shape_the_draw_cannot_sum_in_float64_is_refused(shape):
+    with pytest.raises(ValueError, match="shape must be 0 or in"):
+        check_repetitions(2.0, shape)
+
+
+@pytest.mark.parametrize(("mean", "shape"), [(1.0, 0.0), (1.0, 1.0), (2.0, 0.01), (2.0, 100.0)])
+def test_the_smallest_means_pass_at_every_shape_taken(mean, shape):
+    assert check_repetitions(mean, shape) == (mean, shape)
+
+
+def test_a_callers_error_filter_still_stops_the_search_before_any_noise(monkeypatch):
+    """300 rows: every fit warns (a small sample) before its noise; a caller who made that
+    warning an error gets it from the first run, as from a plain fit."""
+    from privkernels.privacy.warnings import SmallSampleWarning
+
+    x, y = _rows()
+    forbid_noise(monkeypatch, samplers=False)  # the split's permutation is public: allowed
+    search = PrivateSearchCV(DPNTKClassifier(classes=[0, 1], preprocessing=None),
+                             {"fit_intercept": [True, False]}, random_state=0)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SmallSampleWarning)
+        with pytest.raises(SmallSampleWarning):
+            search.fit(x, y)
+
+
+def test_a_callers_filter_by_module_still_matches_the_shown_warnings():
+    x, y = _rows()
+    search = PrivateSearchCV(DPNTKClassifier(classes=[0, 1], preprocessing=None),
+                             {"fit_intercept": [True, False]}, random_state=0)  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module=r"privkernels\.")
+        search.fit(x, y)
+    assert not [w for w in caught if "privkernels" in w.filename], [str(w.message) for w in caught]

@@ -89,6 +89,8 @@ __all__ = [
     "repetition_tail",
     "MAX_REPETITIONS",
     "MAX_REPETITION_TAIL",
+    "MIN_SHAPE",
+    "MAX_SHAPE",
     "repeat_and_select_epsilon",
     "tnb_gamma",
 ]
@@ -771,6 +773,10 @@ def tnb_gamma(mean: float, shape: float) -> float:
 #: the one Theorem 2 assumes up to that mass.
 MAX_REPETITIONS = 100_000
 MAX_REPETITION_TAIL = 1e-12
+#: The shapes `check_repetitions` takes besides 0: in float64 the draw's and the tail's
+#: masses lose their sum outside this range (``gamma ** shape`` near 1 below it, the
+#: log-gamma differences above it).
+MIN_SHAPE, MAX_SHAPE = 0.01, 100.0
 
 
 @functools.lru_cache(maxsize=256)
@@ -795,15 +801,17 @@ def repetition_tail(mean: float, shape: float, k_max: int = MAX_REPETITIONS) -> 
 def check_repetitions(mean: Any, shape: Any) -> tuple[float, float]:
     """``(mean, shape)`` of the truncated negative binomial number of repetitions
     (Papernot & Steinke 2022, Theorem 2) as floats, or a ``ValueError``: ``mean`` a finite
-    number >= 1, ``shape`` a finite number >= 0, and the chance that the runs pass
-    `MAX_REPETITIONS` at most `MAX_REPETITION_TAIL` (public settings, no data; the geometric
-    allows a mean up to about 3,600)."""
+    number >= 1, ``shape`` 0 or in ``[MIN_SHAPE, MAX_SHAPE]``, and the chance that the runs
+    pass `MAX_REPETITIONS` at most `MAX_REPETITION_TAIL` (public settings, no data; the
+    geometric allows a mean up to about 3,500)."""
     mean, shape = float(mean), float(shape)
     if not (math.isfinite(mean) and mean >= 1.0):
         raise ValueError(f"mean must be a finite number >= 1, got {mean!r}")
-    if not (math.isfinite(shape) and shape >= 0.0):
-        raise ValueError(f"shape must be a finite number >= 0, got {shape!r}")
-    if mean > 2.0 and repetition_tail(mean, shape) > MAX_REPETITION_TAIL:
+    if not (shape == 0.0 or MIN_SHAPE <= shape <= MAX_SHAPE):
+        raise ValueError(f"shape must be 0 or in [{MIN_SHAPE}, {MAX_SHAPE}], got {shape!r}")
+    # half the bound: the tail is computed in float64, to about 1e-13; a mean of at most 2
+    # puts the cap's mass far below it for every shape taken here
+    if mean > 2.0 and repetition_tail(mean, shape) > MAX_REPETITION_TAIL / 2:
         raise ValueError(
             f"mean {mean!r} (shape {shape!r}) is too large: the number of runs would pass "
             f"{MAX_REPETITIONS} with probability above {MAX_REPETITION_TAIL}"
