@@ -259,7 +259,22 @@ def _search(
     key: jax.Array, candidates: Sequence[Candidate], n: int, n_val: int, frac: float,
     plan: SelectionPlan, relation: str, public_key: jax.Array | None, seeded: tuple[str, ...],
 ) -> SelectionResult:  # fmt: skip
-    """`select` after its plan: split, draw ``K`` and the picks, run, keep the best."""
+    """`select` after its plan: split, draw ``K`` and the picks, run, keep the best.
+
+    An error anywhere inside leaves with its traceback cut here: the frames below hold
+    ``K``, the picks, the run index and the best run so far, which a traceback printer that
+    shows locals would put into a log (the message and type are kept)."""
+    try:
+        return _search_runs(key, candidates, n, n_val, frac, plan, relation, public_key, seeded)
+    except BaseException as err:
+        raise err.with_traceback(None) from None
+
+
+def _search_runs(
+    key: jax.Array, candidates: Sequence[Candidate], n: int, n_val: int, frac: float,
+    plan: SelectionPlan, relation: str, public_key: jax.Array | None, seeded: tuple[str, ...],
+) -> SelectionResult:  # fmt: skip
+    """`_search`'s body (see there)."""
     pub = jax.random.fold_in(key, PUBLIC_TAG) if public_key is None else public_key
     k_split, k_runs, k_pick, k_pub = jax.random.split(pub, 4)
     train, val = _split(k_split, n, n_val, frac, relation)
@@ -289,15 +304,9 @@ def _every_run_records() -> None:
     filters kept as they are (an error still stops the run where it is raised), every other
     action turned to "always", so each run records its warnings whatever the registries of
     earlier runs hold (what the chosen run shows must not depend on its place among them)."""
-    saved: list[Any] = list(warnings.filters)
-    warnings.resetwarnings()
-    warnings.simplefilter("always")
-    for action, msg, category, module, lineno in reversed(saved):
-        keep: Any = action if action in ("error", "ignore") else "always"
-        warnings.filterwarnings(
-            keep, getattr(msg, "pattern", msg) or "", category,
-            getattr(module, "pattern", module) or "", lineno,
-        )  # fmt: skip
+    filters: Any = warnings.filters  # this catch_warnings block's own copy
+    filters[:] = [f if f[0] in ("error", "ignore") else ("always", *f[1:]) for f in filters]
+    warnings.simplefilter("always", append=True)  # anything else records; marks the change
 
 
 def _module_of(filename: str) -> str | None:

@@ -148,3 +148,67 @@ def test_a_callers_filter_by_module_still_matches_the_shown_warnings():
         warnings.filterwarnings("ignore", module=r"privkernels\.")
         search.fit(x, y)
     assert not [w for w in caught if "privkernels" in w.filename], [str(w.message) for w in caught]
+
+
+# ------------------------------------------------------------------ round 3 (helper-56)
+@pytest.mark.parametrize(("mean", "shape"), [(1 + 1e-9, 0.0), (1 + 1e-5, 0.0), (1 + 1e-7, 0.01)])
+def test_a_mean_just_above_one_that_float64_cannot_draw_is_refused(mean, shape):
+    with pytest.raises(ValueError, match="too large|too close to 1"):
+        check_repetitions(mean, shape)
+
+
+@pytest.mark.parametrize("shape", [0.0, 0.01, 0.5, 1.0, 100.0])
+def test_a_mean_of_one_is_one_run_at_every_shape(shape):
+    import jax
+
+    from privkernels.privacy.selection import draw_repetitions
+
+    assert check_repetitions(1.0, shape) == (1.0, shape)
+    assert {draw_repetitions(jax.random.key(i), 1.0, shape) for i in range(50)} == {1}
+
+
+def test_an_error_inside_a_search_leaves_no_frame_that_holds_the_runs(monkeypatch):
+    """A run that fails (here the second) must not hand a traceback printer the hidden
+    number of runs, the picks or the best run so far."""
+    x, y = _rows()
+    real, calls = tuning._run, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a candidate failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "_run", failing)
+    search = PrivateSearchCV(DPNTKClassifier(classes=[0, 1], preprocessing=None),
+                             {"fit_intercept": [True, False]}, mean_runs=50,
+                             random_state=0)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="a candidate failed") as info:
+            search.fit(x, y)
+    assert len(calls) == 2
+    tb, names = info.value.__traceback__, set()
+    while tb is not None:
+        names |= set(tb.tb_frame.f_locals)
+        tb = tb.tb_next
+    assert not names & {"runs", "picks", "best", "j"}, sorted(names)
+
+
+def test_a_run_keeps_the_callers_error_and_ignore_filters_as_they_are():
+    import re
+
+    from privkernels.privacy.warnings import SmallSampleWarning
+
+    strict = ("error", re.compile("Few Rows", re.X), SmallSampleWarning, None, 0)
+    quiet = ("ignore", None, UserWarning, re.compile("Mod", 0), 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        filters: list = warnings.filters  # type: ignore[assignment]
+        filters[:0] = [strict, quiet]
+        with warnings.catch_warnings():
+            tuning._every_run_records()
+            inside = list(warnings.filters)
+        assert inside[:2] == [strict, quiet]
+        assert all(f[0] in ("error", "ignore", "always") for f in inside)
+        assert warnings.filters[:2] == [strict, quiet]  # the caller's, after the run

@@ -754,8 +754,9 @@ def _tnb_mean(gamma: float, shape: float) -> float:
 
 def tnb_gamma(mean: float, shape: float) -> float:
     """The halting probability gamma whose TNB has this mean (bisection, conservative:
-    the smaller gamma, i.e. the larger mean)."""
-    if shape == 1.0:
+    the smaller gamma, i.e. the larger mean). A mean of 1 is the point mass at 1 for
+    every shape: gamma 1."""
+    if shape == 1.0 or mean == 1.0:
         return 1.0 / mean
     lo, hi = 0.0, min(1.0, 2.0 * (shape + 1.0) / mean)
     while hi > lo * (1.0 + 1e-12) and hi - lo > 1e-300:
@@ -782,7 +783,9 @@ MIN_SHAPE, MAX_SHAPE = 0.01, 100.0
 @functools.lru_cache(maxsize=256)
 def repetition_tail(mean: float, shape: float, k_max: int = MAX_REPETITIONS) -> float:
     """``P[K > k_max]`` of the truncated negative binomial of ``(mean, shape)`` (Papernot &
-    Steinke 2022, Def. 1): one minus the exactly rounded sum of its first ``k_max`` masses."""
+    Steinke 2022, Def. 1): one minus the exactly rounded sum of its first ``k_max`` masses,
+    computed as the draw computes them. Negative when float64 makes those masses sum past 1
+    (a mean just above 1): `check_repetitions` refuses either side."""
     gamma = tnb_gamma(mean, shape)
     if gamma >= 1.0:
         return 0.0
@@ -795,7 +798,7 @@ def repetition_tail(mean: float, shape: float, k_max: int = MAX_REPETITIONS) -> 
             gammaln(k + shape) - gammaln(k + 1.0) - math.lgamma(shape)
             + k * log_q + shape * math.log(gamma) - math.log1p(-(gamma**shape))
         )  # fmt: skip
-    return max(0.0, 1.0 - math.fsum(np.exp(logp).tolist()))
+    return 1.0 - math.fsum(np.exp(logp).tolist())
 
 
 def check_repetitions(mean: Any, shape: Any) -> tuple[float, float]:
@@ -809,12 +812,17 @@ def check_repetitions(mean: Any, shape: Any) -> tuple[float, float]:
         raise ValueError(f"mean must be a finite number >= 1, got {mean!r}")
     if not (shape == 0.0 or MIN_SHAPE <= shape <= MAX_SHAPE):
         raise ValueError(f"shape must be 0 or in [{MIN_SHAPE}, {MAX_SHAPE}], got {shape!r}")
-    # half the bound: the tail is computed in float64, to about 1e-13; a mean of at most 2
-    # puts the cap's mass far below it for every shape taken here
-    if mean > 2.0 and repetition_tail(mean, shape) > MAX_REPETITION_TAIL / 2:
+    # half the bound: the tail is computed in float64, to about 1e-13
+    tail = repetition_tail(mean, shape)
+    if tail > MAX_REPETITION_TAIL / 2:
         raise ValueError(
             f"mean {mean!r} (shape {shape!r}) is too large: the number of runs would pass "
             f"{MAX_REPETITIONS} with probability above {MAX_REPETITION_TAIL}"
+        )
+    if tail < -MAX_REPETITION_TAIL / 2:
+        raise ValueError(
+            f"mean {mean!r} (shape {shape!r}) is too close to 1 for float64: the number of "
+            "runs could not be drawn from its distribution (use a mean of 1, or 1.01 or more)"
         )
     return mean, shape
 
