@@ -252,14 +252,10 @@ def _recipe_network(spec: tuple[Any, ...], train: Any) -> Any:
     """The e-NTK network of a recipe: ``("table_default",)`` is `default_table_network` of
     the public schema, ``("table_code", bins)`` the same network with a ``bins``-bin code,
     any other spec `benchmarks.dp_ntk_tables._network`."""
-    from privkernels import dp_ntk
-    from privkernels.generators import column_groups_from_schema
-
     if spec == ("table_default",):
         return default_table_network(train.schema, train.n_classes)
     if spec[0] == "table_code":
-        groups = column_groups_from_schema(train.schema, train.schema.n_features)
-        return dp_ntk.default_network(train.n_classes, groups=groups, marginal_bins=spec[1])
+        return default_table_network(train.schema, train.n_classes, marginal_bins=spec[1])
     return _network(spec, train.n_classes)
 
 

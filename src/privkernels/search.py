@@ -34,6 +34,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from privkernels import tuning
+from privkernels._validation import check_finite
 from privkernels.data.frames import as_columns, split_table
 from privkernels.privacy.accountant import resolve
 from privkernels.privacy.budget import Budget
@@ -149,13 +150,7 @@ def _check_float32(data: Any, name: str) -> None:
         values = np.asarray(data, np.float64)
     except (TypeError, ValueError):
         return
-    with np.errstate(over="ignore", invalid="ignore"):
-        finite = np.isfinite(values.astype(np.float32))
-    if not np.all(finite):
-        raise ValueError(
-            f"{name} holds a value float32 cannot hold (NaN, inf or beyond 3.4e38): the "
-            "search refuses it before any noise"
-        )
+    check_finite(values, name, dtype=np.float32)
 
 
 def _check_no_leak(est: Any, table: bool) -> None:

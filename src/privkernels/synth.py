@@ -118,10 +118,13 @@ def default_table_generator(schema: TabularSchema, n_classes: int) -> nn.Module:
     return TabularGenerator(n_classes=n_classes, n_features=d, groups=groups, hidden=hidden)
 
 
-def default_table_network(schema: TabularSchema, n_classes: int) -> MarginalSkip:
+def default_table_network(
+    schema: TabularSchema, n_classes: int, *, marginal_bins: int = 16
+) -> MarginalSkip:
     """`privkernels.dp_ntk.default_network` with the schema's marginal code beside it.
 
-    The code (every column, and ``17`` hats per numeric column) carries `MARGINAL_WEIGHT`
+    The code (every column, and ``marginal_bins + 1``, by default 17, hats per numeric
+    column) carries `MARGINAL_WEIGHT`
     of the feature's squared norm, measured on `reference_rows` of the schema's shapes:
     public rows, no data read. Without it the e-NTK barely sees a numeric column's shape,
     and the generator piles numeric columns at their bounds. `fit_table` builds this
@@ -129,7 +132,7 @@ def default_table_network(schema: TabularSchema, n_classes: int) -> MarginalSkip
     them).
     """
     groups = column_groups_from_schema(schema, schema.n_features)
-    network = dp_ntk.default_network(n_classes, groups=groups)
+    network = dp_ntk.default_network(n_classes, groups=groups, marginal_bins=marginal_bins)
     assert isinstance(network, MarginalSkip)  # a schema always has column groups
     return network
 
