@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 from dp_accounting.dp_event import RepeatAndSelectDpEvent
+from scipy import stats
 from sklearn.datasets import load_breast_cancer
 
 from privkernels import tuning
@@ -24,7 +25,9 @@ from privkernels.privacy.accounting import (
     SelectionEvent,
     gaussian_sigma,
     repeat_and_select_epsilon,
+    repetition_tail,
     tnb_gamma,
+    tnb_log_mass,
 )
 from privkernels.privacy.report import PrivacyReport
 from privkernels.privacy.selection import draw_repetitions, plan_selection
@@ -72,6 +75,24 @@ def test_the_number_of_runs_follows_the_accounted_distribution(mean, shape):
         observed = np.asarray([*(np.sum(draws == k) for k in range(1, 5)), np.sum(draws > 4)])
         chi2 = float(np.sum((observed - expected) ** 2 / expected))
         assert chi2 < 20.5  # chi-square(4) at p = 4e-4
+
+
+@pytest.mark.parametrize(("mean", "shape"), [(8.0, 1.0), (8.0, 0.0), (5.0, 0.5), (30.0, 3.0)])
+def test_the_runs_masses_are_scipys_truncated_negative_binomial(mean, shape):
+    """`tnb_log_mass`, the one formula of the draw and of `repetition_tail`, against scipy:
+    the logarithmic series for shape 0, the negative binomial conditioned on K >= 1
+    otherwise; its masses sum to one less the tail."""
+    gamma = tnb_gamma(mean, shape)
+    k = np.arange(1, 201)
+    if shape == 0.0:
+        expected = stats.logser(1.0 - gamma).pmf(k)
+    else:
+        expected = stats.nbinom(shape, gamma).pmf(k) / (1.0 - gamma**shape)
+    ours = np.exp(tnb_log_mass(k, gamma, shape))
+    np.testing.assert_allclose(ours, expected, rtol=1e-9, atol=1e-300)
+    assert float(np.exp(tnb_log_mass(1, gamma, shape))) == pytest.approx(expected[0], rel=1e-12)
+    every = np.exp(tnb_log_mass(np.arange(1, 100_001), gamma, shape)).sum()
+    assert every == pytest.approx(1.0 - repetition_tail(mean, shape), abs=1e-12)
 
 
 def test_plan_spends_the_target_and_refuses_an_impossible_one():

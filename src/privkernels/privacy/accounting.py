@@ -93,6 +93,7 @@ __all__ = [
     "MAX_SHAPE",
     "repeat_and_select_epsilon",
     "tnb_gamma",
+    "tnb_log_mass",
 ]
 
 Accountant = Literal["pld", "rdp"]
@@ -780,24 +781,33 @@ MAX_REPETITION_TAIL = 1e-12
 MIN_SHAPE, MAX_SHAPE = 0.01, 100.0
 
 
+def tnb_log_mass(k: Any, gamma: float, shape: float) -> np.ndarray:
+    """``log P[K = k]`` of the truncated negative binomial (Papernot & Steinke 2022, Def. 1)
+    for ``k (m,)`` (or a scalar) >= 1, float64, with halting probability ``gamma`` in (0, 1):
+    ``(1 - gamma)^k / (k log(1/gamma))`` for ``shape = 0`` (logarithmic), otherwise
+    ``C(k + shape - 1, k) (1 - gamma)^k gamma^shape / (1 - gamma^shape)`` (``shape = 1``:
+    the geometric ``gamma (1 - gamma)^(k-1)``). The one formula of both `repetition_tail`
+    and the draw (`privkernels.privacy.selection.draw_repetitions`)."""
+    k = np.asarray(k, dtype=np.float64)
+    log_q = math.log1p(-gamma)
+    if shape == 0.0:
+        return k * log_q - np.log(k) - math.log(math.log(1.0 / gamma))
+    return (
+        gammaln(k + shape) - gammaln(k + 1.0) - math.lgamma(shape)
+        + k * log_q + shape * math.log(gamma) - math.log1p(-(gamma**shape))
+    )  # fmt: skip
+
+
 @functools.lru_cache(maxsize=256)
 def repetition_tail(mean: float, shape: float, k_max: int = MAX_REPETITIONS) -> float:
     """``P[K > k_max]`` of the truncated negative binomial of ``(mean, shape)`` (Papernot &
-    Steinke 2022, Def. 1): one minus the exactly rounded sum of its first ``k_max`` masses,
-    computed as the draw computes them. Negative when float64 makes those masses sum past 1
+    Steinke 2022, Def. 1): one minus the exactly rounded sum of its first ``k_max`` masses
+    (`tnb_log_mass`, the draw's own). Negative when float64 makes those masses sum past 1
     (a mean just above 1): `check_repetitions` refuses either side."""
     gamma = tnb_gamma(mean, shape)
     if gamma >= 1.0:
         return 0.0
-    k = np.arange(1, k_max + 1, dtype=np.float64)
-    log_q = math.log1p(-gamma)
-    if shape == 0.0:
-        logp = k * log_q - np.log(k) - math.log(math.log(1.0 / gamma))
-    else:
-        logp = (
-            gammaln(k + shape) - gammaln(k + 1.0) - math.lgamma(shape)
-            + k * log_q + shape * math.log(gamma) - math.log1p(-(gamma**shape))
-        )  # fmt: skip
+    logp = tnb_log_mass(np.arange(1, k_max + 1, dtype=np.float64), gamma, shape)
     return 1.0 - math.fsum(np.exp(logp).tolist())
 
 

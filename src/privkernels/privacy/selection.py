@@ -36,6 +36,7 @@ from privkernels.privacy.accounting import (
     gaussian_sigma,
     repeat_and_select_epsilon,
     tnb_gamma,
+    tnb_log_mass,
 )
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.report import MechanismRecord, PrivacyReport
@@ -142,30 +143,19 @@ def plan_selection(
 
 def draw_repetitions(key: jax.Array, mean: float, shape: float) -> int:
     """The number of runs ``K >= 1``, drawn from the truncated negative binomial the
-    accountant assumes (inverse CDF in float64 on one uniform from ``key``).
-
-    ``P[K = k]`` is ``gamma (1 - gamma)^(k-1)`` for ``shape = 1`` (geometric),
-    ``(1 - gamma)^k / (k log(1/gamma))`` for ``shape = 0`` (logarithmic), and
-    ``C(k + shape - 1, k) (1 - gamma)^k gamma^shape / (1 - gamma^shape)`` otherwise,
-    with ``gamma`` the halting probability of ``mean`` (Papernot & Steinke, Def. 1).
+    accountant assumes: inverse CDF in float64 on one 53-bit uniform from ``key``, summing
+    the masses of `tnb_log_mass` (Papernot & Steinke, Def. 1) in order, with ``gamma`` the
+    halting probability of ``mean``.
     """
     gamma = tnb_gamma(float(mean), float(shape))
     hi, lo = (int(w) for w in np.asarray(jax.random.bits(key, (2,), jax.numpy.uint32)))
     u = ((hi >> 5) * 2.0**26 + (lo >> 6)) / 2.0**53  # uniform on [0, 1), 53 bits
-    log_q = math.log1p(-gamma) if gamma < 1.0 else -math.inf
     if gamma >= 1.0:
         return 1
     cdf, k = 0.0, 0
     while cdf <= u:
         k += 1
-        if shape == 0.0:
-            logp = k * log_q - math.log(k) - math.log(math.log(1.0 / gamma))
-        else:
-            logp = (
-                math.lgamma(k + shape) - math.lgamma(k + 1) - math.lgamma(shape)
-                + k * log_q + shape * math.log(gamma) - math.log1p(-(gamma**shape))
-            )  # fmt: skip
-        cdf += math.exp(logp)
+        cdf += math.exp(float(tnb_log_mass(k, gamma, float(shape))))
         if k > MAX_REPETITIONS:  # reached with probability <= MAX_REPETITION_TAIL
             break  # (check_repetitions refuses any (mean, shape) with a heavier tail)
     return k
