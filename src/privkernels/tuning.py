@@ -36,7 +36,7 @@ from privkernels._validation import check_fraction, check_int
 from privkernels.privacy.accountant import charged_release
 from privkernels.privacy.accounting import SelectionEvent, check_repetitions
 from privkernels.privacy.budget import Budget
-from privkernels.privacy.keys import release_key
+from privkernels.privacy.keys import public_key_of, release_key
 from privkernels.privacy.relations import check_neighbouring
 from privkernels.privacy.release import gaussian_release
 from privkernels.privacy.report import PrivacyReport, with_notes
@@ -219,8 +219,10 @@ def select(
       n_rows: the number of rows (public under replace-one).
       epsilon, delta: the guarantee of the whole search.
       relation: the neighbouring relation every candidate's release is under.
-      public_key: the key of the data-independent draws (the split, ``K``, the
-        candidates tried, each fit's own public draws); None derives it from ``key``.
+      public_key: the key of the data-independent draws (the split, each fit's own
+        public draws); None derives it from ``key``; ``key`` itself is refused. ``K`` and
+        the candidates tried always come from ``key``, so a known public key tells
+        neither.
       mean: expected number of runs (default ``DEFAULT_MEAN_RUNS`` per candidate).
       shape: of the truncated negative binomial (1: geometric, 0: logarithmic).
       score_share: the share of each run's budget spent on its noisy score.
@@ -237,6 +239,8 @@ def select(
       ValueError: bad arguments or a budget no run fits in, before any noise.
     """
     key, seeded = release_key(key)
+    if public_key is not None:
+        public_key = public_key_of(public_key, key)
     relation = check_neighbouring(relation, ("replace-one", "add-remove"))
     if not candidates:
         raise ValueError("select needs at least one candidate")
@@ -275,8 +279,12 @@ def _search_runs(
     plan: SelectionPlan, relation: str, public_key: jax.Array | None, seeded: tuple[str, ...],
 ) -> SelectionResult:  # fmt: skip
     """`_search`'s body (see there)."""
-    pub = jax.random.fold_in(key, PUBLIC_TAG) if public_key is None else public_key
-    k_split, k_runs, k_pick, k_pub = jax.random.split(pub, 4)
+    # K and the picks always come from ``key``'s stream (secret: a known ``public_key`` must
+    # not tell them); the split and the fits' public draws from ``public_key`` when given.
+    # Without one, both are the same four siblings, as before.
+    own = jax.random.fold_in(key, PUBLIC_TAG)
+    _, k_runs, k_pick, _ = jax.random.split(own, 4)
+    k_split, _, _, k_pub = jax.random.split(own if public_key is None else public_key, 4)
     train, val = _split(k_split, n, n_val, frac, relation)
     runs = draw_repetitions(k_runs, plan.mean, plan.shape)
     picks = [int(i) for i in np.asarray(jax.random.randint(k_pick, (runs,), 0, len(candidates)))]
@@ -284,7 +292,7 @@ def _search_runs(
     for j, i in enumerate(picks):  # K and the picks stay inside: only the best run leaves
         with warnings.catch_warnings(record=True) as caught:  # one run's warnings would
             _every_run_records()  # count the runs: kept, and only the best's shown
-            model, noisy = _run(candidates[i], plan, jax.random.fold_in(key, j),
+            model, noisy = _run(candidates[i], plan, _run_key(key, j),
                                 jax.random.fold_in(k_pub, j), train, val, relation)  # fmt: skip
         if best is None or noisy > best[0]:
             best = (noisy, i, model, caught)
@@ -331,8 +339,15 @@ def _warn_once(caught: list[Any]) -> None:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module)
 
 
-#: Folded into the search's key to derive its public stream when none is given.
+#: Folded into the search's key to derive the stream of ``K`` and the picks (and the
+#: public stream when none is given).
 PUBLIC_TAG = 0x7475
+
+
+def _run_key(key: jax.Array, j: int) -> jax.Array:
+    """The secret key of run ``j``: ``fold_in(key, j)``, skipping `PUBLIC_TAG`, so that no
+    run's key is the root of ``K``'s stream (run indices below the tag are unchanged)."""
+    return jax.random.fold_in(key, j if j < PUBLIC_TAG else j + 1)
 
 
 def _events_at(cand: Candidate, n_train: int, budget: Budget) -> Sequence[SelectionEvent]:

@@ -64,7 +64,13 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from scipy.special import gammaln
 
-from privkernels._validation import check_delta, check_epsilon, check_int, check_positive
+from privkernels._validation import (
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_nonnegative,
+    check_positive,
+)
 from privkernels.privacy.record import MechanismRecord
 from privkernels.privacy.relations import check_neighbouring
 
@@ -91,6 +97,7 @@ __all__ = [
     "MAX_REPETITION_TAIL",
     "MIN_SHAPE",
     "MAX_SHAPE",
+    "MIN_MEAN_ABOVE_ONE",
     "repeat_and_select_epsilon",
     "tnb_gamma",
     "tnb_log_mass",
@@ -779,6 +786,41 @@ MAX_REPETITION_TAIL = 1e-12
 #: masses lose their sum outside this range (``gamma ** shape`` near 1 below it, the
 #: log-gamma differences above it).
 MIN_SHAPE, MAX_SHAPE = 0.01, 100.0
+#: The smallest mean above 1 that `check_repetitions` takes: closer to 1, the halting
+#: probability's bisection (`tnb_gamma`) gives a distribution whose mean misses the asked
+#: one by up to 10% of ``mean - 1`` (1e-7 above 1 at shape 0.01), and the masses may sum
+#: past 1 in float64. A mean of exactly 1 is one run.
+MIN_MEAN_ABOVE_ONE = 1.01
+
+
+#: From here on (both arguments), `_log_gamma_ratio` uses Stirling's series: its first
+#: omitted term is below 1e-16 there.
+STIRLING_FROM = 30.0
+
+
+def _stirling_tail(y: np.ndarray) -> np.ndarray:
+    """``log Gamma(y) - (y - 1/2) log y + y - log(2 pi) / 2`` for ``y >= STIRLING_FROM``."""
+    y2 = y * y
+    return (1.0 / 12.0 - (1.0 / 360.0 - (1.0 / 1260.0 - 1.0 / (1680.0 * y2)) / y2) / y2) / y
+
+
+def _log_gamma_ratio(k: np.ndarray, shape: float) -> np.ndarray:
+    """``log Gamma(k + shape) - log Gamma(k + 1)`` for ``k (m,) >= 1``, float64, to about
+    1e-13 absolute at every ``k``. The plain difference of two log-gammas of size
+    ``k log k`` loses about 1e-10 at ``k = 1e5``; for large arguments Stirling's series is
+    differenced term by term instead (``log1p`` of the arguments' ratio, no cancellation)."""
+    a, b = k + shape, k + 1.0
+    out = np.asarray(gammaln(a) - gammaln(b), dtype=np.float64)
+    big = np.minimum(a, b) >= STIRLING_FROM
+    if np.any(big):
+        a, b, d = a[big], b[big], shape - 1.0
+        out[big] = (
+            (a - 0.5) * np.log1p(d / b)
+            + d * np.log(b)
+            - d
+            + (_stirling_tail(a) - _stirling_tail(b))
+        )
+    return out
 
 
 def tnb_log_mass(k: Any, gamma: float, shape: float) -> np.ndarray:
@@ -787,15 +829,17 @@ def tnb_log_mass(k: Any, gamma: float, shape: float) -> np.ndarray:
     ``(1 - gamma)^k / (k log(1/gamma))`` for ``shape = 0`` (logarithmic), otherwise
     ``C(k + shape - 1, k) (1 - gamma)^k gamma^shape / (1 - gamma^shape)`` (``shape = 1``:
     the geometric ``gamma (1 - gamma)^(k-1)``). The one formula of both `repetition_tail`
-    and the draw (`privkernels.privacy.selection.draw_repetitions`)."""
+    and the draw (`privkernels.privacy.selection.draw_repetitions`); ``log C`` by
+    `_log_gamma_ratio`, ``log(1 - gamma^shape)`` through ``expm1``."""
     k = np.asarray(k, dtype=np.float64)
     log_q = math.log1p(-gamma)
     if shape == 0.0:
         return k * log_q - np.log(k) - math.log(math.log(1.0 / gamma))
-    return (
-        gammaln(k + shape) - gammaln(k + 1.0) - math.lgamma(shape)
-        + k * log_q + shape * math.log(gamma) - math.log1p(-(gamma**shape))
-    )  # fmt: skip
+    if shape == 1.0:  # C(k, k) = 1
+        return k * log_q + math.log(gamma) - log_q
+    log_gamma = math.log(gamma)
+    log_binom = _log_gamma_ratio(np.atleast_1d(k), shape).reshape(k.shape) - math.lgamma(shape)
+    return log_binom + k * log_q + shape * log_gamma - math.log(-math.expm1(shape * log_gamma))
 
 
 @functools.lru_cache(maxsize=256)
@@ -813,13 +857,21 @@ def repetition_tail(mean: float, shape: float, k_max: int = MAX_REPETITIONS) -> 
 
 def check_repetitions(mean: Any, shape: Any) -> tuple[float, float]:
     """``(mean, shape)`` of the truncated negative binomial number of repetitions
-    (Papernot & Steinke 2022, Theorem 2) as floats, or a ``ValueError``: ``mean`` a finite
-    number >= 1, ``shape`` 0 or in ``[MIN_SHAPE, MAX_SHAPE]``, and the chance that the runs
+    (Papernot & Steinke 2022, Theorem 2) as floats, or an error (``TypeError`` for a
+    non-number: bool, str, None, an array; ``ValueError`` otherwise): ``mean`` 1 or a finite
+    number >= `MIN_MEAN_ABOVE_ONE`, ``shape`` 0 or in ``[MIN_SHAPE, MAX_SHAPE]``, and the chance that the runs
     pass `MAX_REPETITIONS` at most `MAX_REPETITION_TAIL` (public settings, no data; the
     geometric allows a mean up to about 3,500)."""
-    mean, shape = float(mean), float(shape)
-    if not (math.isfinite(mean) and mean >= 1.0):
+    mean, shape = check_positive(mean, "mean"), check_nonnegative(shape, "shape")
+    if not mean >= 1.0:
         raise ValueError(f"mean must be a finite number >= 1, got {mean!r}")
+    if 1.0 < mean < MIN_MEAN_ABOVE_ONE:
+        raise ValueError(
+            f"mean {mean!r} is too close to 1: the halting probability is then too close to 1 "
+            f"for float64 to tie the draw to the accounted mean (use a mean of 1, or "
+            f"{MIN_MEAN_ABOVE_ONE} or more)"
+        )
+    shape = 0.0 if shape == 0.0 else shape  # -0.0 is the logarithmic 0.0
     if not (shape == 0.0 or MIN_SHAPE <= shape <= MAX_SHAPE):
         raise ValueError(f"shape must be 0 or in [{MIN_SHAPE}, {MAX_SHAPE}], got {shape!r}")
     # half the bound: the tail is computed in float64, to about 1e-13

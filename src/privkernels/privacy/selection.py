@@ -33,6 +33,7 @@ from privkernels._validation import check_delta, check_epsilon, check_fraction
 from privkernels.privacy.accounting import (
     MAX_REPETITIONS,
     SelectionEvent,
+    check_repetitions,
     gaussian_sigma,
     repeat_and_select_epsilon,
     tnb_gamma,
@@ -117,6 +118,7 @@ def plan_selection(
     """
     eps, dlt = check_epsilon(epsilon), check_delta(delta)
     share = check_fraction(score_share, "score_share")
+    mean, shape = check_repetitions(mean, shape)
     if not events_of:
         raise ValueError("a search needs at least one candidate")
 
@@ -142,22 +144,23 @@ def plan_selection(
 
 
 def draw_repetitions(key: jax.Array, mean: float, shape: float) -> int:
-    """The number of runs ``K >= 1``, drawn from the truncated negative binomial the
-    accountant assumes: inverse CDF in float64 on one 53-bit uniform from ``key``, summing
-    the masses of `tnb_log_mass` (Papernot & Steinke, Def. 1) in order, with ``gamma`` the
-    halting probability of ``mean``.
+    """The number of runs ``1 <= K <= MAX_REPETITIONS``, drawn from the truncated negative
+    binomial the accountant assumes: inverse CDF in float64 on one 53-bit uniform from
+    ``key``, summing the masses of `tnb_log_mass` (Papernot & Steinke, Def. 1) in order,
+    with ``gamma`` the halting probability of ``mean``. ``(mean, shape)`` is checked first
+    (`check_repetitions`: a ``ValueError`` before ``key`` is used), so the cap is reached
+    with probability at most `MAX_REPETITION_TAIL`.
     """
-    gamma = tnb_gamma(float(mean), float(shape))
+    mean, shape = check_repetitions(mean, shape)
+    gamma = tnb_gamma(mean, shape)
     hi, lo = (int(w) for w in np.asarray(jax.random.bits(key, (2,), jax.numpy.uint32)))
     u = ((hi >> 5) * 2.0**26 + (lo >> 6)) / 2.0**53  # uniform on [0, 1), 53 bits
     if gamma >= 1.0:
         return 1
     cdf, k = 0.0, 0
-    while cdf <= u:
+    while cdf <= u and k < MAX_REPETITIONS:
         k += 1
-        cdf += math.exp(float(tnb_log_mass(k, gamma, float(shape))))
-        if k > MAX_REPETITIONS:  # reached with probability <= MAX_REPETITION_TAIL
-            break  # (check_repetitions refuses any (mean, shape) with a heavier tail)
+        cdf += math.exp(float(tnb_log_mass(k, gamma, shape)))
     return k
 
 
