@@ -44,7 +44,7 @@ N_CLASSES_INFERRED_NOTE = (
 
 
 def _as_float(value: Any, name: str) -> float:
-    if isinstance(value, (bool, str, bytes)) or value is None:
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     try:
         out = float(value)

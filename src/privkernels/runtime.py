@@ -6,8 +6,13 @@ reuses compiled programs within a process (equal settings share one
 compilation: epochs, seeds and budgets never recompile). Across processes,
 `enable_compilation_cache` stores compiled programs on disk, keyed by
 the program and the JAX version, so a second run of the same table starts
-warm. Nothing private is stored: compiled programs depend on shapes and
-public settings only (data arrays are arguments, never constants).
+warm. No data value is stored: compiled programs depend on shapes and
+public settings only (data arrays are arguments, never constants). Which
+programs were compiled is stored, though: the cache's entries after a
+`privkernels.sklearn.PrivateSearchCV` show which candidates its hidden runs
+tried, and so bound their number from below. Do not publish or share a cache
+directory a private search wrote to (`docs/privacy.md`, "The process that ran
+a search").
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ def enable_compilation_cache(
     directory: str | os.PathLike[str], *, min_compile_time_secs: float = 0.5
 ) -> Path:
     """Store compiled XLA programs under ``directory`` (created) and reuse them.
+
+    The entries show which programs ran (after a private search: which candidates
+    its hidden runs tried); keep the directory as private as the process.
 
     Args:
       directory: a local directory for the cache.

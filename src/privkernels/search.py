@@ -318,14 +318,23 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
     def _check_fit_settings(self, shape: tuple[int, ...] | None) -> None:
         """Refuse, before any data is read, what `fit` refuses on its settings alone (the
         budget, ``random_state``'s type, the candidates' relation and
-        `privkernels.tuning.check_select_settings`)."""
+        `privkernels.tuning.check_select_settings`); with the input's ``shape`` known (a
+        `privkernels.pipeline.PrivatePipeline` step), also the search's plan
+        (`privkernels.tuning.plan_search`: too many candidates, a budget no run fits in)."""
         Budget(self.epsilon, self.delta)
         check_seed(self.random_state)
-        self._relation(self._candidates(None, None))
+        relation = self._relation(self._candidates(None, None))
         tuning.check_select_settings(
             mean=self.mean_runs, shape=self.shape, score_share=self.score_share,
             validation_fraction=self.validation_fraction,
         )  # fmt: skip
+        if shape is not None and len(shape) >= 2:
+            rows = np.zeros((0, *shape[1:]), np.float32)  # the width only: no row is read
+            tuning.plan_search(
+                self._candidates(rows, None), shape[0], epsilon=self.epsilon,
+                delta=self.delta, relation=relation, mean=self.mean_runs, shape=self.shape,
+                score_share=self.score_share, validation_fraction=self.validation_fraction,
+            )  # fmt: skip
 
     def _input_range(self) -> tuple[float, float] | None:
         """The range every candidate's inputs must lie in (the intersection of the

@@ -34,7 +34,7 @@ import numpy as np
 
 from privkernels._validation import check_fraction, check_int
 from privkernels.privacy.accountant import charged_release
-from privkernels.privacy.accounting import SelectionEvent, check_repetitions
+from privkernels.privacy.accounting import MAX_REPETITIONS, SelectionEvent, check_repetitions
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import public_key_of, release_key
 from privkernels.privacy.relations import check_neighbouring
@@ -51,6 +51,7 @@ __all__ = [
     "Candidate",
     "SelectionResult",
     "select",
+    "plan_search",
     "check_select_settings",
     "events_of_report",
     "same_events",
@@ -239,9 +240,28 @@ def select(
       ValueError: bad arguments or a budget no run fits in, before any noise.
     """
     key, seeded = release_key(key)
-    if public_key is not None:
-        public_key = public_key_of(public_key, key)
+    if public_key is not None:  # not the key, nor any run's key (below the cap)
+        public_key = public_key_of(public_key, key, children=MAX_REPETITIONS + 1)
     relation = check_neighbouring(relation, ("replace-one", "add-remove"))
+    plan, n, n_val, frac = plan_search(
+        candidates, n_rows, epsilon=epsilon, delta=delta, relation=relation, mean=mean,
+        shape=shape, score_share=score_share, validation_fraction=validation_fraction,
+    )  # fmt: skip
+    run = functools.partial(_search, key, candidates, n, n_val, frac, plan, relation,
+                            public_key, seeded)  # fmt: skip
+    return charged_release(budget_accountant, epsilon, delta, relation, run)
+
+
+def plan_search(
+    candidates: Sequence[Candidate], n_rows: int, *, epsilon: float, delta: float,
+    relation: str, mean: float | None = None, shape: float = 1.0, score_share: float = 0.5,
+    validation_fraction: float = 0.2,
+) -> tuple[SelectionPlan, int, int, float]:  # fmt: skip
+    """`select`'s plan before any draw: ``(plan, n_rows, n_validation, fraction)``, or the
+    ``ValueError`` `select` would raise on its settings (too many candidates, a budget no
+    run fits in, a relation a candidate cannot release under). Reads no row: the
+    candidates' events need only the number of training rows (`privkernels.search
+    .PrivateSearchCV` runs it before a pipeline step in front of it draws noise)."""
     if not candidates:
         raise ValueError("select needs at least one candidate")
     frac = check_select_settings(mean=mean, shape=shape, score_share=score_share,
@@ -254,9 +274,7 @@ def select(
     plan = plan_selection(
         events_of, epsilon=epsilon, delta=delta, mean=mean, shape=shape, score_share=score_share
     )
-    run = functools.partial(_search, key, candidates, n, n_val, frac, plan, relation,
-                            public_key, seeded)  # fmt: skip
-    return charged_release(budget_accountant, epsilon, delta, relation, run)
+    return plan, n, n_val, frac
 
 
 def _search(
@@ -281,8 +299,12 @@ def _search_runs(
     """`_search`'s body (see there)."""
     # K and the picks always come from ``key``'s stream (secret: a known ``public_key`` must
     # not tell them); the split and the fits' public draws from ``public_key`` when given.
-    # Without one, both are the same four siblings, as before.
+    # Without one, both are the same four siblings, as before. A run's public draws (its
+    # model's weights, say) are keyed by the run's index only when they are secret; from
+    # a given public key, by the candidate's index (released anyway), since the run's
+    # index would bound K from below.
     own = jax.random.fold_in(key, PUBLIC_TAG)
+    own_pub = public_key is None
     _, k_runs, k_pick, _ = jax.random.split(own, 4)
     k_split, _, _, k_pub = jax.random.split(own if public_key is None else public_key, 4)
     train, val = _split(k_split, n, n_val, frac, relation)
@@ -293,7 +315,8 @@ def _search_runs(
         with warnings.catch_warnings(record=True) as caught:  # one run's warnings would
             _every_run_records()  # count the runs: kept, and only the best's shown
             model, noisy = _run(candidates[i], plan, _run_key(key, j),
-                                jax.random.fold_in(k_pub, j), train, val, relation)  # fmt: skip
+                                jax.random.fold_in(k_pub, j if own_pub else i), train, val,
+                                relation)  # fmt: skip
         if best is None or noisy > best[0]:
             best = (noisy, i, model, caught)
     assert best is not None

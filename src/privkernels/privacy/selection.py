@@ -110,7 +110,7 @@ def plan_selection(
       epsilon, delta: the target guarantee of the whole search.
       mean: expected number of runs (>= 1); shape: of the truncated negative binomial.
       score_share: the share of each run's budget spent on its noisy score, in (0, 1).
-      tol: relative precision of the per-run epsilon (bisection).
+      tol: relative precision of the per-run epsilon (bisection), in (0, 1).
 
     Returns:
       `SelectionPlan`. ``ValueError`` (before any data is read) when no per-run budget
@@ -119,6 +119,7 @@ def plan_selection(
     eps, dlt = check_epsilon(epsilon), check_delta(delta)
     share = check_fraction(score_share, "score_share")
     mean, shape = check_repetitions(mean, shape)
+    tol = check_fraction(tol, "tol")
     if not events_of:
         raise ValueError("a search needs at least one candidate")
 
