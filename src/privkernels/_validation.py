@@ -43,8 +43,14 @@ N_CLASSES_INFERRED_NOTE = (
 )
 
 
+def _is_bool(value: Any) -> bool:
+    """A numpy or JAX array (0-d included) of booleans."""
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and np.dtype(dtype) == np.bool_
+
+
 def _as_float(value: Any, name: str) -> float:
-    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None or _is_bool(value):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     try:
         out = float(value)

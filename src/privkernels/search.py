@@ -37,6 +37,7 @@ from privkernels import tuning
 from privkernels._validation import check_finite
 from privkernels.data.frames import as_columns, split_table
 from privkernels.privacy.accountant import resolve
+from privkernels.privacy.accounting import check_candidate_count
 from privkernels.privacy.budget import Budget
 from privkernels.privacy.keys import check_seed, seed_keys, seeded_call
 from privkernels.privacy.report import PrivacyReport
@@ -323,7 +324,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         (`privkernels.tuning.plan_search`: too many candidates, a budget no run fits in)."""
         Budget(self.epsilon, self.delta)
         check_seed(self.random_state)
-        relation = self._relation(self._candidates(None, None))
+        cands = self._candidates(None, None)
+        relation = self._relation(cands)
+        check_candidate_count(len(cands))  # the plan would refuse it: no shape needed
         tuning.check_select_settings(
             mean=self.mean_runs, shape=self.shape, score_share=self.score_share,
             validation_fraction=self.validation_fraction,

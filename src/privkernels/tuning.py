@@ -240,8 +240,8 @@ def select(
       ValueError: bad arguments or a budget no run fits in, before any noise.
     """
     key, seeded = release_key(key)
-    if public_key is not None:  # not the key, nor any run's key (below the cap)
-        public_key = public_key_of(public_key, key, children=MAX_REPETITIONS + 1)
+    if public_key is not None:  # not the key, nor any key the search draws secrets from
+        public_key = public_key_of(public_key, key, forbidden=_secret_keys(key))
     relation = check_neighbouring(relation, ("replace-one", "add-remove"))
     plan, n, n_val, frac = plan_search(
         candidates, n_rows, epsilon=epsilon, delta=delta, relation=relation, mean=mean,
@@ -262,6 +262,7 @@ def plan_search(
     run fits in, a relation a candidate cannot release under). Reads no row: the
     candidates' events need only the number of training rows (`privkernels.search
     .PrivateSearchCV` runs it before a pipeline step in front of it draws noise)."""
+    relation = check_neighbouring(relation, ("replace-one", "add-remove"))
     if not candidates:
         raise ValueError("select needs at least one candidate")
     frac = check_select_settings(mean=mean, shape=shape, score_share=score_share,
@@ -309,7 +310,10 @@ def _search_runs(
     k_split, _, _, k_pub = jax.random.split(own if public_key is None else public_key, 4)
     train, val = _split(k_split, n, n_val, frac, relation)
     runs = draw_repetitions(k_runs, plan.mean, plan.shape)
-    picks = [int(i) for i in np.asarray(jax.random.randint(k_pick, (runs,), 0, len(candidates)))]
+    # one shape for every K (a shape per K would compile once per new count, a trace of K
+    # in the process); the first K entries are the draw of shape (K,) (JAX's default PRNG)
+    every = jax.random.randint(k_pick, (MAX_REPETITIONS,), 0, len(candidates))
+    picks = [int(i) for i in np.asarray(every[:runs])]
     best: tuple[float, int, Any, list[Any]] | None = None
     for j, i in enumerate(picks):  # K and the picks stay inside: only the best run leaves
         with warnings.catch_warnings(record=True) as caught:  # one run's warnings would
@@ -365,6 +369,19 @@ def _warn_once(caught: list[Any]) -> None:
 #: Folded into the search's key to derive the stream of ``K`` and the picks (and the
 #: public stream when none is given).
 PUBLIC_TAG = 0x7475
+
+
+def _secret_keys(key: jax.Array) -> jax.Array:
+    """``(m,)`` keys a search draws secrets from: every run's root ``fold_in(key, j)`` and its
+    fit and score keys (`_run`'s split), ``j <= MAX_REPETITIONS`` (the root of ``K``'s stream,
+    ``j = PUBLIC_TAG``, among them), and that stream's four children."""
+    roots = jax.vmap(lambda j: jax.random.fold_in(key, j))(
+        np.arange(MAX_REPETITIONS + 1, dtype=np.uint32)
+    )
+    kids = jax.vmap(lambda k: jax.random.split(k))(roots)
+    kids = kids.reshape((-1, *roots.shape[1:]))  # a raw uint32 key keeps its last axis
+    stream = jax.random.split(jax.random.fold_in(key, PUBLIC_TAG), 4)
+    return jax.numpy.concatenate([roots, kids, stream])
 
 
 def _run_key(key: jax.Array, j: int) -> jax.Array:

@@ -58,7 +58,7 @@ class _Toy:
         return [SelectionEvent("gaussian", gaussian_sigma(budget.epsilon, budget.delta))]
 
     def fit(self, key, public_key, idx, budget):
-        self.seen.append((_bits(key), _bits(public_key)))
+        self.seen.append((_bits(key), _bits(public_key), self.name))
         _, rec = gaussian_release(key, np.float32(ROWS[idx].mean()), budget=budget,
                                   sensitivity=1.0 / len(idx), released="mean")  # fmt: skip
         return types.SimpleNamespace(report=PrivacyReport.from_mechanisms([rec], "replace-one"))
@@ -113,11 +113,20 @@ def test_no_run_key_is_the_root_of_the_runs_stream():
 @pytest.mark.parametrize("shape", [3, 10, 100])
 def test_the_binomial_coefficient_is_exact_to_1e_13_at_large_k(shape):
     """``log C(k + shape - 1, k)`` inside the masses, against the exact integer's log
-    (integer shapes), up to the cap: about 1e-13 (the plain log-gamma difference was off
-    by up to 1e-10 here)."""
+    (integer shapes), up to the cap: within 2e-13, one or two ulps of values near 1,000
+    (the plain log-gamma difference was off by up to 1e-10 here)."""
     ks = [1, 2, 29, 30, 31, 100, 1000, 10_000, 50_000, 100_000]
     ours = _log_gamma_ratio(np.asarray(ks, dtype=np.float64), float(shape)) - math.lgamma(shape)
     exact = [math.log(math.comb(k + shape - 1, k)) for k in ks]
+    np.testing.assert_allclose(ours, exact, rtol=0, atol=2e-13)
+
+
+def test_the_binomial_coefficient_is_exact_at_shape_one_half():
+    """Below 1 too: ``C(k - 1/2, k) = C(2k, k) / 4^k``."""
+    ks = [1, 2, 29, 30, 31, 100, 1000, 10_000, 50_000, 100_000]
+    ours = _log_gamma_ratio(np.asarray(ks, dtype=np.float64), 0.5) - math.lgamma(0.5)
+    # the ratio in integers first: the difference of two logs near 1e5 would lose 1e-11
+    exact = [math.log(math.comb(2 * k, k) * 10**40 // 4**k) - 40 * math.log(10.0) for k in ks]
     np.testing.assert_allclose(ours, exact, rtol=0, atol=2e-13)
 
 
@@ -199,20 +208,59 @@ def test_means_just_above_one_are_refused_and_the_smallest_taken_draws_its_mean(
 
 
 # ------------------------------------------------------------------ round 2 (helper-59)
+def _expected(key, mean: float, n_cands: int) -> tuple[int, list[int]]:
+    """``K`` and the picks as the search derives them from ``key``'s own stream."""
+    own = jax.random.split(jax.random.fold_in(key, tuning.PUBLIC_TAG), 4)
+    runs = draw_repetitions(own[1], mean, 1.0)
+    return runs, np.asarray(jax.random.randint(own[2], (runs,), 0, n_cands)).tolist()
+
+
+def _key_with_runs(at_least: int, mean: float) -> jax.Array:
+    for s in range(1000):  # a fixed key whose search has at least that many runs
+        key = jax.random.fold_in(jax.random.key(73), s)
+        if _expected(key, mean, 2)[0] >= at_least:
+            return key
+    raise AssertionError("no key found")
+
+
 def test_with_a_public_key_a_runs_public_draws_follow_its_candidate_not_its_index():
     seen: list = []
-    public = jax.random.key(99)
-    cands = [_Toy("a", seen), _Toy("b", seen)]
-    tuning.select(fresh_key(), cands, len(ROWS), epsilon=1.0, delta=1e-5,
-                  relation="replace-one", public_key=public, mean=12.0)  # fmt: skip
+    public, mean = jax.random.key(99), 12.0
+    key = _key_with_runs(4, mean)
+    runs, picks = _expected(key, mean, 2)
+    tuning.select(key, [_Toy("a", seen), _Toy("b", seen)], len(ROWS), epsilon=1.0,
+                  delta=1e-5, relation="replace-one", public_key=public, mean=mean)  # fmt: skip
     k_pub = jax.random.split(public, 4)[3]
-    by_candidate = {_bits(jax.random.fold_in(k_pub, i)) for i in range(2)}
-    assert {pub for _, pub in seen} <= by_candidate  # never fold_in(k_pub, j) for j >= 2
+    assert len(seen) == runs
+    assert [pub for _, pub, _ in seen] == [_bits(jax.random.fold_in(k_pub, i)) for i in picks]
+    assert [sec for sec, _, _ in seen] == [
+        _bits(jax.random.split(tuning._run_key(key, j))[0]) for j in range(runs)
+    ]
+
+
+def test_without_a_public_key_every_key_is_the_one_drawn_before():
+    """The default path's split, picks, run keys and public keys are e0b4f34's: run j
+    fits with ``split(fold_in(key, j))[0]`` and ``fold_in(split(own, 4)[3], j)``."""
+    seen: list = []
+    mean = 12.0
+    key = _key_with_runs(4, mean)
+    runs, picks = _expected(key, mean, 2)  # picks: e0b4f34's randint of shape (K,)
+    tuning.select(key, [_Toy("a", seen), _Toy("b", seen)], len(ROWS), epsilon=1.0,
+                  delta=1e-5, relation="replace-one", mean=mean)  # fmt: skip
+    k_pub = jax.random.split(jax.random.fold_in(key, tuning.PUBLIC_TAG), 4)[3]
+    assert seen == [
+        (_bits(jax.random.split(jax.random.fold_in(key, j))[0]),
+         _bits(jax.random.fold_in(k_pub, j)), "ab"[picks[j]])
+        for j in range(runs)
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("derive", [lambda k: jax.random.split(k)[0],
                                     lambda k: jax.random.split(k, 9)[7],
-                                    lambda k: jax.random.fold_in(k, 5000)])  # fmt: skip
+                                    lambda k: jax.random.fold_in(k, 5000),
+                                    lambda k: jax.random.split(jax.random.fold_in(k, 0))[1],
+                                    lambda k: jax.random.split(
+                                        jax.random.fold_in(k, tuning.PUBLIC_TAG), 4)[1]])  # fmt: skip
 def test_a_public_key_split_off_the_release_key_is_refused(derive):
     key = fresh_key()
     with pytest.raises(ValueError, match="split or folded off the release key"):
@@ -241,7 +289,7 @@ def test_a_pipeline_refuses_an_unplannable_search_before_the_scalers_noise(monke
         pipe.fit(x, y)
 
 
-@pytest.mark.parametrize("bad", [np.True_, np.False_])
+@pytest.mark.parametrize("bad", [np.True_, np.False_, np.array(True), jax.numpy.array(False)])
 def test_numpy_bools_are_not_numbers(bad):
     with pytest.raises(TypeError, match="mean"):
         check_repetitions(bad, 1.0)
@@ -254,3 +302,12 @@ def test_plan_selection_checks_its_tolerance(tol):
     ev = lambda b: [SelectionEvent("gaussian", gaussian_sigma(b.epsilon, b.delta))]  # noqa: E731
     with pytest.raises(ValueError, match="tol"):
         plan_selection([ev], epsilon=1.0, delta=1e-5, mean=3.0, shape=1.0, tol=tol)
+
+
+def test_too_many_candidates_are_refused_without_the_inputs_shape():
+    from privkernels.sklearn import DPNTKRegressor, PrivateSearchCV
+
+    grid = {"reg": list(np.geomspace(1e-3, 1e3, 257))}
+    search = PrivateSearchCV(DPNTKRegressor(width=16), grid, epsilon=1.0, delta=1e-6)
+    with pytest.raises(ValueError, match="at most 256 candidates"):
+        search._check_fit_settings(None)

@@ -92,6 +92,7 @@ __all__ = [
     "SelectionEvent",
     "candidate_rdp",
     "check_repetitions",
+    "check_candidate_count",
     "repetition_tail",
     "MAX_REPETITIONS",
     "MAX_REPETITION_TAIL",
@@ -779,15 +780,14 @@ def tnb_gamma(mean: float, shape: float) -> float:
 #: The most runs a search draws: `privkernels.privacy.selection.draw_repetitions` stops its
 #: inverse CDF here, and `check_repetitions` refuses any ``(mean, shape)`` whose number of
 #: runs passes it with probability above `MAX_REPETITION_TAIL`, so the runs' distribution is
-#: the one Theorem 2 assumes up to that mass.
+#: the one Theorem 2 assumes up to that mass. (The masses' float64 sum falls about 2e-14
+#: short of 1 and the draw gives the shortfall to the cap: the drawn mean exceeds the asked
+#: one by at most about 2e-9 relative, about 1e-9 in epsilon; s73 adversary round.)
 MAX_REPETITIONS = 100_000
 MAX_REPETITION_TAIL = 1e-12
-#: (The masses' float64 sum falls about 2e-14 short of 1; the draw gives that shortfall to
-#: the cap, so the drawn mean exceeds the asked one by at most about 2e-9 relative, which
-#: moves the search's epsilon by about 1e-9: measured by the s73 adversary round.)
-#: The shapes `check_repetitions` takes besides 0: in float64 the draw's and the tail's
-#: masses lose their sum outside this range (``gamma ** shape`` near 1 below it, the
-#: log-gamma differences above it).
+#: The shapes `check_repetitions` takes besides 0: outside this range the halting
+#: probability's bisection (`tnb_gamma`, ``gamma ** shape`` near 1 below it) and the
+#: masses' float64 sum were not checked.
 MIN_SHAPE, MAX_SHAPE = 0.01, 100.0
 #: The smallest mean above 1 that `check_repetitions` takes: closer to 1, the halting
 #: probability's bisection (`tnb_gamma`) gives a distribution whose mean misses the asked
@@ -887,9 +887,19 @@ def check_repetitions(mean: Any, shape: Any) -> tuple[float, float]:
     if tail < -MAX_REPETITION_TAIL / 2:
         raise ValueError(
             f"mean {mean!r} (shape {shape!r}) is too close to 1 for float64: the number of "
-            "runs could not be drawn from its distribution (use a mean of 1, or 1.01 or more)"
+            f"runs could not be drawn from its distribution (use a mean of 1, or "
+            f"{MIN_MEAN_ABOVE_ONE} or more)"
         )
     return mean, shape
+
+
+def check_candidate_count(n: int) -> None:
+    """Refuse (``ValueError``) a search over more than `MAX_SELECT_CANDIDATES` candidates
+    (a public count: no data)."""
+    if n > MAX_SELECT_CANDIDATES:
+        raise ValueError(
+            f"repeat-and-select accounts at most {MAX_SELECT_CANDIDATES} candidates, got {n}"
+        )
 
 
 def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, delta: float) -> float:
@@ -923,11 +933,7 @@ def repeat_and_select_epsilon(candidates: Any, *, mean: float, shape: float, del
 
     mean, shape = check_repetitions(mean, shape)
     d = check_delta(delta)
-    if len(candidates) > MAX_SELECT_CANDIDATES:
-        raise ValueError(
-            f"repeat-and-select accounts at most {MAX_SELECT_CANDIDATES} candidates, got "
-            f"{len(candidates)}"
-        )
+    check_candidate_count(len(candidates))
     distinct = {tuple(tuple(e) for e in c): c for c in candidates}  # one curve per run shape
     sgd = sum(1 for c in distinct for e in c if e and e[0] == "dpsgd")
     total = sum(len(c) for c in distinct)

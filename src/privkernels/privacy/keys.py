@@ -259,12 +259,14 @@ def sample_key(seed: jax.Array | int | None) -> Any:
     return seed
 
 
-def public_key_of(public_key: jax.Array, key: jax.Array, *, children: int = 0) -> jax.Array:
+def public_key_of(
+    public_key: jax.Array, key: jax.Array, *, forbidden: jax.Array | None = None
+) -> jax.Array:
     """``public_key`` checked as the key of a fit's data-independent draws: a JAX key, and
-    not the release key itself (its draws would then be siblings of the noise keys), nor,
-    with ``children > 0``, any of ``fold_in(key, j)`` for ``j < children`` (in JAX's
-    default PRNG ``split(key, n)[j]`` is the same key): a search's runs take their secret
-    keys there (`privkernels.tuning.select`).
+    not the release key itself (its draws would then be siblings of the noise keys), nor
+    one of ``forbidden (m,)``, keys derived from ``key`` that draw secrets (a search's run
+    keys, `privkernels.tuning.select`; in JAX's default PRNG ``split(key, n)[j]`` is
+    ``fold_in(key, j)``, so a split-off key is among them).
 
     A key derived from ``key`` any other way cannot be recognised here; pass a fresh key
     (`fresh_key`), as the methods' docstrings say.
@@ -276,13 +278,11 @@ def public_key_of(public_key: jax.Array, key: jax.Array, *, children: int = 0) -
             "public_key is the release key itself: pass an independent key "
             "(privkernels.fresh_key()) or None"
         )
-    if children > 0:
-        fold = jax.vmap(lambda j: jax.random.fold_in(key, j))
-        kids = _key_bits(fold(np.arange(children, dtype=np.uint32)))
-        if bits.shape == kids.shape[1:] and np.any(np.all(kids == bits, axis=-1)):
+    if forbidden is not None:
+        secret = _key_bits(forbidden)
+        if bits.shape == secret.shape[1:] and np.any(np.all(secret == bits, axis=-1)):
             raise ValueError(
-                "public_key is a key split or folded off the release key (one of the keys "
-                "its runs draw noise from): pass an independent key (privkernels.fresh_key()) "
-                "or None"
+                "public_key is a key split or folded off the release key (one the search "
+                "draws secrets from): pass an independent key (privkernels.fresh_key()) or None"
             )
     return public_key
