@@ -50,7 +50,7 @@ def _is_bool(value: Any) -> bool:
 
 
 def _as_float(value: Any, name: str) -> float:
-    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None or _is_bool(value):
+    if isinstance(value, (bool, str, bytes)) or value is None or _is_bool(value):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     try:
         out = float(value)

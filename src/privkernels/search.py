@@ -324,17 +324,18 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         (`privkernels.tuning.plan_search`: too many candidates, a budget no run fits in)."""
         Budget(self.epsilon, self.delta)
         check_seed(self.random_state)
-        cands = self._candidates(None, None)
+        known = shape if shape is not None and len(shape) >= 2 else None
+        rows = None if known is None else np.zeros((0, *known[1:]), np.float32)  # width only
+        cands = self._candidates(rows, None)
         relation = self._relation(cands)
         check_candidate_count(len(cands))  # the plan would refuse it: no shape needed
         tuning.check_select_settings(
             mean=self.mean_runs, shape=self.shape, score_share=self.score_share,
             validation_fraction=self.validation_fraction,
         )  # fmt: skip
-        if shape is not None and len(shape) >= 2:
-            rows = np.zeros((0, *shape[1:]), np.float32)  # the width only: no row is read
+        if known is not None:  # no row is read: the candidates' events need only the width
             tuning.plan_search(
-                self._candidates(rows, None), shape[0], epsilon=self.epsilon,
+                cands, known[0], epsilon=self.epsilon,
                 delta=self.delta, relation=relation, mean=self.mean_runs, shape=self.shape,
                 score_share=self.score_share, validation_fraction=self.validation_fraction,
             )  # fmt: skip
