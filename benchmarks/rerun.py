@@ -3,8 +3,10 @@
 A table run writes a ``rerun`` block into its JSON (table, profile, seeds, ``--set``
 options). This module runs that table again for the given seeds and compares each row's
 ``value`` with the recorded one. Rows are matched on their identifying fields: every field
-that is not a float or a list of floats (dataset, metric, seed, sizes, ...) plus
-``epsilon`` and ``delta``; a list of floats (a table's per-seed means) is a measurement.
+that is not a float or a list of floats (dataset, metric, seed, sizes, ...) plus the float
+settings (``epsilon``, ``delta``, ``corrupt_fraction`` and every ``hp_*``); any other float
+or list of floats (a table's per-seed means) is a measurement. Two rows of one file with
+the same identifying fields are refused, not matched arbitrarily.
 A row passes when the two values differ by at most ``max(k * spread, atol)``: ``spread``
 is the standard deviation of the recorded values of that cell over its seeds (rows that
 differ only in ``seed``), or the row's ``value_std`` for a row that is already a mean over
@@ -28,8 +30,9 @@ from benchmarks.registry import RunContext
 
 __all__ = ["command_of", "compare_rows", "load_rerun", "row_key", "run_spec"]
 
-#: Float fields that identify a row (every other float is a measurement or a paper number).
-_FLOAT_KEYS = ("epsilon", "delta")
+#: Float fields that identify a row, besides every ``hp_*`` setting (every other float is a
+#: measurement or a paper number). Table 4's rows differ only in ``corrupt_fraction``.
+_FLOAT_KEYS = ("epsilon", "delta", "corrupt_fraction")
 #: Fields of a row averaged over seeds that summarise those seeds (the number of fits, the
 #: least sample count of Fig. 1's beta-close mechanism): left out when a subset is rerun.
 _OVER_SEEDS = ("runs", "k")
@@ -73,10 +76,23 @@ def _measured(value: Any) -> bool:
 
 def row_key(row: dict[str, Any], *, without: Sequence[str] = ()) -> tuple[Any, ...]:
     """The identifying fields of ``row`` (sorted ``(name, value)`` pairs), less ``without``."""
-    keep = {
-        k: v for k, v in row.items() if k not in without and (not _measured(v) or k in _FLOAT_KEYS)
-    }
+    keep = {k: v for k, v in row.items() if k not in without and _identifies(k, v)}
     return tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in keep.items()))
+
+
+def _identifies(name: str, value: Any) -> bool:
+    return not _measured(value) or name in _FLOAT_KEYS or name.startswith("hp_")
+
+
+def _unique_keys(rows: list[dict[str, Any]], what: str) -> None:
+    """Refuse ``rows`` in which two share their identifying fields (`row_key`): a match
+    between files would then pick one of them arbitrarily."""
+    keys = [row_key(r) for r in rows]
+    if len(set(keys)) != len(keys):
+        raise SystemExit(
+            f"two {what} rows share every identifying field, so rows cannot be matched: "
+            "give the table a field that tells them apart"
+        )
 
 
 def _spread(recorded: list[dict[str, Any]], row: dict[str, Any]) -> float:
@@ -133,6 +149,8 @@ def compare_rows(
     subset of those seeds, with the mean of their recorded values (fields that summarise the
     seeds, ``_OVER_SEEDS``, are left out of the match).
     """
+    _unique_keys(recorded, "recorded")
+    _unique_keys(new, "rerun")
     fresh = {row_key(r): r for r in new}
     loose = {row_key(r, without=_OVER_SEEDS): r for r in new if "seed" not in r}
     out, ok = [], True
@@ -152,7 +170,9 @@ def compare_rows(
         good = _is_number(value) and abs(float(value) - target) <= tol  # type: ignore[arg-type]
         ok &= good
         line: dict[str, Any] = {
-            n: row[n] for n in ("dataset", "metric", "epsilon", "seed") if n in row
+            n: row[n]
+            for n in ("dataset", "metric", "epsilon", *_FLOAT_KEYS[2:], "seed")
+            if n in row
         }
         line.update(recorded=target, rerun=value, tolerance=tol, ok=good)
         out.append(line)

@@ -85,6 +85,26 @@ def test_compare_rows_uses_the_seed_spread_and_value_std():
     assert row_key({"a": 1, "b": [1, 2]}) != row_key({"a": 1, "b": [1, 3]})
 
 
+def test_rows_that_differ_in_a_float_setting_are_matched_to_their_own_rerun():
+    """Table 4's rows differ only in ``corrupt_fraction`` (and other tables' in an ``hp_*``
+    float): each is compared with its own rerun row, not with whichever came last."""
+    recorded = [
+        {"metric": "acc", "corrupt_fraction": c, "hp_lr": 0.1, "seed": s, "value": v + s / 100}
+        for c, v in ((0.0, 0.90), (0.05, 0.80)) for s in range(3)
+    ]  # fmt: skip
+    rerun = [dict(r) for r in recorded if r["seed"] == 0]
+    rows, ok = compare_rows(recorded, rerun, [0])
+    assert ok and [r["rerun"] for r in rows] == [r["recorded"] for r in rows] == [0.90, 0.80]
+    swapped = [{**rerun[0], "value": 0.80}, {**rerun[1], "value": 0.90}]
+    assert not compare_rows(recorded, swapped, [0])[1]  # 0.1 apart, spread 0.01
+    assert row_key({"hp_lr": 0.1}) != row_key({"hp_lr": 0.03})
+    twins = [{"metric": "acc", "seed": 0, "value": 0.9}, {"metric": "acc", "seed": 0, "value": 0.8}]
+    with pytest.raises(SystemExit, match="share every identifying field"):
+        compare_rows(twins, twins[:1], [0])
+    with pytest.raises(SystemExit, match="rerun rows share"):
+        compare_rows(twins[:1], twins, [0])
+
+
 def test_a_mean_over_seeds_reruns_for_a_subset_of_its_seeds():
     """A row averaged over the file's seeds with ``seed_values`` is compared, for a rerun of
     some of those seeds, with their recorded values (``runs`` differs and is not matched)."""
