@@ -85,10 +85,12 @@ def _identifies(name: str, value: Any) -> bool:
 
 
 def _unique_keys(rows: list[dict[str, Any]], what: str) -> None:
-    """Refuse ``rows`` in which two share their identifying fields (`row_key`): a match
+    """Refuse ``rows`` in which two share their identifying fields (`row_key`), or two
+    seedless rows share them less `_OVER_SEEDS` (the key a subset rerun matches on): a match
     between files would then pick one of them arbitrarily."""
     keys = [row_key(r) for r in rows]
-    if len(set(keys)) != len(keys):
+    loose = [row_key(r, without=_OVER_SEEDS) for r in rows if "seed" not in r]
+    if len(set(keys)) != len(keys) or len(set(loose)) != len(loose):
         raise SystemExit(
             f"two {what} rows share every identifying field, so rows cannot be matched: "
             "give the table a field that tells them apart"

@@ -103,6 +103,12 @@ def test_rows_that_differ_in_a_float_setting_are_matched_to_their_own_rerun():
         compare_rows(twins, twins[:1], [0])
     with pytest.raises(SystemExit, match="rerun rows share"):
         compare_rows(twins[:1], twins, [0])
+    # seedless means that differ only in a field a subset rerun leaves out (``k``)
+    means = [
+        {"metric": "acc", "k": k, "value": v, "seed_values": [v]} for k, v in ((1, 0.7), (5, 0.9))
+    ]
+    with pytest.raises(SystemExit, match="share every identifying field"):
+        compare_rows(means, means, [0], recorded_seeds=[0, 1])
 
 
 def test_a_mean_over_seeds_reruns_for_a_subset_of_its_seeds():
