@@ -173,7 +173,7 @@ def compare_rows(
         ok &= good
         line: dict[str, Any] = {
             n: row[n]
-            for n in ("dataset", "metric", "epsilon", *_FLOAT_KEYS[2:], "seed")
+            for n in ("dataset", "metric", "epsilon", "corrupt_fraction", "seed")
             if n in row
         }
         line.update(recorded=target, rerun=value, tolerance=tol, ok=good)
