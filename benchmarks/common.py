@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "cpu_info",
     "machine_info",
     "provenance",
     "write_results",
@@ -93,7 +94,35 @@ def machine_info() -> dict[str, Any]:
             info["mem_total_kb"] = int(fh.readline().split()[1])
     except OSError:
         pass
+    info.update(cpu_info())
     return info
+
+
+#: Instruction-set flags that change the code XLA generates for the CPU, hence the low
+#: bits of a float result: two runs of one commit and key agree bit for bit on one CPU,
+#: not necessarily across CPUs (a DP-KIP seed moved 97.53 -> 97.61 between two VM builds).
+ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+             "avx512_bf16", "avx_vnni", "amx_tile")  # fmt: skip
+
+
+def cpu_info(path: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """``{"cpu": "vendor model name (family f, model m, stepping s)", "isa": [flags]}`` of
+    the first processor in ``path`` (Linux), with the flags of `ISA_FLAGS` it has; ``{}``
+    where the file cannot be read."""
+    try:
+        with open(path) as fh:
+            first = fh.read().split("\n\n")[0]
+    except OSError:
+        return {}
+    fields = dict(
+        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in first.splitlines())
+    )
+    flags = set(fields.get("flags", "").split())
+    ids = ", ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
+    return {
+        "cpu": f"{fields.get('model name', '?')} ({ids})",
+        "isa": [f for f in ISA_FLAGS if f in flags],
+    }
 
 
 def _git(*args: str) -> str:

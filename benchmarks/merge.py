@@ -12,13 +12,17 @@ agree) and its ``created`` the span of theirs. Rows keep their order within a pa
 are taken in the order of their first seed, so a table that loops over epsilon outside its
 seeds has the same rows as one process but grouped by seed. A part must name its seeds
 consistently (command, rerun block, rows), give every row a seed (tables that average over
-seeds cannot be merged), and not be a merged file itself. Parts from a copy without ``.git``
-(a lent GPU machine: ``git_dirty`` unknown) are refused too.
+seeds cannot be merged). A part may itself be a merged file: it joins as the runs it was
+made of, whose ``assembled_from`` entries are carried over (each marked ``merged_by`` with
+the merge that made it), so a committed file can gain seeds without re-running its own.
+Parts from a copy without ``.git`` (a lent GPU machine: ``git_dirty`` unknown) are refused
+too.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,8 +40,8 @@ def _part(path: Path) -> dict[str, Any]:
         raise SystemExit(f"{path}: cannot read a results file ({type(err).__name__})") from None
     if not isinstance(payload, dict) or not payload.get("rerun") or not payload.get("provenance"):
         raise SystemExit(f"{path}: not a table run's results file (no rerun block or provenance)")
-    if "assembled_by" in payload["provenance"]:
-        raise SystemExit(f"{path}: already a merged file; merge the runs it was made of")
+    if "assembled_by" in payload["provenance"] and not _runs_of(payload):
+        raise SystemExit(f"{path}: a merged file whose runs (assembled_from) do not make it up")
     spec = payload["rerun"]
     if not isinstance(spec.get("seeds"), list) or payload["provenance"].get(
         "command"
@@ -51,6 +55,39 @@ def _part(path: Path) -> dict[str, Any]:
     if {r["seed"] for r in rows} != set(spec["seeds"]):
         raise SystemExit(f"{path}: its rows' seeds are not the seeds its run names")
     return payload
+
+
+def _runs_of(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs a part stands for: a merged file's ``assembled_from`` entries (marked with
+    the merge that made them), or the part's own command and time; ``[]`` for a merged
+    file whose entries are missing or lack a command."""
+    prov = payload["provenance"]
+    if "assembled_by" not in prov:
+        total = payload.get("meta", {}).get("total_seconds")
+        return [{"command": prov.get("command"), "created": payload.get("created"),
+                 "total_seconds": total}]  # fmt: skip
+    runs = prov.get("assembled_from")
+    if not isinstance(runs, list) or not runs:
+        return []
+    if not all(isinstance(r, dict) and isinstance(r.get("command"), str) for r in runs):
+        return []
+    seeds = [_seeds_of(r["command"]) for r in runs]
+    spec = payload["rerun"]
+    if sorted(s for ss in seeds for s in ss) != sorted(spec.get("seeds") or []) or any(
+        r["command"] != command_of({**spec, "seeds": ss}) for r, ss in zip(runs, seeds, strict=True)
+    ):
+        return []  # its runs' commands do not add up to its own
+    return [{**r, "merged_by": r.get("merged_by", prov["assembled_by"])} for r in runs]
+
+
+def _seeds_of(command: str) -> list[int]:
+    """The seeds a ``python -m benchmarks run`` command names after ``--seeds``."""
+    words = shlex.split(command)
+    if "--seeds" not in words:
+        return []
+    rest = words[words.index("--seeds") + 1 :]
+    taken = rest[: next((i for i, w in enumerate(rest) if w.startswith("--")), len(rest))]
+    return [int(w) for w in taken if w.lstrip("-").isdigit()]
 
 
 def _same(parts: list[dict[str, Any]], paths: Sequence[Path]) -> None:
@@ -90,19 +127,12 @@ def merge_parts(paths: Sequence[Path], merge_command: str) -> dict[str, Any]:
         **parts[0]["provenance"],
         "command": command_of(spec),
         "assembled_by": merge_command,
-        "assembled_from": [
-            {
-                "command": parts[i]["provenance"]["command"],
-                "created": parts[i].get("created"),
-                "total_seconds": parts[i].get("meta", {}).get("total_seconds"),
-            }
-            for i in order
-        ],  # fmt: skip
+        "assembled_from": [run for i in order for run in _runs_of(parts[i])],
     }
     meta = {**parts[0].get("meta", {}), "seeds": spec["seeds"],
             "total_seconds": "per part: see provenance.assembled_from (one process each)"}  # fmt: skip
     rows = [r for i in order for r in parts[i]["rows"]]
-    created = sorted(str(p.get("created")) for p in parts)
+    created = sorted(str(r.get("created")) for r in provenance["assembled_from"])
     return {"name": parts[0]["table"], "rows": rows, "meta": meta, "spec": spec,
             "provenance": provenance, "machine": parts[0].get("machine"),
             "created": f"{created[0]} to {created[-1]} (parts)"}  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.common import cpu_info, machine_info
 from benchmarks.registry import load_all
 
 
@@ -342,6 +344,21 @@ def test_validation_split_is_public_disjoint_and_complete():
     assert not np.array_equal(validation_split(1000, n_val=200, seed=1)[1], val)
     with pytest.raises(ValueError, match="n_val"):
         validation_split(100, n_val=100)
+
+
+def test_machine_block_names_the_cpu_and_its_isa_flags(tmp_path):
+    """Results files name the CPU model and the XLA-relevant flags of its first processor,
+    so a rerun that differs in the low bits can be traced to another CPU."""
+    fake = tmp_path / "cpuinfo"
+    first = "model name\t: Some CPU\ncpu family\t: 25\nmodel\t\t: 17\nflags\t\t: fpu avx2 fma sse\n"
+    fake.write_text(first + "\nmodel name\t: Other\nflags\t\t: avx512f\n")
+    assert cpu_info(str(fake)) == {
+        "cpu": "Some CPU (cpu family 25, model 17)",
+        "isa": ["avx2", "fma"],
+    }
+    assert cpu_info(str(tmp_path / "absent")) == {}
+    info = machine_info()
+    assert set(cpu_info()) <= set(info) and info["cpu_count"] == os.cpu_count()
 
 
 def test_perf_times_the_ways_of_a_ratio_in_turn():

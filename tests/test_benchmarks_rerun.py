@@ -205,7 +205,7 @@ def test_merge_refuses_inconsistent_averaged_or_merged_parts(fake_table, tmp_pat
         "rerun block disagree": lambda p: p["rerun"].update(seeds=[2]),
         "rows' seeds": lambda p: p["rows"][0].update(seed=0),
         "averages over seeds": lambda p: p["rows"][0].pop("seed"),
-        "already a merged file": lambda p: p["provenance"].update(assembled_by="x"),
+        "whose runs": lambda p: p["provenance"].update(assembled_by="x"),
         "another machine": lambda p: p["machine"].update(cpu_count=64),
     }
     for message, change in bad.items():
@@ -222,3 +222,28 @@ def test_merge_refuses_inconsistent_averaged_or_merged_parts(fake_table, tmp_pat
     with pytest.raises(SystemExit, match="pass --force"):
         main(["merge", j, str(a), str(b)])
     assert main(["merge", j, str(a), str(b), "--force"]) == 0
+
+
+def test_a_merged_file_gains_seeds_as_the_runs_it_was_made_of(fake_table, tmp_path):
+    """Merging a merged file (seeds 0 and 1) with a new part (seed 2) gives the file the
+    three parts give at once, its runs listed once each; a merged file whose runs do not
+    add up to its own command is refused."""
+    a, b, c = (_part(fake_table, tmp_path / f"s{s}", [s], "shift=0.25") for s in "012")
+    name = f"{fake_table}-quick.json"
+    assert main(["merge", str(tmp_path / "ab"), str(a), str(b)]) == 0
+    assert main(["merge", str(tmp_path / "abc"), str(tmp_path / "ab" / name), str(c)]) == 0
+    assert main(["merge", str(tmp_path / "all"), str(a), str(b), str(c)]) == 0
+    again, once = (json.loads((tmp_path / d / name).read_text()) for d in ("abc", "all"))
+    assert again["rows"] == once["rows"] and again["rerun"] == once["rerun"]
+    assert again["provenance"]["command"] == once["provenance"]["command"]
+    runs = again["provenance"]["assembled_from"]
+    assert [r["command"] for r in runs] == [
+        r["command"] for r in once["provenance"]["assembled_from"]
+    ]
+    assert [("merged_by" in r) for r in runs] == [True, True, False]
+    assert again["created"] == once["created"]
+    bad = _edit(tmp_path / "ab" / name, lambda p: p["provenance"]["assembled_from"].pop())
+    with pytest.raises(SystemExit, match="whose runs"):
+        main(["merge", str(tmp_path / "x"), str(bad), str(c)])
+    with pytest.raises(SystemExit, match="share seeds"):
+        main(["merge", str(tmp_path / "x"), str(tmp_path / "abc" / name), str(c)])
