@@ -98,9 +98,9 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-#: Instruction-set flags that change the code XLA generates for the CPU, hence the low
-#: bits of a float result: two runs of one commit and key agree bit for bit on one CPU,
-#: not necessarily across CPUs (a DP-KIP seed moved 97.53 -> 97.61 between two VM builds).
+#: Instruction-set flags that change the code XLA generates for the CPU, hence possibly
+#: the low bits of a float result (a DP-KIP seed read 97.53 and 97.61 on two VM builds at
+#: one commit and key; the older machine block could not say whether their CPUs differed).
 ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
              "avx512_bf16", "avx_vnni", "amx_tile")  # fmt: skip
 
