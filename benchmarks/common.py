@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -106,22 +107,30 @@ ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vn
 
 
 def cpu_info(path: str = "/proc/cpuinfo") -> dict[str, Any]:
-    """``{"cpu": "vendor model name (family f, model m, stepping s)", "isa": [flags]}`` of
-    the first processor in ``path`` (Linux), with the flags of `ISA_FLAGS` it has; ``{}``
-    where the file cannot be read."""
+    """The first processor of ``path`` (Linux): ``{"cpu": str, "isa": [flags],
+    "flags_sha256": str}``; ``{}`` where the file cannot be read or names no processor.
+
+    ``cpu`` is the vendor and model name with family, model and stepping (x86), or the
+    implementer and part (ARM's ``/proc/cpuinfo``); ``isa`` the flags of `ISA_FLAGS` it
+    has; ``flags_sha256`` the first 16 hex digits of the SHA-256 of all its flags (or ARM
+    features), sorted, so two CPUs whose flag sets differ anywhere differ here.
+    """
     try:
-        with open(path) as fh:
+        with open(path, errors="replace") as fh:
             first = fh.read().split("\n\n")[0]
     except OSError:
         return {}
-    fields = dict(
-        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in first.splitlines())
-    )
-    flags = set(fields.get("flags", "").split())
+    fields = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in first.splitlines())}
+    keys = ("vendor_id", "model name", "CPU implementer", "CPU part", "cpu")
+    name = " ".join(fields[k] for k in keys if fields.get(k))
+    if not name:
+        return {}
     ids = ", ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
+    flags = sorted(set((fields.get("flags") or fields.get("Features") or "").split()))
     return {
-        "cpu": f"{fields.get('model name', '?')} ({ids})",
+        "cpu": f"{name} ({ids})" if ids else name,
         "isa": [f for f in ISA_FLAGS if f in flags],
+        "flags_sha256": hashlib.sha256(" ".join(flags).encode()).hexdigest()[:16],
     }
 
 

@@ -22,6 +22,7 @@ too.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,22 +32,26 @@ from benchmarks.rerun import command_of
 
 __all__ = ["merge_parts"]
 
+#: A seed as ``--seeds`` takes it.
+SEED = re.compile(r"-?[0-9]+")
+
 
 def _part(path: Path) -> dict[str, Any]:
-    """One part, refused (``SystemExit``, one line) unless it is one per-seed table run."""
+    """One part, refused (``SystemExit``, one line) unless it is one per-seed table run or a
+    merged file whose runs make it up."""
     try:
         payload = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise SystemExit(f"{path}: cannot read a results file ({type(err).__name__})") from None
     if not isinstance(payload, dict) or not payload.get("rerun") or not payload.get("provenance"):
         raise SystemExit(f"{path}: not a table run's results file (no rerun block or provenance)")
-    if "assembled_by" in payload["provenance"] and not _runs_of(payload):
-        raise SystemExit(f"{path}: a merged file whose runs (assembled_from) do not make it up")
     spec = payload["rerun"]
     if not isinstance(spec.get("seeds"), list) or payload["provenance"].get(
         "command"
     ) != command_of(spec):
         raise SystemExit(f"{path}: its command and its rerun block disagree")
+    if not isinstance(payload.get("machine"), dict) or not payload["machine"]:
+        raise SystemExit(f"{path}: no machine block (where it ran is unknown)")
     rows = payload.get("rows") or []
     if not rows or any("seed" not in r for r in rows):
         raise SystemExit(
@@ -54,40 +59,54 @@ def _part(path: Path) -> dict[str, Any]:
         )
     if {r["seed"] for r in rows} != set(spec["seeds"]):
         raise SystemExit(f"{path}: its rows' seeds are not the seeds its run names")
+    if not _runs_of(payload):
+        raise SystemExit(f"{path}: a merged file whose runs (assembled_from) do not make it up")
     return payload
 
 
-def _runs_of(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The runs a part stands for: a merged file's ``assembled_from`` entries (marked with
-    the merge that made them), or the part's own command and time; ``[]`` for a merged
-    file whose entries are missing or lack a command."""
-    prov = payload["provenance"]
+def _runs_of(payload: dict[str, Any]) -> list[tuple[dict[str, Any], list[int]]]:
+    """The runs a part stands for, each ``(entry, seeds)``: a merged file's
+    ``assembled_from`` entries (marked with the merge that made them), or the part's own
+    command and time. ``[]`` for a merged file whose entries do not add up to its command:
+    each must be a ``--seeds`` command of the file's table and options with at least one
+    seed and a ``created`` time, and together they name the file's seeds once each."""
+    prov, spec = payload["provenance"], payload["rerun"]
     if "assembled_by" not in prov:
         total = payload.get("meta", {}).get("total_seconds")
-        return [{"command": prov.get("command"), "created": payload.get("created"),
-                 "total_seconds": total}]  # fmt: skip
+        entry = {"command": prov.get("command"), "created": payload.get("created"),
+                 "total_seconds": total}  # fmt: skip
+        return [(entry, list(spec["seeds"]))]
     runs = prov.get("assembled_from")
     if not isinstance(runs, list) or not runs:
         return []
     if not all(isinstance(r, dict) and isinstance(r.get("command"), str) for r in runs):
         return []
+    if not all(isinstance(r.get("created"), str) for r in runs):
+        return []
     seeds = [_seeds_of(r["command"]) for r in runs]
-    spec = payload["rerun"]
-    if sorted(s for ss in seeds for s in ss) != sorted(spec.get("seeds") or []) or any(
-        r["command"] != command_of({**spec, "seeds": ss}) for r, ss in zip(runs, seeds, strict=True)
-    ):
+    if not all(seeds) or sorted(s for ss in seeds for s in ss) != sorted(spec["seeds"]):
+        return []
+    pairs = list(zip(runs, seeds, strict=True))
+    if any(r["command"] != command_of({**spec, "seeds": ss}) for r, ss in pairs):
         return []  # its runs' commands do not add up to its own
-    return [{**r, "merged_by": r.get("merged_by", prov["assembled_by"])} for r in runs]
+    merged_by = prov["assembled_by"]
+    return [({**r, "merged_by": r.get("merged_by", merged_by)}, ss) for r, ss in pairs]
 
 
 def _seeds_of(command: str) -> list[int]:
-    """The seeds a ``python -m benchmarks run`` command names after ``--seeds``."""
-    words = shlex.split(command)
+    """The seeds a ``python -m benchmarks run`` command names after ``--seeds`` (``[]``
+    when it names none or cannot be read)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
     if "--seeds" not in words:
         return []
     rest = words[words.index("--seeds") + 1 :]
     taken = rest[: next((i for i, w in enumerate(rest) if w.startswith("--")), len(rest))]
-    return [int(w) for w in taken if w.lstrip("-").isdigit()]
+    if not all(SEED.fullmatch(w) for w in taken):
+        return []
+    return [int(w) for w in taken]
 
 
 def _same(parts: list[dict[str, Any]], paths: Sequence[Path]) -> None:
@@ -117,21 +136,25 @@ def merge_parts(paths: Sequence[Path], merge_command: str) -> dict[str, Any]:
         raise SystemExit("merge needs at least two results files")
     parts = [_part(Path(p)) for p in paths]
     _same(parts, paths)
-    seeds = [list(p["rerun"]["seeds"]) for p in parts]
-    flat = [s for ss in seeds for s in ss]
+    runs = [
+        (entry, seeds, [r for r in part["rows"] if r["seed"] in seeds])
+        for part in parts
+        for entry, seeds in _runs_of(part)
+    ]
+    flat = [s for _, seeds, _ in runs for s in seeds]
     if len(set(flat)) != len(flat):
         raise SystemExit(f"the parts share seeds: {flat}")
-    order = sorted(range(len(parts)), key=lambda i: min(seeds[i]))
-    spec = {**parts[0]["rerun"], "seeds": [s for i in order for s in seeds[i]]}
+    runs.sort(key=lambda run: min(run[1]))  # a merged part's runs interleave with the others
+    spec = {**parts[0]["rerun"], "seeds": [s for _, seeds, _ in runs for s in seeds]}
     provenance = {
         **parts[0]["provenance"],
         "command": command_of(spec),
         "assembled_by": merge_command,
-        "assembled_from": [run for i in order for run in _runs_of(parts[i])],
+        "assembled_from": [entry for entry, _, _ in runs],
     }
     meta = {**parts[0].get("meta", {}), "seeds": spec["seeds"],
             "total_seconds": "per part: see provenance.assembled_from (one process each)"}  # fmt: skip
-    rows = [r for i in order for r in parts[i]["rows"]]
+    rows = [r for _, _, rows in runs for r in rows]
     created = sorted(str(r.get("created")) for r in provenance["assembled_from"])
     return {"name": parts[0]["table"], "rows": rows, "meta": meta, "spec": spec,
             "provenance": provenance, "machine": parts[0].get("machine"),

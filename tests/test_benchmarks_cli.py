@@ -350,13 +350,25 @@ def test_machine_block_names_the_cpu_and_its_isa_flags(tmp_path):
     """Results files name the CPU model and the XLA-relevant flags of its first processor,
     so a rerun that differs in the low bits can be traced to another CPU."""
     fake = tmp_path / "cpuinfo"
-    first = "model name\t: Some CPU\ncpu family\t: 25\nmodel\t\t: 17\nflags\t\t: fpu avx2 fma sse\n"
-    fake.write_text(first + "\nmodel name\t: Other\nflags\t\t: avx512f\n")
-    assert cpu_info(str(fake)) == {
-        "cpu": "Some CPU (cpu family 25, model 17)",
-        "isa": ["avx2", "fma"],
-    }
-    assert cpu_info(str(tmp_path / "absent")) == {}
+    first = "vendor_id\t: Acme\nmodel name\t: Some CPU\ncpu family\t: 25\nmodel\t\t: 17\n"
+    fake.write_text(
+        first + "flags\t\t: fpu avx2 fma sse\n\nmodel name\t: Other\nflags\t\t: avx512f\n"
+    )
+    got = cpu_info(str(fake))
+    assert got["cpu"] == "Acme Some CPU (cpu family 25, model 17)" and got["isa"] == ["avx2", "fma"]
+    fake.write_text(first + "flags\t\t: fpu avx2 fma sse3\n")  # a flag outside ISA_FLAGS
+    assert cpu_info(str(fake))["isa"] == got["isa"]
+    assert cpu_info(str(fake))["flags_sha256"] != got["flags_sha256"]
+    fake.write_text(
+        "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\nFeatures\t: fp asimd\n"
+    )
+    assert cpu_info(str(fake))["cpu"] == "0x41 0xd0c" and cpu_info(str(fake))["isa"] == []
+    fake.write_bytes(b"model name\t: caf\xe9\n")  # not UTF-8: still a name, not an error
+    assert cpu_info(str(fake))["cpu"].startswith("caf")
+    for empty in ("", "processor\t: 0\n"):
+        fake.write_text(empty)
+        assert cpu_info(str(fake)) == {}
+    assert cpu_info(str(tmp_path / "absent")) == {} and cpu_info(str(tmp_path)) == {}
     info = machine_info()
     assert set(cpu_info()) <= set(info) and info["cpu_count"] == os.cpu_count()
 

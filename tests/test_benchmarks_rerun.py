@@ -225,25 +225,61 @@ def test_merge_refuses_inconsistent_averaged_or_merged_parts(fake_table, tmp_pat
 
 
 def test_a_merged_file_gains_seeds_as_the_runs_it_was_made_of(fake_table, tmp_path):
-    """Merging a merged file (seeds 0 and 1) with a new part (seed 2) gives the file the
-    three parts give at once, its runs listed once each; a merged file whose runs do not
-    add up to its own command is refused."""
+    """A merged file (seeds 0 and 2) merged with a new part (seed 1) gives the file the three
+    parts give at once: its runs interleave with the new one by seed, each listed once."""
     a, b, c = (_part(fake_table, tmp_path / f"s{s}", [s], "shift=0.25") for s in "012")
     name = f"{fake_table}-quick.json"
-    assert main(["merge", str(tmp_path / "ab"), str(a), str(b)]) == 0
-    assert main(["merge", str(tmp_path / "abc"), str(tmp_path / "ab" / name), str(c)]) == 0
-    assert main(["merge", str(tmp_path / "all"), str(a), str(b), str(c)]) == 0
-    again, once = (json.loads((tmp_path / d / name).read_text()) for d in ("abc", "all"))
+    assert main(["merge", str(tmp_path / "ac"), str(a), str(c)]) == 0
+    assert main(["merge", str(tmp_path / "again"), str(tmp_path / "ac" / name), str(b)]) == 0
+    assert main(["merge", str(tmp_path / "once"), str(a), str(b), str(c)]) == 0
+    again, once = (json.loads((tmp_path / d / name).read_text()) for d in ("again", "once"))
     assert again["rows"] == once["rows"] and again["rerun"] == once["rerun"]
     assert again["provenance"]["command"] == once["provenance"]["command"]
-    runs = again["provenance"]["assembled_from"]
-    assert [r["command"] for r in runs] == [
-        r["command"] for r in once["provenance"]["assembled_from"]
-    ]
-    assert [("merged_by" in r) for r in runs] == [True, True, False]
+    runs, expected = (f["provenance"]["assembled_from"] for f in (again, once))
+    assert [r["command"] for r in runs] == [r["command"] for r in expected]
+    assert [("merged_by" in r) for r in runs] == [True, False, True]
     assert again["created"] == once["created"]
-    bad = _edit(tmp_path / "ab" / name, lambda p: p["provenance"]["assembled_from"].pop())
-    with pytest.raises(SystemExit, match="whose runs"):
-        main(["merge", str(tmp_path / "x"), str(bad), str(c)])
     with pytest.raises(SystemExit, match="share seeds"):
-        main(["merge", str(tmp_path / "x"), str(tmp_path / "abc" / name), str(c)])
+        main(["merge", str(tmp_path / "x"), str(tmp_path / "again" / name), str(c)])
+
+
+def test_a_merged_part_whose_runs_do_not_make_it_up_is_refused(fake_table, tmp_path):
+    """Tampered ``assembled_from`` lists (a run dropped, a seedless or unreadable command, a
+    run without a time) and a part without a machine block end in one line, never a
+    traceback and never a file."""
+    a, b, c = (_part(fake_table, tmp_path / f"s{s}", [s], "shift=0.25") for s in "012")
+    merged = tmp_path / "ab" / f"{fake_table}-quick.json"
+    assert main(["merge", str(merged.parent), str(a), str(b)]) == 0
+    seedless = "python -m benchmarks run t --seeds --set shift=0.25"
+
+    def runs(change: Any) -> Any:
+        return lambda p: change(p["provenance"]["assembled_from"])
+
+    bad = {
+        "dropped": runs(lambda r: r.pop()),
+        "seedless": runs(lambda r: r.append({"command": seedless, "created": "2020"})),
+        "unreadable": runs(lambda r: r[0].update(command=r[0]["command"] + " '")),
+        "odd digit": runs(
+            lambda r: r[0].update(command=r[0]["command"].replace("--seeds 0", "--seeds \u00b2"))
+        ),
+        "timeless": runs(lambda r: r[0].pop("created")),
+    }
+    for label, change in bad.items():
+        copy = tmp_path / f"{label}.json"
+        copy.write_text(merged.read_text())
+        with pytest.raises(SystemExit, match="whose runs"):
+            main(["merge", str(tmp_path / "x"), str(_edit(copy, change)), str(c)])
+    copy = tmp_path / "seeds.json"
+    copy.write_text(merged.read_text())
+    with pytest.raises(SystemExit, match="disagree"):
+        main(
+            [
+                "merge",
+                str(tmp_path / "x"),
+                str(_edit(copy, lambda p: p["rerun"].update(seeds=3))),
+                str(c),
+            ]
+        )
+    with pytest.raises(SystemExit, match="no machine block"):
+        main(["merge", str(tmp_path / "x"), str(a), str(_edit(c, lambda p: p.pop("machine")))])
+    assert not (tmp_path / "x").exists()
