@@ -42,8 +42,7 @@ dp-kip-table3-quick-dp-ntk-fmnist dp-kip-table3-quick-dp-ntk-it1000
 dp-kip-table3-quick-dp-ntk-teacher-fmnist dp-kip-table3-quick-dp-ntk-teacher600-fmnist
 dp-kip-table3-quick-dp-ntk dp-kip-table3-quick-lowpass dp-kip-table3-quick
 dp-ntk-regression-fig1-quick dp-ntk-table2-2000iter
-dp-ntk-table2-fmnist-2000iter dp-ntk-table4-quick-cervical-3seeds
-dp-ntk-table4-quick-cervical-epileptic dp-ntk-table4-quick gpu-h100-perf-quick
+dp-ntk-table2-fmnist-2000iter gpu-h100-perf-quick
 gpu-h200-perf-quick peers-adult-aim peers-mnist-regression-full peers-quick
 """.split()
 )
