@@ -8,8 +8,8 @@ anything else: every part must record a ``rerun`` block for the same table, prof
 has. The joined file's ``command`` is the one-process command over all the seeds (it
 regenerates the file; ``rerun`` repeats it), ``assembled_from`` lists each part's command
 and time, and ``assembled_by`` the merge command; its machine is the parts' (which must
-agree) and its ``created`` the span of theirs. Rows keep their order within a part; parts
-are taken in the order of their first seed, so a table that loops over epsilon outside its
+agree) and its ``created`` the span of theirs. Rows keep their order within a run; runs
+(a part, or each run a merged part lists) are taken in the order of their first seed, so a table that loops over epsilon outside its
 seeds has the same rows as one process but grouped by seed. A part must name its seeds
 consistently (command, rerun block, rows), give every row a seed (tables that average over
 seeds cannot be merged). A part may itself be a merged file: it joins as the runs it was
