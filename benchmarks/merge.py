@@ -36,9 +36,9 @@ __all__ = ["merge_parts"]
 SEED = re.compile(r"-?[0-9]+")
 
 
-def _part(path: Path) -> dict[str, Any]:
-    """One part, refused (``SystemExit``, one line) unless it is one per-seed table run or a
-    merged file whose runs make it up."""
+def _part(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], list[int]]]]:
+    """One part and the runs it stands for (`_runs_of`), refused (``SystemExit``, one line)
+    unless it is one per-seed table run or a merged file whose runs make it up."""
     try:
         payload = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
@@ -59,9 +59,10 @@ def _part(path: Path) -> dict[str, Any]:
         )
     if {r["seed"] for r in rows} != set(spec["seeds"]):
         raise SystemExit(f"{path}: its rows' seeds are not the seeds its run names")
-    if not _runs_of(payload):
+    runs = _runs_of(payload)
+    if not runs:
         raise SystemExit(f"{path}: a merged file whose runs (assembled_from) do not make it up")
-    return payload
+    return payload, runs
 
 
 def _runs_of(payload: dict[str, Any]) -> list[tuple[dict[str, Any], list[int]]]:
@@ -134,12 +135,13 @@ def merge_parts(paths: Sequence[Path], merge_command: str) -> dict[str, Any]:
     """
     if len(paths) < 2:
         raise SystemExit("merge needs at least two results files")
-    parts = [_part(Path(p)) for p in paths]
+    read = [_part(Path(p)) for p in paths]
+    parts = [payload for payload, _ in read]
     _same(parts, paths)
     runs = [
         (entry, seeds, [r for r in part["rows"] if r["seed"] in seeds])
-        for part in parts
-        for entry, seeds in _runs_of(part)
+        for part, part_runs in read
+        for entry, seeds in part_runs
     ]
     flat = [s for _, seeds, _ in runs for s in seeds]
     if len(set(flat)) != len(flat):
