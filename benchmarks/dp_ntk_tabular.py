@@ -48,8 +48,10 @@ seeded subset of the training rows, for smoke runs), ``iterations`` (both DP-NTK
 ``net`` (one of `NETS`) and ``batch_size`` (the ``dp_ntk`` method only: the candidates of
 ``results/dp-ntk-tabular-adult-transfer-rule.md``), and ``rule`` (a key of `RULES`: the
 ``dp_ntk`` rows' ``tuning`` names that rule; without it, a run that sets ``net`` or
-``batch_size`` says its settings came from the command). ``classifiers=none`` trains no
-classifier (marginal measures only).
+``batch_size`` says its settings came from the command), ``calibrate`` (a tilt penalty:
+the ``dp_ntk`` rows are drawn by `privkernels.dp_ntk.calibrate.sample_calibrated` from
+pools of `CALIBRATE_POOL` times the rows; the rows then record each class's effective pool
+share and misfit). ``classifiers=none`` trains no classifier (marginal measures only).
 """
 
 from __future__ import annotations
@@ -127,15 +129,22 @@ AIM_SKIPPED = ("skipped: one AIM release took over 15 min at eps 1 on adult and 
 OPTIONS = (
     "datasets", "epsilons", "methods", "classifiers", "aim_datasets", "bins", "bound_steps",
     "n_synthetic", "max_train", "max_test", "max_fit_rows", "iterations", "net", "batch_size",
-    "rule",
+    "rule", "calibrate",
 )  # fmt: skip
+
+#: Pool size of calibrated sampling (``--set calibrate=P``), a multiple of the rows wanted
+#: per class (`privkernels.dp_ntk.calibrate.sample_calibrated`); fixed before any run.
+CALIBRATE_POOL = 3
 
 #: The ``tuning`` of the ``dp_ntk`` rows of a run made under a rule (``--set rule=KEY``).
 RULES = {
     "adult-transfer": "public data (intrusion's training marginals, a 32,561-row subset; "
     "rule dp-ntk-tabular-adult-transfer-rule.md)",
+    "adult-calibrate": "public data (intrusion's training marginals, a 32,561-row subset: the "
+    "release's recipe by rule dp-ntk-tabular-adult-transfer-rule.md, the calibration penalty "
+    "by rule dp-ntk-tabular-adult-calibrate-rule.md)",
 }
-COMMAND_TUNING = "set by the command's net / batch_size options (no rule named)"
+COMMAND_TUNING = "set by the command's net / batch_size / calibrate options (no rule named)"
 
 #: e-NTK networks the ``net`` option names (``dp_ntk`` method): the table default
 #: (`default_table_network`: ``fc_1l(800)`` with the 16-bin marginal code), the same code at
@@ -188,6 +197,10 @@ def resolve_recipe(recipe: dict[str, Any], ctx: RunContext, *, own: bool = False
         r["fit"]["batch_size"] = int(ctx.options["batch_size"])
     if own and {"net", "batch_size"} & set(ctx.options):
         r["tuning"] = COMMAND_TUNING
+    if own and "calibrate" in ctx.options:
+        r["calibrate"] = {"penalty": _penalty(ctx.options["calibrate"]),
+                          "pool_factor": CALIBRATE_POOL}  # fmt: skip
+        r["tuning"] = COMMAND_TUNING
     if own and "rule" in ctx.options:
         r["tuning"] = RULES[ctx.options["rule"]]
     r.pop("quick", None)
@@ -199,7 +212,22 @@ def describe(recipe: dict[str, Any]) -> str:
     f, g = recipe["fit"], recipe["generator"]
     gen = ", ".join(f"{k}={v}" for k, v in sorted(g.items()))
     fit = ", ".join(f"{k}={v}" for k, v in sorted(f.items()))
-    return f"net={'_'.join(map(str, recipe['net']))}; generator: {gen}; fit: {fit}"
+    line = f"net={'_'.join(map(str, recipe['net']))}; generator: {gen}; fit: {fit}"
+    if "calibrate" in recipe:  # only then: the uncalibrated rows' settings text is unchanged
+        c = recipe["calibrate"]
+        line += f"; sampling: calibrated (tilt penalty {c['penalty']:g}, pool {c['pool_factor']}x)"
+    return line
+
+
+def _penalty(raw: str) -> float:
+    """The ``calibrate`` option: a tilt penalty, a finite number > 0 (ASCII decimal)."""
+    try:
+        value = float(raw) if raw.isascii() else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise SystemExit(f"{TABLE}: calibrate must be a number > 0 (the tilt penalty)")
+    return value
 
 
 # ------------------------------------------------------------------ options and data
@@ -269,6 +297,7 @@ def _dp_ntk_release(
     luck; each has its own noise (`release_key` names the method: two releases never add
     one noise draw to two statistics)."""
     from privkernels import dp_ntk
+    from privkernels.dp_ntk.calibrate import sample_calibrated
     from privkernels.generators import TabularGenerator, column_groups_from_schema
 
     d = train.x.shape[1]
@@ -282,9 +311,16 @@ def _dp_ntk_release(
                      network=_recipe_network(recipe["net"], train), generator=gen,
                      progress=False, public_key=public_key(seed, TABLE, train.name, "dp_ntk"),
                      **recipe["fit"])  # fmt: skip
-    xs, ys = dp_ntk.sample(public_key(seed, TABLE, train.name, "dp_ntk", "sample"), res, n)
+    sample_key = public_key(seed, TABLE, train.name, "dp_ntk", "sample")
+    if "calibrate" in recipe:
+        xs, ys, cal = sample_calibrated(sample_key, res, n, **recipe["calibrate"])
+    else:
+        xs, ys = dp_ntk.sample(sample_key, res, n)
     info = {"library": "privkernels", "relation": res.report.neighbouring,
             "settings": describe(recipe), "tuning": recipe["tuning"]}  # fmt: skip
+    if "calibrate" in recipe:  # per class: the tilt's effective pool share and its fit
+        info.update({f"calibration_{k}": [round(float(v), 4) for v in getattr(cal, k)]
+                     for k in ("ess", "misfit_before", "misfit_after")})  # fmt: skip
     return xs, ys, info
 
 
@@ -448,6 +484,8 @@ def _checked(ctx: RunContext) -> tuple[list[str], list[float], list[str]]:
                          f"{list(TABULAR_RECIPE)}, methods {list(METHODS)}")  # fmt: skip
     if ctx.options.get("net", "table_default") not in NETS:
         raise SystemExit(f"{TABLE}: net must be one of {list(NETS)}")
+    if "calibrate" in ctx.options:
+        _penalty(ctx.options["calibrate"])
     if ctx.options.get("rule", "adult-transfer") not in RULES:
         raise SystemExit(f"{TABLE}: rule must be one of {list(RULES)}")
     batch = ctx.options.get("batch_size", "1")

@@ -137,7 +137,9 @@ def test_unknown_names_stop_the_run_before_anything_runs(monkeypatch):
     [({"net": "fc_2l_9"}, "net must be one of"), ({"batch_size": "0"}, "batch_size"),
      ({"batch_size": "-5"}, "batch_size"), ({"batch_size": "nan"}, "batch_size"),
      ({"batch_size": "\u00b2"}, "batch_size"), ({"batch_size": "\u0663"}, "batch_size"),
-     ({"rule": "mine"}, "rule must be one of")],
+     ({"rule": "mine"}, "rule must be one of"), ({"calibrate": "0"}, "calibrate"),
+     ({"calibrate": "-1"}, "calibrate"), ({"calibrate": "inf"}, "calibrate"),
+     ({"calibrate": "nan"}, "calibrate"), ({"calibrate": "\u0663"}, "calibrate")],
 )  # fmt: skip
 def test_a_bad_network_or_batch_stops_the_run_before_any_data(monkeypatch, options, match):
     monkeypatch.setattr(T, "load_splits", lambda *a: pytest.fail("loaded data"))
@@ -184,3 +186,25 @@ def test_classifiers_none_measures_the_marginals_alone(tiny, tmp_path, monkeypat
     rows = json.loads((out / "dp-ntk-tabular-quick.json").read_text())["rows"]
     metrics = {r["metric"] for r in rows}
     assert metrics == set(T.MARGINAL_METRICS)
+
+
+def test_calibrate_changes_the_sampling_of_the_privkernels_recipe_only(tiny, tmp_path):
+    """``calibrate=P``: the ``dp_ntk`` rows are drawn from tilted pools and say so (settings,
+    per-class effective pool share and misfit); the uncalibrated settings text is unchanged."""
+    options = {"calibrate": "100", "rule": "adult-calibrate"}
+    ctx = RunContext("quick", (0,), None, None, options)  # type: ignore[arg-type]
+    ours = T.resolve_recipe(T.TABULAR_RECIPE["adult"], ctx, own=True)
+    assert ours["calibrate"] == {"penalty": 100.0, "pool_factor": T.CALIBRATE_POOL}
+    assert "calibrate" not in T.resolve_recipe(T.paper_recipe("adult"), ctx)
+    assert "calibrated (tilt penalty 100" in T.describe(ours)
+    plain = T.resolve_recipe(T.TABULAR_RECIPE["adult"], RunContext("quick", (0,), None, None, {}),  # type: ignore[arg-type]
+                             own=True)  # fmt: skip
+    assert "sampling" not in T.describe(plain)
+    assert ours["tuning"] == T.RULES["adult-calibrate"]
+    train, _ = _tiny_splits(ctx, "adult")
+    ours["fit"]["iterations"] = 3
+    xs, ys, info = T._dp_ntk_release(train, ours, 1.0, 0, "dp_ntk", 200)
+    assert xs.shape == (200, train.x.shape[1]) and ys.shape == (200,)
+    assert len(info["calibration_ess"]) == train.n_classes
+    assert all(a <= b + 1e-9 for a, b in zip(info["calibration_misfit_after"],
+                                             info["calibration_misfit_before"], strict=True))  # fmt: skip

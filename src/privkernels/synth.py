@@ -36,6 +36,7 @@ from privkernels._validation import (
 )
 from privkernels.data.frames import decoded_table, split_table, to_frame
 from privkernels.data.schema import TabularSchema
+from privkernels.dp_ntk.calibrate import sample_calibrated
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
 from privkernels.features.marginal import MarginalSkip
 from privkernels.generators import TabularGenerator, column_groups_from_schema
@@ -87,14 +88,22 @@ class TableSynth:
     def report(self) -> PrivacyReport:
         return self.result.report
 
-    def sample(self, key: jax.Array, n: int) -> dict[str, np.ndarray]:
-        """``n`` synthetic rows as ``{column: array}`` (label column last)."""
-        x, y = dp_ntk.sample(check_key(key), self.result, check_int(n, "n", minimum=1))
+    def sample(self, key: jax.Array, n: int, *, calibrate: bool = False) -> dict[str, np.ndarray]:
+        """``n`` synthetic rows as ``{column: array}`` (label column last).
+
+        ``calibrate``: draw them from generated pools tilted towards the released marginal
+        code (`privkernels.dp_ntk.calibrate.sample_calibrated`; post-processing, no privacy
+        cost; replace-one releases only)."""
+        key, n = check_key(key), check_int(n, "n", minimum=1)
+        if calibrate:
+            x, y, _ = sample_calibrated(key, self.result, n)
+        else:
+            x, y = dp_ntk.sample(key, self.result, n)
         return decoded_table(self.schema.project(x), y, self.schema)
 
-    def sample_df(self, key: jax.Array, n: int) -> Any:
+    def sample_df(self, key: jax.Array, n: int, *, calibrate: bool = False) -> Any:
         """``n`` synthetic rows as a pandas DataFrame with the schema's columns and dtypes."""
-        return to_frame(self.sample(key, n), self.schema)
+        return to_frame(self.sample(key, n, calibrate=calibrate), self.schema)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write model, schema and report to one ``.npz`` (no pickle)."""

@@ -1,0 +1,223 @@
+"""Calibrated sampling: a generated pool tilted towards the released marginal code.
+
+With a table network (`privkernels.features.marginal.MarginalSkip`), the released
+class-conditional embedding (Yang et al., eq. 4) holds, for each class ``c`` and for each
+of the network's ``k`` outputs, one noisy copy of
+
+    t_c = (1 / n_c) sum_{i in c} s code(x_i) / ||g(x_i)||,
+
+the gradient of the sum of logits w.r.t. the skip kernel (``g`` the unnormalised e-NTK
+gradient). The generator matches the whole embedding (eq. 6) only approximately, and the
+marginals show it (adult: mean 1-way total variation about 0.056 where the release's own
+noise allows far less).
+
+`sample_calibrated` draws, per class, a pool of ``pool_factor`` times the rows wanted,
+computes each pool row's code block ``z_i`` (the same normalised feature, so the same
+``1 / ||g||`` weighting as the release), and gives the pool the weights of largest entropy
+that fit the released code up to its noise: the exponential tilt ``w_i ∝ exp(lam . z_i)``
+with ``lam`` maximising
+
+    lam . t_c - log sum_i exp(lam . z_i) - (penalty * v_c / 2) ||lam||^2,
+
+the dual of ``min KL(w || uniform) + ||Z^T w - t_c||^2 / (2 penalty v_c)``, where ``v_c``
+is the per-coordinate noise variance of ``t_c`` after averaging the ``k`` copies
+(``(noise_std / p_c)^2 / k`` from the release's own record). It then draws the rows from
+the pool by these weights. Everything read is the release, the public network and
+generated rows: post-processing, no privacy cost, and the report is unchanged.
+
+The tilt can only reweight what the generator produces: a value the pool never holds stays
+missing, and strong tilts concentrate on few pool rows (`Calibration.ess`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, cast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from scipy.optimize import minimize
+from scipy.special import logsumexp
+
+from privkernels._validation import check_int, check_key
+from privkernels.dp_ntk.result import DPNTKResult, sample
+from privkernels.dp_ntk.train import target_embedding
+from privkernels.features.entk import ApplyFn, entk_features
+from privkernels.features.marginal import MarginalSkip
+from privkernels.privacy.report import REPLACE_ONE
+
+__all__ = ["Calibration", "code_block", "released_code", "pool_codes", "tilt", "sample_calibrated"]
+
+#: Smallest pool per class: a class with few wanted rows still gets a pool to tilt.
+MIN_POOL = 500
+
+#: Penalty variance of a non-private result (no noise): a near-exact fit of the exact code.
+VAR_FLOOR = 1e-10
+
+#: Rows per feature chunk when reading a pool's code blocks (``chunk x p`` float32 at once).
+CHUNK = 2048
+
+
+class Calibration(NamedTuple):
+    """What the tilt did, per class (``(C,)`` arrays; zeros for a class with no row drawn).
+
+    Attributes:
+      pool: pool rows generated.
+      ess: effective sample size of the weights, ``1 / sum w^2``, over the pool size.
+      misfit_before, misfit_after: ``||Z^T w - t_c||^2 / (q v_c)``, the mean squared
+        distance to the released code in units of its noise variance, for uniform weights
+        and for the tilt (about 1 where the pool fits the release up to its noise).
+    """
+
+    pool: np.ndarray
+    ess: np.ndarray
+    misfit_before: np.ndarray
+    misfit_after: np.ndarray
+
+
+def code_block(network: Any, ntk_params: Any) -> np.ndarray:
+    """``(q * k,)`` int: the positions of the skip kernel (``(q, k)``, row-major) in the
+    e-NTK feature's layout (`privkernels.features.entk`: ``ravel_pytree`` of the params).
+
+    Raises ValueError when ``network`` is not a `MarginalSkip` (no marginal code released).
+    """
+    if not isinstance(network, MarginalSkip):
+        raise ValueError(
+            "calibrated sampling needs a table network (privkernels.features.marginal."
+            f"MarginalSkip, e.g. privkernels.synth.default_table_network), got "
+            f"{type(network).__name__}"
+        )
+
+    def mark(path: Any, leaf: Any) -> jax.Array:
+        names = [getattr(p, "key", None) for p in path]
+        is_skip = len(names) >= 2 and names[-2] == "skip" and names[-1] == "kernel"
+        return jnp.full(jnp.shape(leaf), 1.0 if is_skip else 0.0, jnp.float32)
+
+    flat, _ = ravel_pytree(jax.tree_util.tree_map_with_path(mark, ntk_params))
+    idx = np.flatnonzero(np.asarray(flat))
+    if idx.size == 0:
+        raise ValueError("the network's parameters hold no skip/kernel leaf")
+    return idx
+
+
+def _embedding_noise_std(result: DPNTKResult) -> float:
+    """The Gaussian noise std of one coordinate of the released mean embedding (replace-one:
+    the record's ``noise_std`` on the mean)."""
+    if not result.report.private:
+        return 0.0
+    if result.report.neighbouring != REPLACE_ONE:
+        raise ValueError(
+            "calibrated sampling needs a replace-one release (its mean's noise scale is "
+            f"recorded); this one is {result.report.neighbouring}"
+        )
+    stds = [dict(m.params).get("noise_std") for m in result.report.mechanisms
+            if "embedding" in m.released]  # fmt: skip
+    if len(stds) != 1 or stds[0] is None:
+        raise ValueError("the report holds no single embedding record with a noise_std")
+    return float(stds[0])
+
+
+def released_code(result: DPNTKResult) -> tuple[np.ndarray, np.ndarray]:
+    """``(t (C, q) float64, v (C,) float64)``: per class, the released code block as a
+    class-conditional mean (`target_embedding`, the generator's own target) averaged over the
+    network's ``k`` outputs, and its per-coordinate noise variance ``(noise_std / p_c)^2 / k``.
+    A non-private result gets ``v = 0`` (and the tilt `VAR_FLOOR`)."""
+    idx = code_block(result.network, result.ntk_params)
+    C = result.n_classes
+    cfg = result.config
+    target = np.asarray(
+        target_embedding(result.noisy_embedding, result.noisy_proportions, cfg.min_proportion),
+        np.float64,
+    )
+    k = int(result.network.base.out_features)  # type: ignore[attr-defined]
+    t = target[idx, :].reshape(-1, k, C).mean(axis=1).T  # (C, q)
+    if result.noisy_proportions is None:
+        props = np.ones(C)
+    else:
+        props = np.maximum(np.asarray(result.noisy_proportions, np.float64), cfg.min_proportion)
+    v = (_embedding_noise_std(result) / props) ** 2 / k
+    return t, v
+
+
+def pool_codes(result: DPNTKResult, x: np.ndarray) -> np.ndarray:
+    """``(m, q)`` float64: each row's code block of the normalised e-NTK feature, averaged
+    over the ``k`` outputs (generated rows only; chunks of `CHUNK` rows)."""
+    idx = code_block(result.network, result.ntk_params)
+    k = int(result.network.base.out_features)  # type: ignore[attr-defined]
+    out = []
+    for start in range(0, x.shape[0], CHUNK):
+        feats = entk_features(cast(ApplyFn, result.network.apply), result.ntk_params,
+                              jnp.asarray(x[start : start + CHUNK]))  # fmt: skip
+        out.append(np.asarray(feats, np.float64)[:, idx].reshape(-1, idx.size // k, k).mean(2))
+    return np.concatenate(out, axis=0)
+
+
+def tilt(z: np.ndarray, t: np.ndarray, var: float, *, max_iter: int = 2000) -> np.ndarray:
+    """``(m,)`` weights (sum 1) of the exponential tilt of ``z (m, q)`` towards ``t (q,)``
+    with penalty variance ``var`` (module docstring; ``var = 0`` asks for an exact fit, which
+    is approached but may not exist). L-BFGS on the smooth convex dual."""
+    z = np.asarray(z, np.float64)
+    t = np.asarray(t, np.float64)
+
+    def negdual(lam: np.ndarray) -> tuple[float, np.ndarray]:
+        a = z @ lam
+        lse = float(logsumexp(a))
+        w = np.exp(a - lse)
+        return lse - float(lam @ t) + 0.5 * var * float(lam @ lam), z.T @ w - t + var * lam
+
+    sol = minimize(negdual, np.zeros(z.shape[1]), jac=True, method="L-BFGS-B",
+                   options={"maxiter": int(max_iter)})  # fmt: skip
+    a = z @ sol.x
+    return np.asarray(np.exp(a - logsumexp(a)))
+
+
+def _misfit(z: np.ndarray, w: np.ndarray, t: np.ndarray, var: float) -> float:
+    return float(np.sum((z.T @ w - t) ** 2) / (t.size * var)) if var > 0 else float("nan")
+
+
+def sample_calibrated(
+    key: jax.Array,
+    result: DPNTKResult,
+    n: int,
+    *,
+    pool_factor: int = 3,
+    penalty: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray, Calibration]:
+    """``n`` rows ``(x (n, d) float32, y (n,) int32)`` drawn from tilted generated pools.
+
+    Labels as `privkernels.dp_ntk.sample` draws them (released proportions); for each class
+    with ``n_c`` rows, a pool of ``max(pool_factor * n_c, MIN_POOL)`` generated rows of that
+    class is tilted (`tilt`, penalty variance ``penalty * v_c``) and ``n_c`` rows are drawn
+    from it with replacement by weight. ``key``: not the fit's key (see `sample`).
+
+    Raises ValueError (before any draw) for a network without a marginal code, an add-remove
+    release, or ``pool_factor``/``penalty`` out of range.
+    """
+    key = check_key(key)
+    n = check_int(n, "n", minimum=1)
+    pool_factor = check_int(pool_factor, "pool_factor", minimum=1)
+    if not (np.isfinite(penalty) and penalty > 0):
+        raise ValueError(f"penalty must be a finite number > 0, got {penalty!r}")
+    t, v = released_code(result)  # refuses a network without a code, and add-remove
+    k_lab, k_pool, k_draw = jax.random.split(key, 3)
+    _, y = sample(k_lab, result, n)  # the labels `sample` would draw with this key
+    x = np.zeros((n, *result.config.data_shape), np.float32)
+    C = result.n_classes
+    info = {name: np.zeros(C) for name in Calibration._fields}
+    for c in range(C):
+        rows = np.flatnonzero(y == c)
+        if rows.size == 0:
+            continue
+        m = max(pool_factor * rows.size, MIN_POOL)
+        xc, _ = sample(jax.random.fold_in(k_pool, c), result, m, labels=np.full(m, c, np.int32))
+        z = pool_codes(result, xc)
+        w = tilt(z, t[c], max(float(penalty * v[c]), VAR_FLOOR))
+        pick = np.asarray(jax.random.choice(jax.random.fold_in(k_draw, c), m, (rows.size,),
+                                            p=jnp.asarray(w, jnp.float32)))  # fmt: skip
+        x[rows] = xc[pick]
+        info["pool"][c] = m
+        info["ess"][c] = 1.0 / float(np.sum(w**2)) / m
+        info["misfit_before"][c] = _misfit(z, np.full(m, 1.0 / m), t[c], float(v[c]))
+        info["misfit_after"][c] = _misfit(z, w, t[c], float(v[c]))
+    return x, y, Calibration(**info)
