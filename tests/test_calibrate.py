@@ -16,6 +16,7 @@ from privkernels.dp_ntk.calibrate import (
     tilt,
 )
 from privkernels.features.networks import init_params
+from privkernels.sklearn import DPNTKGenerator
 from privkernels.synth import default_table_network, fit_table
 from tests.test_synth import _frame, _schema
 
@@ -90,3 +91,18 @@ def test_add_remove_release_is_refused():
                   progress=False, neighbouring="add-remove")  # fmt: skip
     with pytest.raises(ValueError, match="replace-one"):
         sample_calibrated(jax.random.key(1), m.result, 10)
+
+
+def test_the_estimator_samples_calibrated_rows_and_refuses_arrays():
+    df = _frame(300)
+    g = DPNTKGenerator(schema=_schema(), iterations=5, verbose=False, random_state=0)
+    g.fit(df.drop(columns="income"), df["income"])
+    out = g.sample_df(40, random_state=3, calibrate=True)
+    assert list(out.columns) == list(df.columns) and len(out) == 40
+    x, y = g.sample(40, random_state=3, calibrate=True)
+    assert x.shape == (40, 4) and set(y) <= {"<=50K", ">50K"}
+    rng = np.random.default_rng(0)
+    arrays = DPNTKGenerator(classes=[0, 1], iterations=2, verbose=False, random_state=0)
+    arrays.fit(rng.uniform(size=(200, 6)), rng.integers(0, 2, 200))
+    with pytest.raises(ValueError, match="table network"):
+        arrays.sample(10, random_state=1, calibrate=True)

@@ -161,6 +161,10 @@ def test_cli_schema_synth_report_distill(tmp_path, capsys):
     rc = main(["synth", "--model", str(tmp_path / "syn.csv.model.npz"), "--out",
                str(tmp_path / "more.csv"), "--n", "20", "--seed", "1"])  # fmt: skip
     assert rc == 0 and len(pd.read_csv(tmp_path / "more.csv")) == 20
+    rc = main(["synth", "--model", str(tmp_path / "syn.csv.model.npz"), "--out",
+               str(tmp_path / "cal.csv"), "--n", "20", "--seed", "1", "--calibrate"])  # fmt: skip
+    cal = pd.read_csv(tmp_path / "cal.csv")
+    assert rc == 0 and list(cal.columns) == list(df.columns) and len(cal) == 20
     # a value outside the schema: one error line, exit 2, nothing written
     df.loc[0, "age"] = 200
     df.to_csv(tmp_path / "bad.csv", index=False)

@@ -217,6 +217,10 @@ def _add_synth(sub: Any) -> None:
     c.add_argument("--model", metavar="NPZ", default=None,
                    help="sample a saved <out>.model.npz instead of fitting: no data read, no "
                    "--epsilon (default: none, fit)")  # fmt: skip
+    c.add_argument("--calibrate", action="store_true",
+                   help="draw the rows from generated pools tilted towards the released "
+                   "marginal code (post-processing, no privacy cost; replace-one releases "
+                   "only) (default: off, the generator's rows as drawn)")  # fmt: skip
 
 
 def _add_distill(sub: Any) -> None:
@@ -626,7 +630,7 @@ def _cmd_synth(a: argparse.Namespace) -> int:
         model, report = _with_missing_note(model, report)
         k_sample = sampling_key(key, public_key)
         model.save(_model_path(out))
-    write_csv(model.sample(k_sample, n), out)
+    write_csv(model.sample(k_sample, n, calibrate=a.calibrate), out)
     rp = _write_report(report, out)
     print(f"wrote {n} synthetic rows to {out}; privacy report {rp}")
     print(_flags(report.summary()))

@@ -75,6 +75,7 @@ from privkernels.dp_kip.estimator_defaults import (
 )
 from privkernels.dp_kip.fitting import check_run_arguments
 from privkernels.dp_kip.settings import Settings as KIPSettings
+from privkernels.dp_ntk.calibrate import sample_calibrated
 from privkernels.dp_ntk.fitting import check_generator_range, generator_range
 from privkernels.dp_ntk.release import DP_NTK_RELATIONS
 from privkernels.dp_ntk.settings import Settings as NTKSettings
@@ -1539,27 +1540,33 @@ class DPNTKGenerator(_DPEstimator):
         )
 
     def sample(
-        self, n: int, *, random_state: jax.Array | int | None = None
+        self, n: int, *, random_state: jax.Array | int | None = None, calibrate: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """``n`` synthetic rows ``(X, y)``: X ``(n, n_features)`` (tabular: raw values, object),
-        y ``(n,)`` label values (arrays: values of ``classes_``, not their codes)."""
+        y ``(n,)`` label values (arrays: values of ``classes_``, not their codes).
+
+        ``calibrate``: tabular only, rows drawn from generated pools tilted towards the
+        released marginal code (`privkernels.dp_ntk.calibrate`; post-processing, replace-one)."""
         check_is_fitted(self, "synth_")
-        cols = self.synth_.sample(self._sample_key(random_state), n)
+        cols = self.synth_.sample(self._sample_key(random_state), n, calibrate=calibrate)
         if isinstance(self.synth_, _ArraySynth):
             return cols["x"], np.asarray(self.classes_)[np.asarray(cols["y"])]
         label = self.synth_.schema.label
         feats = [c for c in cols if c != label]
         return np.column_stack([cols[c] for c in feats]).astype(object), cols[label]
 
-    def sample_df(self, n: int, *, random_state: jax.Array | int | None = None) -> Any:
-        """``n`` synthetic rows as a pandas DataFrame (tabular: the schema's columns and dtypes)."""
+    def sample_df(
+        self, n: int, *, random_state: jax.Array | int | None = None, calibrate: bool = False
+    ) -> Any:
+        """``n`` synthetic rows as a pandas DataFrame (tabular: the schema's columns and dtypes;
+        ``calibrate`` as in `sample`)."""
         check_is_fitted(self, "synth_")
         if isinstance(self.synth_, _ArraySynth):
-            x, y = self.sample(n, random_state=random_state)
+            x, y = self.sample(n, random_state=random_state, calibrate=calibrate)
             cols = {f"x{i}": x[:, i] for i in range(x.shape[1])}
             cols[self.label or "label"] = y
             return to_frame(cols)
-        return self.synth_.sample_df(self._sample_key(random_state), n)
+        return self.synth_.sample_df(self._sample_key(random_state), n, calibrate=calibrate)
 
     def _load_result(self, path: Any) -> Any:
         _, meta = checkpoint.load(path)
@@ -1602,8 +1609,11 @@ class _ArraySynth:
     def report(self) -> PrivacyReport:
         return self.result.report
 
-    def sample(self, key: jax.Array, n: int) -> dict[str, np.ndarray]:
-        x, y = dp_ntk.sample(key, self.result, n)
+    def sample(self, key: jax.Array, n: int, *, calibrate: bool = False) -> dict[str, np.ndarray]:
+        if calibrate:  # refused by `code_block`: an array fit has no marginal code
+            x, y, _ = sample_calibrated(key, self.result, n)
+        else:
+            x, y = dp_ntk.sample(key, self.result, n)
         return {"x": x.reshape(n, -1), "y": y}
 
     def save(self, path: Any) -> Path:
