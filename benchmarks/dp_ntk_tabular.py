@@ -320,7 +320,7 @@ def _dp_ntk_release(
             "settings": describe(recipe), "tuning": recipe["tuning"]}  # fmt: skip
     if "calibrate" in recipe:  # per class: the tilt's effective pool share and its fit
         info.update({f"calibration_{k}": [round(float(v), 4) for v in getattr(cal, k)]
-                     for k in ("ess", "misfit_before", "misfit_after")})  # fmt: skip
+                     for k in ("ess", "misfit_before", "misfit_after", "converged")})  # fmt: skip
     return xs, ys, info
 
 

@@ -3,6 +3,8 @@ noise scale read from the release, refusals, and the table path."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ from privkernels.dp_ntk.calibrate import (
 )
 from privkernels.features.networks import init_params
 from privkernels.sklearn import DPNTKGenerator
-from privkernels.synth import default_table_network, fit_table
+from privkernels.synth import check_table, default_table_network, fit_table
 from tests.test_synth import _frame, _schema
 
 
@@ -32,11 +34,23 @@ def test_tilt_fits_a_reachable_target_and_stays_uniform_under_a_weak_penalty():
     z = rng.normal(size=(400, 3))
     w_true = rng.dirichlet(np.ones(400))
     t = z.T @ w_true
-    w = tilt(z, t, 1e-8)
-    assert w.shape == (400,) and np.isclose(w.sum(), 1.0) and (w >= 0).all()
+    w, ok = tilt(z, t, 1e-8)
+    assert ok and w.shape == (400,) and np.isclose(w.sum(), 1.0) and (w >= 0).all()
     assert np.abs(z.T @ w - t).max() < 1e-3
-    w_flat = tilt(z, t, 1e6)  # a penalty far above the misfit: the uniform weights
-    assert np.abs(w_flat * 400 - 1).max() < 1e-3
+    w_flat, ok = tilt(z, t, 1e6)  # a penalty far above the misfit: the uniform weights
+    assert ok and np.abs(w_flat * 400 - 1).max() < 1e-3
+
+
+def test_an_unreachable_target_is_not_converged_and_never_fits_worse_than_uniform():
+    rng = np.random.default_rng(1)
+    z = rng.uniform(size=(300, 4))
+    far = np.full(4, 5.0)  # outside the pool's convex hull: no weights reach it
+    w, ok = tilt(z, far, 1e-9, max_iter=3)
+    assert not ok
+    # whatever the optimiser does, the returned weights never fit worse than uniform ones
+    for var in (1e-9, 1e-6, 1e-3, 1.0):
+        w, _ = tilt(z, far, var)
+        assert np.sum((z.T @ w - far) ** 2) <= np.sum((z.mean(0) - far) ** 2) + 1e-12
 
 
 def test_code_block_is_the_skip_kernel_and_refuses_a_network_without_one():
@@ -64,6 +78,34 @@ def test_released_code_noise_is_the_records(model):
     assert t.shape == (2, code_block(res.network, res.ntk_params).size // k)
 
 
+def test_uniform_mode_divides_by_the_balanced_proportion():
+    """``label_mode="uniform"``: the release's column c is p_c times the class mean and the
+    generator assumes p_c = 1/C, so the code target is C times the column (nearly no noise
+    at this epsilon: the target then equals the real rows' mean code)."""
+    df = _frame(400)
+    m = fit_table(jax.random.key(0), df, _schema(), epsilon=1e4, iterations=2,
+                  progress=False, label_mode="uniform")  # fmt: skip
+    res = m.result
+    t, v = released_code(res)
+    x, y = check_table(df, _schema())
+    z = pool_codes(res, x)
+    for c in range(2):
+        expected = z[y == c].sum(0) / len(y) * 2  # (1/n) sum over class c, times C
+        assert np.allclose(t[c], expected, atol=20 * np.sqrt(v[c]) + 1e-6)
+    rec = [r for r in res.report.mechanisms if "embedding" in r.released][0]
+    assert np.allclose(v, (dict(rec.params)["noise_std"] * 2) ** 2 / res.network.base.out_features)
+
+
+def test_a_report_without_a_usable_noise_scale_is_refused(model):
+    rec = [r for r in model.report.mechanisms if "embedding" in r.released][0]
+    bad_rec = dataclasses.replace(rec, params=tuple(
+        (k, float("nan") if k == "noise_std" else v) for k, v in rec.params))  # fmt: skip
+    bad = dataclasses.replace(model.report, mechanisms=tuple(
+        bad_rec if r is rec else r for r in model.report.mechanisms))  # fmt: skip
+    with pytest.raises(ValueError, match="noise_std"):
+        released_code(dataclasses.replace(model.result, report=bad))
+
+
 def test_calibrated_sampling_is_keyed_moves_towards_the_release_and_costs_nothing(model):
     before = model.report
     x1, y1, cal = sample_calibrated(jax.random.key(5), model.result, 300)
@@ -71,6 +113,7 @@ def test_calibrated_sampling_is_keyed_moves_towards_the_release_and_costs_nothin
     assert np.array_equal(x1, x2) and np.array_equal(y1, y2)
     assert x1.shape == (300, _schema().n_features) and x1.dtype == np.float32
     assert (cal.misfit_after <= cal.misfit_before + 1e-9).all()
+    assert set(cal.converged) <= {0.0, 1.0}
     assert ((cal.ess > 0) & (cal.ess <= 1 + 1e-9)).all()
     assert model.report == before
     # the drawn rows are pool rows: their codes are the generator's, one-hots exact
@@ -80,9 +123,9 @@ def test_calibrated_sampling_is_keyed_moves_towards_the_release_and_costs_nothin
     assert list(df.columns) == ["age", "hours", "sex", "job", "income"]
 
 
-@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), True, "1", None])
 def test_bad_penalty_is_refused(model, bad):
-    with pytest.raises(ValueError, match="penalty"):
+    with pytest.raises((ValueError, TypeError), match="penalty"):
         sample_calibrated(jax.random.key(1), model.result, 10, penalty=bad)
 
 

@@ -7,7 +7,10 @@ of the network's ``k`` outputs, one noisy copy of
     t_c = (1 / n_c) sum_{i in c} s code(x_i) / ||g(x_i)||,
 
 the gradient of the sum of logits w.r.t. the skip kernel (``g`` the unnormalised e-NTK
-gradient). The generator matches the whole embedding (eq. 6) only approximately, and the
+gradient), times the class proportion: column ``c`` of the release is ``p_c t_c`` plus
+noise. The generator's target divides it by the released proportion (``label_mode=
+"released"``) or, in ``"uniform"`` mode, compares it with a balanced batch, i.e. assumes
+``p_c = 1/C``; `released_code` divides by the same proportion. The generator matches the whole embedding (eq. 6) only approximately, and the
 marginals show it (adult: mean 1-way total variation about 0.056 where the release's own
 noise allows far less).
 
@@ -21,12 +24,17 @@ with ``lam`` maximising
 
 the dual of ``min KL(w || uniform) + ||Z^T w - t_c||^2 / (2 penalty v_c)``, where ``v_c``
 is the per-coordinate noise variance of ``t_c`` after averaging the ``k`` copies
-(``(noise_std / p_c)^2 / k`` from the release's own record). It then draws the rows from
+(``(noise_std / p_c)^2 / k`` from the release's own record). The dual is solved by
+L-BFGS; where the optimiser stops short, or its weights do worse
+on the primal than uniform weights, `Calibration` says so (``converged``); weights that fit
+worse than uniform ones are never used. It then draws the rows from
 the pool by these weights. Everything read is the release, the public network and
 generated rows: post-processing, no privacy cost, and the report is unchanged.
 
 The tilt can only reweight what the generator produces: a value the pool never holds stays
-missing, and strong tilts concentrate on few pool rows (`Calibration.ess`).
+missing, and strong tilts concentrate on few pool rows (`Calibration.ess`). A non-private
+result has no noise: its penalty variance is ``penalty * VAR_FLOOR``, a close fit whose
+weights may sit on few rows.
 """
 
 from __future__ import annotations
@@ -40,20 +48,36 @@ from jax.flatten_util import ravel_pytree
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-from privkernels._validation import check_int, check_key
+from privkernels._validation import check_int, check_key, check_positive
 from privkernels.dp_ntk.result import DPNTKResult, sample
-from privkernels.dp_ntk.train import target_embedding
 from privkernels.features.entk import ApplyFn, entk_features
 from privkernels.features.marginal import MarginalSkip
 from privkernels.privacy.report import REPLACE_ONE
 
-__all__ = ["Calibration", "code_block", "released_code", "pool_codes", "tilt", "sample_calibrated"]
+__all__ = [
+    "DEFAULT_PENALTY",
+    "Calibration",
+    "class_proportions",
+    "code_block",
+    "pool_codes",
+    "released_code",
+    "sample_calibrated",
+    "tilt",
+]
 
 #: Smallest pool per class: a class with few wanted rows still gets a pool to tilt.
 MIN_POOL = 500
 
-#: Penalty variance of a non-private result (no noise): a near-exact fit of the exact code.
+#: The tilt's penalty, in units of the released code's noise variance: chosen on intrusion's
+#: public-for-adult rows at eps 1 among 1, 10, 100 and 1000 (lowest 1-way TV; rule
+#: ``benchmarks/results/dp-ntk-tabular-adult-calibrate-rule.md``).
+DEFAULT_PENALTY = 100.0
+
+#: Noise variance assumed for a non-private result (it has none), times the penalty.
 VAR_FLOOR = 1e-10
+
+#: L-BFGS iterations of one tilt.
+MAX_ITER = 5000
 
 #: Rows per feature chunk when reading a pool's code blocks (``chunk x p`` float32 at once).
 CHUNK = 2048
@@ -67,13 +91,17 @@ class Calibration(NamedTuple):
       ess: effective sample size of the weights, ``1 / sum w^2``, over the pool size.
       misfit_before, misfit_after: ``||Z^T w - t_c||^2 / (q v_c)``, the mean squared
         distance to the released code in units of its noise variance, for uniform weights
-        and for the tilt (about 1 where the pool fits the release up to its noise).
+        and for the tilt (about 1 where the pool fits the release up to its noise; NaN for a
+        non-private result).
+      converged: 1.0 where the tilt's optimiser reached the optimum (`tilt`), else 0.0 (its
+        weights are then used if they beat uniform weights on the primal, else uniform ones).
     """
 
     pool: np.ndarray
     ess: np.ndarray
     misfit_before: np.ndarray
     misfit_after: np.ndarray
+    converged: np.ndarray
 
 
 def code_block(network: Any, ntk_params: Any) -> np.ndarray:
@@ -115,27 +143,34 @@ def _embedding_noise_std(result: DPNTKResult) -> float:
             if "embedding" in m.released]  # fmt: skip
     if len(stds) != 1 or stds[0] is None:
         raise ValueError("the report holds no single embedding record with a noise_std")
-    return float(stds[0])
+    std = float(stds[0])
+    if not (np.isfinite(std) and std > 0):
+        raise ValueError("the embedding record's noise_std is not a finite number > 0")
+    return std
+
+
+def class_proportions(result: DPNTKResult) -> np.ndarray:
+    """``(C,)``: the proportions the generator's target assumes: the released ones floored at
+    ``min_proportion`` (`target_embedding`), or ``1/C`` each in ``"uniform"`` mode."""
+    C = result.n_classes
+    if result.noisy_proportions is None:
+        return np.full(C, 1.0 / C)
+    p = np.asarray(result.noisy_proportions, np.float64)
+    return np.maximum(p, result.config.min_proportion)
 
 
 def released_code(result: DPNTKResult) -> tuple[np.ndarray, np.ndarray]:
-    """``(t (C, q) float64, v (C,) float64)``: per class, the released code block as a
-    class-conditional mean (`target_embedding`, the generator's own target) averaged over the
-    network's ``k`` outputs, and its per-coordinate noise variance ``(noise_std / p_c)^2 / k``.
-    A non-private result gets ``v = 0`` (and the tilt `VAR_FLOOR`)."""
+    """``(t (C, q) float64, v (C,) float64)``: per class, the released code block divided by
+    the class proportion (`class_proportions`: a class-conditional mean, as the generator
+    matches it) and averaged over the network's ``k`` outputs, and its per-coordinate noise
+    variance ``(noise_std / p_c)^2 / k``. A non-private result gets ``v = 0`` (and the tilt
+    `VAR_FLOOR`)."""
     idx = code_block(result.network, result.ntk_params)
     C = result.n_classes
-    cfg = result.config
-    target = np.asarray(
-        target_embedding(result.noisy_embedding, result.noisy_proportions, cfg.min_proportion),
-        np.float64,
-    )
+    props = class_proportions(result)
+    emb = np.asarray(result.noisy_embedding, np.float64)[idx, :] / props[None, :]
     k = int(result.network.base.out_features)  # type: ignore[attr-defined]
-    t = target[idx, :].reshape(-1, k, C).mean(axis=1).T  # (C, q)
-    if result.noisy_proportions is None:
-        props = np.ones(C)
-    else:
-        props = np.maximum(np.asarray(result.noisy_proportions, np.float64), cfg.min_proportion)
+    t = emb.reshape(-1, k, C).mean(axis=1).T  # (C, q)
     v = (_embedding_noise_std(result) / props) ** 2 / k
     return t, v
 
@@ -153,23 +188,44 @@ def pool_codes(result: DPNTKResult, x: np.ndarray) -> np.ndarray:
     return np.concatenate(out, axis=0)
 
 
-def tilt(z: np.ndarray, t: np.ndarray, var: float, *, max_iter: int = 2000) -> np.ndarray:
-    """``(m,)`` weights (sum 1) of the exponential tilt of ``z (m, q)`` towards ``t (q,)``
-    with penalty variance ``var`` (module docstring; ``var = 0`` asks for an exact fit, which
-    is approached but may not exist). L-BFGS on the smooth convex dual."""
+def tilt(
+    z: np.ndarray, t: np.ndarray, var: float, *, max_iter: int = MAX_ITER
+) -> tuple[np.ndarray, bool]:
+    """``(w (m,), converged)``: the weights (sum 1) of the exponential tilt of ``z (m, q)``
+    towards ``t (q,)`` with penalty variance ``var > 0`` (module docstring), and whether the
+    optimiser reached the optimum.
+
+    The dual ``log mean exp(Z lam) - lam . t + var |lam|^2 / 2`` is minimised by L-BFGS (the
+    mean, not the sum, so the objective carries no ``log m`` offset that would swamp its
+    tolerance); ``converged`` when its gradient ``Z^T w - t + var lam`` is below
+    ``1e-3 sqrt(var)`` in every coordinate (a thousandth of the noise). Weights that score worse than uniform weights on the primal
+    ``KL(w || uniform) + |Z^T w - t|^2 / (2 var)`` are never returned: uniform weights are.
+    """
     z = np.asarray(z, np.float64)
     t = np.asarray(t, np.float64)
+    m = z.shape[0]
+    mean = np.full(m, 1.0 / m)
 
-    def negdual(lam: np.ndarray) -> tuple[float, np.ndarray]:
+    def weights(lam: np.ndarray) -> np.ndarray:
         a = z @ lam
-        lse = float(logsumexp(a))
-        w = np.exp(a - lse)
-        return lse - float(lam @ t) + 0.5 * var * float(lam @ lam), z.T @ w - t + var * lam
+        return np.asarray(np.exp(a - logsumexp(a)))
 
-    sol = minimize(negdual, np.zeros(z.shape[1]), jac=True, method="L-BFGS-B",
-                   options={"maxiter": int(max_iter)})  # fmt: skip
-    a = z @ sol.x
-    return np.asarray(np.exp(a - logsumexp(a)))
+    def dual(lam: np.ndarray) -> tuple[float, np.ndarray]:
+        value = float(logsumexp(z @ lam, b=mean)) - float(lam @ t) + 0.5 * var * float(lam @ lam)
+        return value, z.T @ weights(lam) - t + var * lam
+
+    def primal(w: np.ndarray) -> float:
+        kl = float(np.sum(w * np.log(np.maximum(m * w, 1e-300))))
+        return kl + float(np.sum((z.T @ w - t) ** 2)) / (2.0 * var)
+
+    sol = minimize(dual, np.zeros(z.shape[1]), jac=True, method="L-BFGS-B",
+                   options={"maxiter": int(max_iter), "gtol": 1e-12, "ftol": 1e-15})  # fmt: skip
+    w = weights(sol.x)
+    grad = z.T @ w - t + var * sol.x
+    converged = bool(np.isfinite(grad).all() and np.abs(grad).max() <= 1e-3 * np.sqrt(var))
+    if not (np.isfinite(w).all() and primal(w) <= primal(mean)):
+        return mean, False
+    return w, converged
 
 
 def _misfit(z: np.ndarray, w: np.ndarray, t: np.ndarray, var: float) -> float:
@@ -182,7 +238,7 @@ def sample_calibrated(
     n: int,
     *,
     pool_factor: int = 3,
-    penalty: float = 1.0,
+    penalty: float = DEFAULT_PENALTY,
 ) -> tuple[np.ndarray, np.ndarray, Calibration]:
     """``n`` rows ``(x (n, d) float32, y (n,) int32)`` drawn from tilted generated pools.
 
@@ -197,11 +253,10 @@ def sample_calibrated(
     key = check_key(key)
     n = check_int(n, "n", minimum=1)
     pool_factor = check_int(pool_factor, "pool_factor", minimum=1)
-    if not (np.isfinite(penalty) and penalty > 0):
-        raise ValueError(f"penalty must be a finite number > 0, got {penalty!r}")
+    penalty = check_positive(penalty, "penalty")
     t, v = released_code(result)  # refuses a network without a code, and add-remove
     k_lab, k_pool, k_draw = jax.random.split(key, 3)
-    _, y = sample(k_lab, result, n)  # the labels `sample` would draw with this key
+    _, y = sample(k_lab, result, n)  # labels as `sample` draws them (its rows are not used)
     x = np.zeros((n, *result.config.data_shape), np.float32)
     C = result.n_classes
     info = {name: np.zeros(C) for name in Calibration._fields}
@@ -212,7 +267,7 @@ def sample_calibrated(
         m = max(pool_factor * rows.size, MIN_POOL)
         xc, _ = sample(jax.random.fold_in(k_pool, c), result, m, labels=np.full(m, c, np.int32))
         z = pool_codes(result, xc)
-        w = tilt(z, t[c], max(float(penalty * v[c]), VAR_FLOOR))
+        w, ok = tilt(z, t[c], penalty * max(float(v[c]), VAR_FLOOR))
         pick = np.asarray(jax.random.choice(jax.random.fold_in(k_draw, c), m, (rows.size,),
                                             p=jnp.asarray(w, jnp.float32)))  # fmt: skip
         x[rows] = xc[pick]
@@ -220,4 +275,5 @@ def sample_calibrated(
         info["ess"][c] = 1.0 / float(np.sum(w**2)) / m
         info["misfit_before"][c] = _misfit(z, np.full(m, 1.0 / m), t[c], float(v[c]))
         info["misfit_after"][c] = _misfit(z, w, t[c], float(v[c]))
+        info["converged"][c] = float(ok)
     return x, y, Calibration(**info)
