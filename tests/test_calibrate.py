@@ -4,6 +4,7 @@ noise scale read from the release, refusals, and the table path."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import jax
 import numpy as np
@@ -11,6 +12,9 @@ import pytest
 
 from privkernels import features
 from privkernels.dp_ntk.calibrate import (
+    Calibration,
+    CalibrationWarning,
+    _warn_shortfall,
     code_block,
     pool_codes,
     released_code,
@@ -19,7 +23,7 @@ from privkernels.dp_ntk.calibrate import (
 )
 from privkernels.features.networks import init_params
 from privkernels.sklearn import DPNTKGenerator
-from privkernels.synth import check_table, default_table_network, fit_table
+from privkernels.synth import default_table_network, fit_table
 from tests.test_synth import _frame, _schema
 
 
@@ -78,22 +82,30 @@ def test_released_code_noise_is_the_records(model):
     assert t.shape == (2, code_block(res.network, res.ntk_params).size // k)
 
 
-def test_uniform_mode_divides_by_the_balanced_proportion():
-    """``label_mode="uniform"``: the release's column c is p_c times the class mean and the
-    generator assumes p_c = 1/C, so the code target is C times the column (nearly no noise
-    at this epsilon: the target then equals the real rows' mean code)."""
-    df = _frame(400)
-    m = fit_table(jax.random.key(0), df, _schema(), epsilon=1e4, iterations=2,
+def test_a_uniform_mode_result_is_refused():
+    """``label_mode="uniform"`` releases no proportions; its target is ``C p_c`` times a class
+    mean, no mean at all on imbalanced data, so there is nothing to calibrate towards."""
+    m = fit_table(jax.random.key(0), _frame(300), _schema(), epsilon=1.0, iterations=2,
                   progress=False, label_mode="uniform")  # fmt: skip
-    res = m.result
-    t, v = released_code(res)
-    x, y = check_table(df, _schema())
-    z = pool_codes(res, x)
-    for c in range(2):
-        expected = z[y == c].sum(0) / len(y) * 2  # (1/n) sum over class c, times C
-        assert np.allclose(t[c], expected, atol=20 * np.sqrt(v[c]) + 1e-6)
-    rec = [r for r in res.report.mechanisms if "embedding" in r.released][0]
-    assert np.allclose(v, (dict(rec.params)["noise_std"] * 2) ** 2 / res.network.base.out_features)
+    with pytest.raises(ValueError, match="label_mode='released'"):
+        sample_calibrated(jax.random.key(1), m.result, 10)
+    with pytest.raises(ValueError, match="label_mode='released'"):
+        m.sample(jax.random.key(1), 10, calibrate=True)
+
+
+def test_a_shortfall_is_warned_and_a_clean_tilt_is_not():
+    def cal(conv, ess):
+        return Calibration(pool=np.array([900.0, 0.0]), ess=np.array([ess, 0.0]),
+                           misfit_before=np.ones(2), misfit_after=np.ones(2),
+                           converged=np.array([conv, 0.0]))  # fmt: skip
+
+    with pytest.warns(CalibrationWarning, match="did not converge for 1 class"):
+        _warn_shortfall(cal(0.0, 0.5))
+    with pytest.warns(CalibrationWarning, match="for 1 \\(rows repeat\\)"):
+        _warn_shortfall(cal(1.0, 0.001))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_shortfall(cal(1.0, 0.5))  # the empty class (pool 0) says nothing
 
 
 def test_a_report_without_a_usable_noise_scale_is_refused(model):
@@ -104,6 +116,16 @@ def test_a_report_without_a_usable_noise_scale_is_refused(model):
         bad_rec if r is rec else r for r in model.report.mechanisms))  # fmt: skip
     with pytest.raises(ValueError, match="noise_std"):
         released_code(dataclasses.replace(model.result, report=bad))
+
+
+def test_bad_flags_and_variances_are_refused(model):
+    with pytest.raises(TypeError, match="calibrate"):
+        model.sample(jax.random.key(1), 10, calibrate="no")
+    with pytest.raises(ValueError, match="penalty"):
+        sample_calibrated(jax.random.key(1), model.result, 10, penalty=5e-324)
+    for var in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="var"):
+            tilt(np.ones((5, 2)), np.ones(2), var)
 
 
 def test_calibrated_sampling_is_keyed_moves_towards_the_release_and_costs_nothing(model):

@@ -75,7 +75,7 @@ from privkernels.dp_kip.estimator_defaults import (
 )
 from privkernels.dp_kip.fitting import check_run_arguments
 from privkernels.dp_kip.settings import Settings as KIPSettings
-from privkernels.dp_ntk.calibrate import sample_calibrated
+from privkernels.dp_ntk.calibrate import check_calibrate, sample_calibrated
 from privkernels.dp_ntk.fitting import check_generator_range, generator_range
 from privkernels.dp_ntk.release import DP_NTK_RELATIONS
 from privkernels.dp_ntk.settings import Settings as NTKSettings
@@ -1546,7 +1546,8 @@ class DPNTKGenerator(_DPEstimator):
         y ``(n,)`` label values (arrays: values of ``classes_``, not their codes).
 
         ``calibrate``: tabular only, rows drawn from generated pools tilted towards the
-        released marginal code (`privkernels.dp_ntk.calibrate`; post-processing, replace-one)."""
+        released marginal code (`privkernels.dp_ntk.calibrate`; post-processing; replace-one
+        releases with released class proportions, the default ``label_mode``)."""
         check_is_fitted(self, "synth_")
         cols = self.synth_.sample(self._sample_key(random_state), n, calibrate=calibrate)
         if isinstance(self.synth_, _ArraySynth):
@@ -1610,7 +1611,7 @@ class _ArraySynth:
         return self.result.report
 
     def sample(self, key: jax.Array, n: int, *, calibrate: bool = False) -> dict[str, np.ndarray]:
-        if calibrate:  # refused by `code_block`: an array fit has no marginal code
+        if check_calibrate(calibrate):  # refused by `code_block`: an array fit has no marginal code
             x, y, _ = sample_calibrated(key, self.result, n)
         else:
             x, y = dp_ntk.sample(key, self.result, n)

@@ -36,7 +36,7 @@ from privkernels._validation import (
 )
 from privkernels.data.frames import decoded_table, split_table, to_frame
 from privkernels.data.schema import TabularSchema
-from privkernels.dp_ntk.calibrate import sample_calibrated
+from privkernels.dp_ntk.calibrate import check_calibrate, sample_calibrated
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
 from privkernels.features.marginal import MarginalSkip
 from privkernels.generators import TabularGenerator, column_groups_from_schema
@@ -92,10 +92,10 @@ class TableSynth:
         """``n`` synthetic rows as ``{column: array}`` (label column last).
 
         ``calibrate``: draw them from generated pools tilted towards the released marginal
-        code (`privkernels.dp_ntk.calibrate.sample_calibrated`; post-processing, no privacy
-        cost; replace-one releases only)."""
+        code (`privkernels.dp_ntk.calibrate.sample_calibrated`, its default penalty;
+        post-processing, no privacy cost; replace-one releases with released proportions)."""
         key, n = check_key(key), check_int(n, "n", minimum=1)
-        if calibrate:
+        if check_calibrate(calibrate):
             x, y, _ = sample_calibrated(key, self.result, n)
         else:
             x, y = dp_ntk.sample(key, self.result, n)

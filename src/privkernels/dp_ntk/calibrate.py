@@ -9,8 +9,9 @@ of the network's ``k`` outputs, one noisy copy of
 the gradient of the sum of logits w.r.t. the skip kernel (``g`` the unnormalised e-NTK
 gradient), times the class proportion: column ``c`` of the release is ``p_c t_c`` plus
 noise. The generator's target divides it by the released proportion (``label_mode=
-"released"``) or, in ``"uniform"`` mode, compares it with a balanced batch, i.e. assumes
-``p_c = 1/C``; `released_code` divides by the same proportion. The generator matches the whole embedding (eq. 6) only approximately, and the
+"released"``, the table default), and so does `released_code`. In ``"uniform"`` mode no
+proportion is released and the generator assumes ``p_c = 1/C``; on imbalanced data that
+target is no class mean at all, so calibrated sampling refuses such a result. The generator matches the whole embedding (eq. 6) only approximately, and the
 marginals show it (adult: mean 1-way total variation about 0.056 where the release's own
 noise allows far less).
 
@@ -39,6 +40,7 @@ weights may sit on few rows.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple, cast
 
 import jax
@@ -48,7 +50,8 @@ from jax.flatten_util import ravel_pytree
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-from privkernels._validation import check_int, check_key, check_positive
+from privkernels._validation import check_bool, check_int, check_key, check_positive
+from privkernels._warnings import user_stacklevel
 from privkernels.dp_ntk.result import DPNTKResult, sample
 from privkernels.features.entk import ApplyFn, entk_features
 from privkernels.features.marginal import MarginalSkip
@@ -57,6 +60,8 @@ from privkernels.privacy.report import REPLACE_ONE
 __all__ = [
     "DEFAULT_PENALTY",
     "Calibration",
+    "CalibrationWarning",
+    "check_calibrate",
     "class_proportions",
     "code_block",
     "pool_codes",
@@ -78,6 +83,20 @@ VAR_FLOOR = 1e-10
 
 #: L-BFGS iterations of one tilt.
 MAX_ITER = 5000
+
+#: Below this effective pool share, a class's rows repeat a few pool rows: warned.
+LOW_ESS = 0.01
+
+
+class CalibrationWarning(UserWarning):
+    """Calibrated sampling fell short: a tilt did not converge, or its weights sit on few
+    pool rows (the rows repeat). Says nothing about the private data: it reads the release."""
+
+
+def check_calibrate(value: Any) -> bool:
+    """The ``calibrate`` flag of the sampling methods: a bool (``"no"`` is not False)."""
+    return check_bool(value, "calibrate")
+
 
 #: Rows per feature chunk when reading a pool's code blocks (``chunk x p`` float32 at once).
 CHUNK = 2048
@@ -150,11 +169,16 @@ def _embedding_noise_std(result: DPNTKResult) -> float:
 
 
 def class_proportions(result: DPNTKResult) -> np.ndarray:
-    """``(C,)``: the proportions the generator's target assumes: the released ones floored at
-    ``min_proportion`` (`target_embedding`), or ``1/C`` each in ``"uniform"`` mode."""
-    C = result.n_classes
+    """``(C,)``: the released proportions floored at ``min_proportion``, as the generator's
+    target divides by them (`privkernels.dp_ntk.train.target_embedding`).
+
+    Raises ValueError for a ``"uniform"`` result: it released no proportions (module
+    docstring)."""
     if result.noisy_proportions is None:
-        return np.full(C, 1.0 / C)
+        raise ValueError(
+            "calibrated sampling needs released class proportions (label_mode='released', "
+            "the table default); this result was fitted with label_mode='uniform'"
+        )
     p = np.asarray(result.noisy_proportions, np.float64)
     return np.maximum(p, result.config.min_proportion)
 
@@ -167,7 +191,7 @@ def released_code(result: DPNTKResult) -> tuple[np.ndarray, np.ndarray]:
     `VAR_FLOOR`)."""
     idx = code_block(result.network, result.ntk_params)
     C = result.n_classes
-    props = class_proportions(result)
+    props = class_proportions(result)  # refuses a uniform-mode result
     emb = np.asarray(result.noisy_embedding, np.float64)[idx, :] / props[None, :]
     k = int(result.network.base.out_features)  # type: ignore[attr-defined]
     t = emb.reshape(-1, k, C).mean(axis=1).T  # (C, q)
@@ -198,21 +222,22 @@ def tilt(
     The dual ``log mean exp(Z lam) - lam . t + var |lam|^2 / 2`` is minimised by L-BFGS (the
     mean, not the sum, so the objective carries no ``log m`` offset that would swamp its
     tolerance); ``converged`` when its gradient ``Z^T w - t + var lam`` is below
-    ``1e-3 sqrt(var)`` in every coordinate (a thousandth of the noise). Weights that score worse than uniform weights on the primal
+    ``1e-3 sqrt(var)`` in every coordinate (a thousandth of the penalty's standard deviation). Weights that score worse than uniform weights on the primal
     ``KL(w || uniform) + |Z^T w - t|^2 / (2 var)`` are never returned: uniform weights are.
     """
+    var = check_positive(var, "var")
     z = np.asarray(z, np.float64)
     t = np.asarray(t, np.float64)
     m = z.shape[0]
     mean = np.full(m, 1.0 / m)
 
-    def weights(lam: np.ndarray) -> np.ndarray:
-        a = z @ lam
+    def weights(a: np.ndarray) -> np.ndarray:
         return np.asarray(np.exp(a - logsumexp(a)))
 
     def dual(lam: np.ndarray) -> tuple[float, np.ndarray]:
-        value = float(logsumexp(z @ lam, b=mean)) - float(lam @ t) + 0.5 * var * float(lam @ lam)
-        return value, z.T @ weights(lam) - t + var * lam
+        a = z @ lam
+        value = float(logsumexp(a, b=mean)) - float(lam @ t) + 0.5 * var * float(lam @ lam)
+        return value, z.T @ weights(a) - t + var * lam
 
     def primal(w: np.ndarray) -> float:
         kl = float(np.sum(w * np.log(np.maximum(m * w, 1e-300))))
@@ -220,7 +245,7 @@ def tilt(
 
     sol = minimize(dual, np.zeros(z.shape[1]), jac=True, method="L-BFGS-B",
                    options={"maxiter": int(max_iter), "gtol": 1e-12, "ftol": 1e-15})  # fmt: skip
-    w = weights(sol.x)
+    w = weights(z @ sol.x)
     grad = z.T @ w - t + var * sol.x
     converged = bool(np.isfinite(grad).all() and np.abs(grad).max() <= 1e-3 * np.sqrt(var))
     if not (np.isfinite(w).all() and primal(w) <= primal(mean)):
@@ -248,13 +273,19 @@ def sample_calibrated(
     from it with replacement by weight. ``key``: not the fit's key (see `sample`).
 
     Raises ValueError (before any draw) for a network without a marginal code, an add-remove
-    release, or ``pool_factor``/``penalty`` out of range.
+    or uniform-mode release, or ``pool_factor``/``penalty`` out of range (TypeError: not a
+    number). Warns (`CalibrationWarning`) where a class's tilt did not converge or its
+    effective pool share is below `LOW_ESS`.
     """
     key = check_key(key)
     n = check_int(n, "n", minimum=1)
     pool_factor = check_int(pool_factor, "pool_factor", minimum=1)
     penalty = check_positive(penalty, "penalty")
-    t, v = released_code(result)  # refuses a network without a code, and add-remove
+    t, v = released_code(result)  # refuses a network without a code, add-remove and uniform
+    variances = penalty * np.maximum(v, VAR_FLOOR)
+    if not (np.isfinite(variances).all() and (variances > 0).all()):
+        raise ValueError("penalty is too small or too large: penalty x noise variance must be "
+                         "a finite number > 0")  # fmt: skip
     k_lab, k_pool, k_draw = jax.random.split(key, 3)
     _, y = sample(k_lab, result, n)  # labels as `sample` draws them (its rows are not used)
     x = np.zeros((n, *result.config.data_shape), np.float32)
@@ -267,7 +298,7 @@ def sample_calibrated(
         m = max(pool_factor * rows.size, MIN_POOL)
         xc, _ = sample(jax.random.fold_in(k_pool, c), result, m, labels=np.full(m, c, np.int32))
         z = pool_codes(result, xc)
-        w, ok = tilt(z, t[c], penalty * max(float(v[c]), VAR_FLOOR))
+        w, ok = tilt(z, t[c], float(variances[c]))
         pick = np.asarray(jax.random.choice(jax.random.fold_in(k_draw, c), m, (rows.size,),
                                             p=jnp.asarray(w, jnp.float32)))  # fmt: skip
         x[rows] = xc[pick]
@@ -276,4 +307,20 @@ def sample_calibrated(
         info["misfit_before"][c] = _misfit(z, np.full(m, 1.0 / m), t[c], float(v[c]))
         info["misfit_after"][c] = _misfit(z, w, t[c], float(v[c]))
         info["converged"][c] = float(ok)
-    return x, y, Calibration(**info)
+    cal = Calibration(**info)
+    _warn_shortfall(cal)
+    return x, y, cal
+
+
+def _warn_shortfall(cal: Calibration) -> None:
+    drawn = cal.pool > 0
+    stopped = int(np.sum(drawn & (cal.converged == 0)))
+    narrow = int(np.sum(drawn & (cal.ess < LOW_ESS)))
+    if stopped or narrow:
+        warnings.warn(
+            f"calibrated sampling: the tilt did not converge for {stopped} class(es) and sits "
+            f"on under {LOW_ESS:.0%} of the pool for {narrow} (rows repeat); see Calibration "
+            "(sample_calibrated) or raise the penalty",
+            CalibrationWarning,
+            stacklevel=user_stacklevel(),
+        )
