@@ -64,7 +64,9 @@ Modules: `release` (the only reads of private data),
 `settings` (the typed `Settings` and the run's `Plan`: budget shares, releases, keys),
 `train` (generator state + step + scan),
 `fitting` (`fit`, resume),
-`result` (`DPNTKResult`, save/`load`, `sample`).
+`result` (`DPNTKResult`, save/`load`, `sample`),
+`calibrate` (`sample_calibrated`: rows drawn from generated pools reweighted towards the
+released marginal code of a table network; post-processing).
 """
 
 from __future__ import annotations

@@ -73,6 +73,9 @@ __all__ = [
 #: Smallest pool per class: a class with few wanted rows still gets a pool to tilt.
 MIN_POOL = 500
 
+#: Rows per feature chunk when reading a pool's code blocks (``chunk x p`` float32 at once).
+CHUNK = 2048
+
 #: The tilt's penalty, in units of the released code's noise variance: chosen on intrusion's
 #: public-for-adult rows at eps 1 among 1, 10, 100 and 1000 (lowest 1-way TV; rule
 #: ``benchmarks/results/dp-ntk-tabular-adult-calibrate-rule.md``).
@@ -96,10 +99,6 @@ class CalibrationWarning(UserWarning):
 def check_calibrate(value: Any) -> bool:
     """The ``calibrate`` flag of the sampling methods: a bool (``"no"`` is not False)."""
     return check_bool(value, "calibrate")
-
-
-#: Rows per feature chunk when reading a pool's code blocks (``chunk x p`` float32 at once).
-CHUNK = 2048
 
 
 class Calibration(NamedTuple):
@@ -222,7 +221,8 @@ def tilt(
     The dual ``log mean exp(Z lam) - lam . t + var |lam|^2 / 2`` is minimised by L-BFGS (the
     mean, not the sum, so the objective carries no ``log m`` offset that would swamp its
     tolerance); ``converged`` when its gradient ``Z^T w - t + var lam`` is below
-    ``1e-3 sqrt(var)`` in every coordinate (a thousandth of the penalty's standard deviation). Weights that score worse than uniform weights on the primal
+    ``1e-3 sqrt(var)`` in every coordinate (a thousandth of the penalty's standard
+    deviation). Weights that score worse than uniform weights on the primal
     ``KL(w || uniform) + |Z^T w - t|^2 / (2 var)`` are never returned: uniform weights are.
     """
     var = check_positive(var, "var")
