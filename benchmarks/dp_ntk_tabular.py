@@ -312,15 +312,13 @@ def _dp_ntk_release(
                      progress=False, public_key=public_key(seed, TABLE, train.name, "dp_ntk"),
                      **recipe["fit"])  # fmt: skip
     sample_key = public_key(seed, TABLE, train.name, "dp_ntk", "sample")
-    if "calibrate" in recipe:
-        xs, ys, cal = sample_calibrated(sample_key, res, n, **recipe["calibrate"])
-    else:
-        xs, ys = dp_ntk.sample(sample_key, res, n)
     info = {"library": "privkernels", "relation": res.report.neighbouring,
             "settings": describe(recipe), "tuning": recipe["tuning"]}  # fmt: skip
-    if "calibrate" in recipe:  # per class: the tilt's effective pool share and its fit
-        info.update({f"calibration_{k}": [round(float(v), 4) for v in getattr(cal, k)]
-                     for k in ("ess", "misfit_before", "misfit_after", "converged")})  # fmt: skip
+    if "calibrate" not in recipe:
+        return (*dp_ntk.sample(sample_key, res, n), info)
+    xs, ys, cal = sample_calibrated(sample_key, res, n, **recipe["calibrate"])
+    info.update({f"calibration_{k}": [round(float(v), 4) for v in getattr(cal, k)]
+                 for k in ("ess", "misfit_before", "misfit_after", "converged")})  # fmt: skip
     return xs, ys, info
 
 

@@ -75,7 +75,7 @@ from privkernels.dp_kip.estimator_defaults import (
 )
 from privkernels.dp_kip.fitting import check_run_arguments
 from privkernels.dp_kip.settings import Settings as KIPSettings
-from privkernels.dp_ntk.calibrate import check_calibrate, sample_calibrated
+from privkernels.dp_ntk.calibrate import sample_rows
 from privkernels.dp_ntk.fitting import check_generator_range, generator_range
 from privkernels.dp_ntk.release import DP_NTK_RELATIONS
 from privkernels.dp_ntk.settings import Settings as NTKSettings
@@ -1611,10 +1611,8 @@ class _ArraySynth:
         return self.result.report
 
     def sample(self, key: jax.Array, n: int, *, calibrate: bool = False) -> dict[str, np.ndarray]:
-        if check_calibrate(calibrate):  # refused by `code_block`: an array fit has no marginal code
-            x, y, _ = sample_calibrated(key, self.result, n)
-        else:
-            x, y = dp_ntk.sample(key, self.result, n)
+        # calibrate=True is refused (`code_block`): an array fit has no marginal code
+        x, y = sample_rows(key, self.result, n, calibrate=calibrate)
         return {"x": x.reshape(n, -1), "y": y}
 
     def save(self, path: Any) -> Path:

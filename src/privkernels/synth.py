@@ -36,7 +36,7 @@ from privkernels._validation import (
 )
 from privkernels.data.frames import decoded_table, split_table, to_frame
 from privkernels.data.schema import TabularSchema
-from privkernels.dp_ntk.calibrate import check_calibrate, sample_calibrated
+from privkernels.dp_ntk.calibrate import sample_rows
 from privkernels.dp_ntk.result import DPNTKResult, release_arrays, release_meta, result_from
 from privkernels.features.marginal import MarginalSkip
 from privkernels.generators import TabularGenerator, column_groups_from_schema
@@ -94,11 +94,8 @@ class TableSynth:
         ``calibrate``: draw them from generated pools tilted towards the released marginal
         code (`privkernels.dp_ntk.calibrate.sample_calibrated`, its default penalty;
         post-processing, no privacy cost; replace-one releases with released proportions)."""
-        key, n = check_key(key), check_int(n, "n", minimum=1)
-        if check_calibrate(calibrate):
-            x, y, _ = sample_calibrated(key, self.result, n)
-        else:
-            x, y = dp_ntk.sample(key, self.result, n)
+        x, y = sample_rows(check_key(key), self.result, check_int(n, "n", minimum=1),
+                           calibrate=calibrate)  # fmt: skip
         return decoded_table(self.schema.project(x), y, self.schema)
 
     def sample_df(self, key: jax.Array, n: int, *, calibrate: bool = False) -> Any:

@@ -52,7 +52,7 @@ from scipy.special import logsumexp
 
 from privkernels._validation import check_bool, check_int, check_key, check_positive
 from privkernels._warnings import user_stacklevel
-from privkernels.dp_ntk.result import DPNTKResult, sample
+from privkernels.dp_ntk.result import DPNTKResult, draw_labels, sample
 from privkernels.features.entk import ApplyFn, entk_features
 from privkernels.features.marginal import MarginalSkip
 from privkernels.privacy.report import REPLACE_ONE
@@ -67,6 +67,7 @@ __all__ = [
     "pool_codes",
     "released_code",
     "sample_calibrated",
+    "sample_rows",
     "tilt",
 ]
 
@@ -287,7 +288,7 @@ def sample_calibrated(
         raise ValueError("penalty is too small or too large: penalty x noise variance must be "
                          "a finite number > 0")  # fmt: skip
     k_lab, k_pool, k_draw = jax.random.split(key, 3)
-    _, y = sample(k_lab, result, n)  # labels as `sample` draws them (its rows are not used)
+    y = draw_labels(k_lab, result, n)  # the labels `sample(k_lab, ...)` draws
     x = np.zeros((n, *result.config.data_shape), np.float32)
     C = result.n_classes
     info = {name: np.zeros(C) for name in Calibration._fields}
@@ -310,6 +311,17 @@ def sample_calibrated(
     cal = Calibration(**info)
     _warn_shortfall(cal)
     return x, y, cal
+
+
+def sample_rows(
+    key: jax.Array, result: DPNTKResult, n: int, *, calibrate: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` of `sample_calibrated` (its default penalty) when ``calibrate`` (a bool),
+    else of `privkernels.dp_ntk.sample`: the one switch of the sampling methods."""
+    if check_calibrate(calibrate):
+        x, y, _ = sample_calibrated(key, result, n)
+        return x, y
+    return sample(key, result, n)
 
 
 def _warn_shortfall(cal: Calibration) -> None:

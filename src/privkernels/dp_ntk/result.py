@@ -344,6 +344,18 @@ def _generator_apply(
     return cast(jax.Array, generator.apply(params, z, onehot))
 
 
+def draw_labels(key: jax.Array, result: DPNTKResult, n: int) -> np.ndarray:
+    """``(n,)`` int32: the labels `sample` draws with ``key`` when none are given, from the
+    released noisy class proportions (``"released"``) or uniformly (``"uniform"``), with
+    ``split(key)[0]``. ``key`` as in `sample` (not the fit's key)."""
+    k_lab = jax.random.split(key)[0]
+    C = result.n_classes
+    if result.label_mode == "released" and result.noisy_proportions is not None:
+        p = jnp.asarray(result.noisy_proportions, jnp.float32)
+        return np.asarray(jax.random.choice(k_lab, C, (n,), p=p / p.sum()), np.int32)
+    return np.asarray(jax.random.randint(k_lab, (n,), 0, C), np.int32)
+
+
 def sample(
     key: jax.Array,
     result: DPNTKResult,
@@ -364,15 +376,12 @@ def sample(
     """
     key = check_key(key)
     n = check_int(n, "n", minimum=1)
-    k_lab, k_z = jax.random.split(key)
+    k_z = jax.random.split(key)[1]
     C = result.n_classes
     if labels is not None:
         y = check_labels(labels, C, "labels", n_rows=n)
-    elif result.label_mode == "released" and result.noisy_proportions is not None:
-        p = jnp.asarray(result.noisy_proportions, jnp.float32)
-        y = np.asarray(jax.random.choice(k_lab, C, (n,), p=p / p.sum()), np.int32)
     else:
-        y = np.asarray(jax.random.randint(k_lab, (n,), 0, C), np.int32)
+        y = draw_labels(key, result, n)
     apply = functools.partial(_generator_apply, generator=result.generator)
     xs = []
     for i, start in enumerate(range(0, n, batch_size)):
