@@ -51,7 +51,10 @@ seeded subset of the training rows, for smoke runs), ``iterations`` (both DP-NTK
 ``batch_size`` says its settings came from the command), ``calibrate`` (a tilt penalty:
 the ``dp_ntk`` rows are drawn by `privkernels.dp_ntk.calibrate.sample_calibrated` from
 pools of `CALIBRATE_POOL` times the rows; the rows then record each class's effective pool
-share and misfit). ``classifiers=none`` trains no classifier (marginal measures only).
+share and misfit), ``plain`` (``1``, with ``calibrate`` only: the same release's plain
+sample, `privkernels.dp_ntk.sample` with the same sampling key, is measured too, as the
+method ``dp_ntk_plain``: a paired measure of what calibration changes). ``classifiers=none``
+trains no classifier (marginal measures only).
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ AIM_SKIPPED = ("skipped: one AIM release took over 15 min at eps 1 on adult and 
 OPTIONS = (
     "datasets", "epsilons", "methods", "classifiers", "aim_datasets", "bins", "bound_steps",
     "n_synthetic", "max_train", "max_test", "max_fit_rows", "iterations", "net", "batch_size",
-    "rule", "calibrate",
+    "rule", "calibrate", "plain",
 )  # fmt: skip
 
 #: Pool size of calibrated sampling (``--set calibrate=P``), a multiple of the rows wanted
@@ -143,6 +146,10 @@ RULES = {
     "adult-calibrate": "public data (intrusion's training marginals, a 32,561-row subset: the "
     "release's recipe by rule dp-ntk-tabular-adult-transfer-rule.md, the calibration penalty "
     "by rule dp-ntk-tabular-adult-calibrate-rule.md)",
+    "cervical-epileptic-calibrate": "public data (the release's recipe: the library's table "
+    "default, set on adult's and intrusion's rows; the calibration penalty: intrusion's, a "
+    "32,561-row subset, by rule dp-ntk-tabular-adult-calibrate-rule.md; rule "
+    "dp-ntk-tabular-cervical-epileptic-rule.md)",
 }
 COMMAND_TUNING = "set by the command's net / batch_size / calibrate options (no rule named)"
 
@@ -287,10 +294,16 @@ def _recipe_network(spec: tuple[Any, ...], train: Any) -> Any:
     return _network(spec, train.n_classes)
 
 
+#: A release's samples: ``[(method, rows, labels, row info)]``, one per way of sampling it.
+Samples = list[tuple[str, np.ndarray, np.ndarray, dict[str, Any]]]
+
+
 def _dp_ntk_release(
-    train: Any, recipe: dict[str, Any], eps: float, seed: int, method: str, n: int
-) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """One DP-NTK release of ``train`` under a resolved ``recipe``, and ``n`` rows sampled.
+    train: Any, recipe: dict[str, Any], eps: float, seed: int, method: str, n: int,
+    plain: bool = False,
+) -> Samples:  # fmt: skip
+    """One DP-NTK release of ``train`` under a resolved ``recipe``, and ``n`` rows sampled
+    (calibrated if the recipe says so; ``plain``: the plain sample too, as ``dp_ntk_plain``).
 
     Both DP-NTK methods share their data-independent draws (`public_key`: weights, generator
     init, batches, sampling), so ``dp_ntk`` against ``dp_ntk_paper`` compares settings, not
@@ -315,34 +328,37 @@ def _dp_ntk_release(
     info = {"library": "privkernels", "relation": res.report.neighbouring,
             "settings": describe(recipe), "tuning": recipe["tuning"]}  # fmt: skip
     if "calibrate" not in recipe:
-        return (*dp_ntk.sample(sample_key, res, n), info)
+        return [(method, *dp_ntk.sample(sample_key, res, n), info)]
     xs, ys, cal = sample_calibrated(sample_key, res, n, **recipe["calibrate"])
+    out: Samples = []
+    if plain:
+        bare = {k: v for k, v in recipe.items() if k != "calibrate"}
+        out.append((f"{method}_plain", *dp_ntk.sample(sample_key, res, n),
+                    {**info, "settings": describe(bare)}))  # fmt: skip
     info.update({f"calibration_{k}": [round(float(v), 4) for v in getattr(cal, k)]
                  for k in ("ess", "misfit_before", "misfit_after", "converged")})  # fmt: skip
-    return xs, ys, info
+    return [(method, xs, ys, info), *out]
 
 
-def _snsynth_release(
-    train: Any, method: str, eps: float, seed: int, n: int, bins: int
-) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def _snsynth_release(train: Any, method: str, eps: float, seed: int, n: int, bins: int) -> Samples:
     """MST or AIM (smartnoise-synth) on the public schema encoding; ImportError if missing."""
     from benchmarks.peers_smartnoise import synthesize
 
     xs, ys = synthesize(method, train, eps, DELTA, seed=seed, bins=bins, n=n)
     info = {"library": "smartnoise-synth", "relation": SNSYNTH_RELATION,
             "settings": f"{bins} bins per numeric column (public bounds)"}  # fmt: skip
-    return xs, ys, info
+    return [(method, xs, ys, info)]
 
 
-def _release(
-    ctx: RunContext, train: Any, method: str, eps: float, seed: int
-) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """The release of ``method`` and its rows (as many as the recipe / option asks)."""
+def _release(ctx: RunContext, train: Any, method: str, eps: float, seed: int) -> Samples:
+    """The release of ``method`` and its rows (as many as the recipe / option asks), one
+    entry per way of sampling it (`Samples`)."""
     if method in ("dp_ntk_paper", "dp_ntk"):
         base = paper_recipe(train.name) if method == "dp_ntk_paper" else TABULAR_RECIPE[train.name]
         recipe = resolve_recipe(base, ctx, own=method == "dp_ntk")
         n = min(len(train.y), int(ctx.options.get("n_synthetic", recipe["n_synthetic"])))
-        return _dp_ntk_release(train, recipe, eps, seed, method, n)
+        plain = method == "dp_ntk" and ctx.options.get("plain") == "1"
+        return _dp_ntk_release(train, recipe, eps, seed, method, n, plain)
     n = min(len(train.y), int(ctx.options.get("n_synthetic", 20000)))
     return _snsynth_release(train, method, eps, seed, n, int(ctx.options.get("bins", 16)))
 
@@ -384,14 +400,17 @@ def _cell(
                  "status": AIM_SKIPPED}]  # fmt: skip
     try:
         with Timer() as t:
-            xs, ys, info = _release(ctx, train, method, eps, seed)
+            samples = _release(ctx, train, method, eps, seed)
     except ImportError as err:
         return [{**base, "metric": "release", "value": math.nan, "seconds": 0.0,
                  "status": f"missing {err.name}"}]  # fmt: skip
-    with Timer() as te:
-        measured = measure(ctx, train, test, xs, ys, seed, classify=_classify(ctx))
-    return [{**base, **info, **m, "seconds": t.seconds, "eval_seconds": te.seconds}
-            for m in measured]  # fmt: skip
+    rows = []
+    for name, xs, ys, info in samples:  # one release: its seconds are every sample's
+        with Timer() as te:
+            measured = measure(ctx, train, test, xs, ys, seed, classify=_classify(ctx))
+        rows += [{**base, "method": name, **info, **m, "seconds": t.seconds,
+                  "eval_seconds": te.seconds} for m in measured]  # fmt: skip
+    return rows
 
 
 def reference_rows(ctx: RunContext, train: Any, test: Any, seed: int) -> list[dict[str, Any]]:
@@ -484,6 +503,9 @@ def _checked(ctx: RunContext) -> tuple[list[str], list[float], list[str]]:
         raise SystemExit(f"{TABLE}: net must be one of {list(NETS)}")
     if "calibrate" in ctx.options:
         _penalty(ctx.options["calibrate"])
+    plain = ctx.options.get("plain")
+    if plain is not None and (plain != "1" or "calibrate" not in ctx.options):
+        raise SystemExit(f"{TABLE}: plain takes 1, and only with calibrate")
     if ctx.options.get("rule", "adult-transfer") not in RULES:
         raise SystemExit(f"{TABLE}: rule must be one of {list(RULES)}")
     batch = ctx.options.get("batch_size", "1")
@@ -503,8 +525,10 @@ def run_dataset(
         for eps in epsilons:
             for method in methods:
                 cell = _cell(ctx, train, test, method, eps, seed)
-                log(f"{train.name} eps={eps} seed={seed} {method}: "
-                    + ", ".join(f"{r['metric']}={float(r['value']):.4g}" for r in cell))  # fmt: skip
+                for name in dict.fromkeys(r["method"] for r in cell):
+                    log(f"{train.name} eps={eps} seed={seed} {name}: "
+                        + ", ".join(f"{r['metric']}={float(r['value']):.4g}"
+                                    for r in cell if r["method"] == name))  # fmt: skip
                 rows += cell
     return rows
 

@@ -30,7 +30,7 @@ def tiny(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             "--set", "n_synthetic=200", "--set", "epsilons=1,10"]  # fmt: skip
 
 
-def _stub_release(train, recipe, eps, seed, method, n):
+def _stub_release(train, recipe, eps, seed, method, n, plain=False):
     """A stand-in release: the first ``n`` training rows with noise of scale ``0.1 / eps``
     on the numeric values (so a larger epsilon is closer), clipped to [0, 1]."""
     rng = np.random.default_rng(seed)
@@ -39,7 +39,7 @@ def _stub_release(train, recipe, eps, seed, method, n):
     xs[:, num] = np.clip(xs[:, num] + rng.normal(0, 0.1 / eps, (len(xs), len(num))), 0, 1)
     info = {"library": "stub", "relation": "replace-one", "settings": T.describe(recipe),
             "tuning": recipe["tuning"]}  # fmt: skip
-    return xs, train.y[:n].copy(), info
+    return [(method, xs, train.y[:n].copy(), info)]
 
 
 def test_the_runner_measures_aggregates_and_reruns(tiny, tmp_path, monkeypatch):
@@ -139,7 +139,9 @@ def test_unknown_names_stop_the_run_before_anything_runs(monkeypatch):
      ({"batch_size": "\u00b2"}, "batch_size"), ({"batch_size": "\u0663"}, "batch_size"),
      ({"rule": "mine"}, "rule must be one of"), ({"calibrate": "0"}, "calibrate"),
      ({"calibrate": "-1"}, "calibrate"), ({"calibrate": "inf"}, "calibrate"),
-     ({"calibrate": "nan"}, "calibrate"), ({"calibrate": "\u0663"}, "calibrate")],
+     ({"calibrate": "nan"}, "calibrate"), ({"calibrate": "\u0663"}, "calibrate"),
+     ({"plain": "1"}, "only with calibrate"), ({"calibrate": "100", "plain": "yes"}, "plain"),
+     ({"calibrate": "100", "plain": "0"}, "plain")],
 )  # fmt: skip
 def test_a_bad_network_or_batch_stops_the_run_before_any_data(monkeypatch, options, match):
     monkeypatch.setattr(T, "load_splits", lambda *a: pytest.fail("loaded data"))
@@ -203,8 +205,44 @@ def test_calibrate_changes_the_sampling_of_the_privkernels_recipe_only(tiny, tmp
     assert ours["tuning"] == T.RULES["adult-calibrate"]
     train, _ = _tiny_splits(ctx, "adult")
     ours["fit"]["iterations"] = 3
-    xs, ys, info = T._dp_ntk_release(train, ours, 1.0, 0, "dp_ntk", 200)
-    assert xs.shape == (200, train.x.shape[1]) and ys.shape == (200,)
+    ((method, xs, ys, info),) = T._dp_ntk_release(train, ours, 1.0, 0, "dp_ntk", 200)
+    assert method == "dp_ntk" and xs.shape == (200, train.x.shape[1]) and ys.shape == (200,)
     assert len(info["calibration_ess"]) == train.n_classes
     assert all(a <= b + 1e-9 for a, b in zip(info["calibration_misfit_after"],
                                              info["calibration_misfit_before"], strict=True))  # fmt: skip
+
+
+def test_plain_measures_the_same_release_sampled_both_ways(tiny, tmp_path, monkeypatch):
+    """``plain=1`` (with ``calibrate``): one release, two samples; the ``dp_ntk_plain`` rows
+    are `dp_ntk.sample` of that release with the same key, their settings say no
+    calibration, and both methods share the release's seconds."""
+    from privkernels import dp_ntk
+
+    fits = []
+    real_fit = dp_ntk.fit
+    monkeypatch.setattr(dp_ntk, "fit", lambda *a, **k: fits.append(1) or real_fit(*a, **k))
+    i = tiny.index("methods=dp_ntk_paper,dp_ntk")
+    args = tiny[: i - 1] + tiny[i + 1 :]
+    out = tmp_path / "run"
+    assert main(["run", "dp-ntk-tabular", "--seeds", "0", "--out", str(out), *args,
+                 "--set", "methods=dp_ntk", "--set", "epsilons=1", "--set", "calibrate=100",
+                 "--set", "plain=1", "--set", "classifiers=none"]) == 0  # fmt: skip
+    assert len(fits) == 1  # one release for both samples
+    rows = [r for r in json.loads((out / "dp-ntk-tabular-quick.json").read_text())["rows"]
+            if r.get("seed") == 0 and r["method"].startswith("dp_ntk")]  # fmt: skip
+    by = {(r["method"], r["metric"]): r for r in rows}
+    cal, bare = by[("dp_ntk", "tv1_mean")], by[("dp_ntk_plain", "tv1_mean")]
+    assert "calibrated" in cal["settings"] and "sampling" not in bare["settings"]
+    assert "calibration_ess" in cal and "calibration_ess" not in bare
+    assert cal["seconds"] == bare["seconds"]
+    assert {m for m, _ in by} == {"dp_ntk", "dp_ntk_plain"}
+    summary = (out / "dp-ntk-tabular-quick-summary.md").read_text()
+    assert "| dp_ntk_plain |" in summary
+    alone = tmp_path / "alone"  # the same command without calibration: the plain rows again
+    assert main(["run", "dp-ntk-tabular", "--seeds", "0", "--out", str(alone), *args,
+                 "--set", "methods=dp_ntk", "--set", "epsilons=1",
+                 "--set", "classifiers=none"]) == 0  # fmt: skip
+    again = {r["metric"]: r["value"] for r in json.loads(
+        (alone / "dp-ntk-tabular-quick.json").read_text())["rows"]
+        if r.get("seed") == 0 and r["method"] == "dp_ntk"}  # fmt: skip
+    assert again == {m: r["value"] for (k, m), r in by.items() if k == "dp_ntk_plain"}
