@@ -23,7 +23,7 @@ from privkernels.dp_ntk.calibrate import (
 )
 from privkernels.features.networks import init_params
 from privkernels.sklearn import DPNTKGenerator
-from privkernels.synth import default_table_network, fit_table
+from privkernels.synth import default_table_network, fit_table, load_table_synth
 from tests.test_synth import _frame, _schema
 
 
@@ -151,11 +151,68 @@ def test_bad_penalty_is_refused(model, bad):
         sample_calibrated(jax.random.key(1), model.result, 10, penalty=bad)
 
 
-def test_add_remove_release_is_refused():
+def _fits(relation: str, keys: range, epsilon: float | None = 2.0):
+    """Table fits of one 2000-row frame under ``relation``: the same public draws (network,
+    generator), the noise from each key."""
+    return [fit_table(jax.random.key(r), _frame(2000), _schema(), epsilon=epsilon,
+                      iterations=1, progress=False, neighbouring=relation,
+                      public_key=jax.random.key(77)).result for r in keys]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relation", ["replace-one", "add-remove"])
+def test_the_code_noise_variance_is_the_releases_own(relation):
+    """Statistical: over 24 independent releases of one table, the released code minus the
+    exact code (same divisor) has the variance `released_code` says, per coordinate,
+    under both relations (add-remove: the sums' noise divided by the released total).
+    A variance off by 2x, or not divided by ``n_hat``, fails."""
+    (exact,) = _fits(relation, range(1), epsilon=None)
+    k = exact.network.base.out_features
+    idx = code_block(exact.network, exact.ntk_params)
+    mean = np.asarray(exact.noisy_embedding, np.float64)[idx, :]
+    mean = mean.reshape(-1, k, 2).mean(axis=1).T  # (C, q): the exact class-weighted code
+    z = []
+    for res in _fits(relation, range(10, 34)):
+        t, v = released_code(res)
+        p = np.maximum(res.noisy_proportions, res.config.min_proportion)
+        if relation == "add-remove":  # t = (sums + noise) / (n_hat p): sums = n * mean
+            signal = mean * 2000 / (res.noisy_total * p[:, None])
+        else:  # t = (mean + noise) / p
+            signal = mean / p[:, None]
+        z.append((t - signal) / np.sqrt(v)[:, None])
+    z = np.concatenate([a.ravel() for a in z])
+    assert abs(z.mean()) < 4 / np.sqrt(z.size)  # no bias: noise only
+    assert 0.85 < z.var() < 1.15, z.var()  # z.size in the thousands: about +-0.05 at 3 sd
+
+
+def test_an_add_remove_release_keeps_its_total_and_is_calibrated():
     m = fit_table(jax.random.key(0), _frame(300), _schema(), epsilon=1.0, iterations=2,
                   progress=False, neighbouring="add-remove")  # fmt: skip
-    with pytest.raises(ValueError, match="replace-one"):
-        sample_calibrated(jax.random.key(1), m.result, 10)
+    total = m.result.noisy_total
+    assert isinstance(total, float) and total >= 1.0
+    x, y, cal = sample_calibrated(jax.random.key(1), m.result, 40)
+    assert x.shape == (40, _schema().n_features) and (cal.misfit_after <= cal.misfit_before).all()
+    old = dataclasses.replace(m.result, noisy_total=None)  # a file from before it was kept
+    with pytest.raises(ValueError, match="noisy total"):
+        sample_calibrated(jax.random.key(1), old, 10)
+
+
+def test_the_saved_total_round_trips_and_a_bad_one_is_refused(model, tmp_path):
+    from privkernels import dp_ntk
+
+    m = fit_table(jax.random.key(0), _frame(300), _schema(), epsilon=1.0, iterations=2,
+                  progress=False, neighbouring="add-remove")  # fmt: skip
+    path = m.result.save(tmp_path / "ar.npz")
+    assert dp_ntk.load(path).noisy_total == m.result.noisy_total
+    table = load_table_synth(m.save(tmp_path / "table.npz"))  # the CLI's model file
+    assert table.result.noisy_total == m.result.noisy_total
+    assert table.sample_df(jax.random.key(2), 20, calibrate=True).shape[0] == 20
+    assert dp_ntk.load(model.result.save(tmp_path / "ro.npz")).noisy_total is None
+    for bad, where in ((float("nan"), m.result), (0.5, m.result), (300.0, model.result)):
+        tampered = dataclasses.replace(where, noisy_total=bad).save(tmp_path / "bad.npz")
+        with pytest.raises(ValueError, match="noisy_total") as err:
+            dp_ntk.load(tampered)
+        assert str(bad) not in str(err.value)
 
 
 def test_the_estimator_samples_calibrated_rows_and_refuses_arrays():

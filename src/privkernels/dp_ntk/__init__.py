@@ -32,7 +32,8 @@ Privacy conventions (also recorded in each `PrivacyReport`):
   class *sums* ``n mu_P`` (sensitivity 1: one unit-norm column more or less)
   and `private_class_counts` a noisy ``n`` (the total, or the class counts in
   ``"released"`` mode, sensitivity 1) with the share ``split[1]``;
-  `normalise_sums` divides the one by the other (post-processing).
+  `normalise_sums` divides the one by the other (post-processing); the divisor
+  (`noisy_total`) is kept as ``DPNTKResult.noisy_total``.
 * The e-NTK network parameters, the generator initialisation and every latent
   code come from keys split off the user's key and never depend on the data.
 * ``epsilon=None`` is a non-private baseline and the report says so.
@@ -73,6 +74,7 @@ from __future__ import annotations
 
 from privkernels.dp_ntk.fitting import MARGINAL_WEIGHT, default_generator, default_network, fit
 from privkernels.dp_ntk.release import (
+    noisy_total,
     normalise_sums,
     private_class_counts,
     private_class_proportions,
@@ -91,6 +93,7 @@ __all__ = [
     "fit",
     "load",
     "normalise_sums",
+    "noisy_total",
     "private_class_counts",
     "private_class_proportions",
     "private_embedding",

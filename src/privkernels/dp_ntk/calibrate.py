@@ -25,7 +25,9 @@ with ``lam`` maximising
 
 the dual of ``min KL(w || uniform) + ||Z^T w - t_c||^2 / (2 penalty v_c)``, where ``v_c``
 is the per-coordinate noise variance of ``t_c`` after averaging the ``k`` copies
-(``(noise_std / p_c)^2 / k`` from the release's own record). The dual is solved by
+(``(noise_std / p_c)^2 / k`` from the release's own record; under add-remove the record's
+``noise_std`` is on the class sums, and is divided by the released total ``n_hat`` that
+divided them). The dual is solved by
 L-BFGS; where the optimiser stops short, or its weights do worse
 on the primal than uniform weights, `Calibration` says so (``converged``); weights that fit
 worse than uniform ones are never used. It then draws the rows from
@@ -55,7 +57,8 @@ from privkernels._warnings import user_stacklevel
 from privkernels.dp_ntk.result import DPNTKResult, draw_labels, sample
 from privkernels.features.entk import ApplyFn, entk_features
 from privkernels.features.marginal import MarginalSkip
-from privkernels.privacy.report import REPLACE_ONE
+from privkernels.privacy.released import RELEASED_MEAN, RELEASED_SUMS
+from privkernels.privacy.report import ADD_REMOVE, REPLACE_ONE
 
 __all__ = [
     "DEFAULT_PENALTY",
@@ -149,20 +152,27 @@ def code_block(network: Any, ntk_params: Any) -> np.ndarray:
 
 
 def _embedding_noise_std(result: DPNTKResult) -> float:
-    """The Gaussian noise std of one coordinate of the released mean embedding (replace-one:
-    the record's ``noise_std`` on the mean)."""
+    """The Gaussian noise std of one coordinate of the released mean embedding: replace-one,
+    the record's ``noise_std`` on the mean; add-remove, the record's ``noise_std`` on the
+    class sums divided by the released total ``n_hat`` that divided them
+    (``result.noisy_total``)."""
     if not result.report.private:
         return 0.0
-    if result.report.neighbouring != REPLACE_ONE:
+    if result.report.neighbouring not in (REPLACE_ONE, ADD_REMOVE):
+        raise ValueError("calibrated sampling knows the noise scale of replace-one and "
+                         f"add-remove releases only, not {result.report.neighbouring}")  # fmt: skip
+    sums = result.report.neighbouring == ADD_REMOVE
+    if sums and result.noisy_total is None:
         raise ValueError(
-            "calibrated sampling needs a replace-one release (its mean's noise scale is "
-            f"recorded); this one is {result.report.neighbouring}"
+            "calibrated sampling of an add-remove release needs its noisy total n_hat, which "
+            "this result does not hold (a file written before privkernels kept it): refit"
         )
+    name = RELEASED_SUMS if sums else RELEASED_MEAN
     stds = [dict(m.params).get("noise_std") for m in result.report.mechanisms
-            if "embedding" in m.released]  # fmt: skip
+            if m.released.startswith(name)]  # fmt: skip
     if len(stds) != 1 or stds[0] is None:
         raise ValueError("the report holds no single embedding record with a noise_std")
-    std = float(stds[0])
+    std = float(stds[0]) / (float(cast(float, result.noisy_total)) if sums else 1.0)
     if not (np.isfinite(std) and std > 0):
         raise ValueError("the embedding record's noise_std is not a finite number > 0")
     return std
@@ -273,16 +283,16 @@ def sample_calibrated(
     class is tilted (`tilt`, penalty variance ``penalty * v_c``) and ``n_c`` rows are drawn
     from it with replacement by weight. ``key``: not the fit's key (see `sample`).
 
-    Raises ValueError (before any draw) for a network without a marginal code, an add-remove
-    or uniform-mode release, or ``pool_factor``/``penalty`` out of range (TypeError: not a
-    number). Warns (`CalibrationWarning`) where a class's tilt did not converge or its
+    Raises ValueError (before any draw) for a network without a marginal code, a uniform-mode
+    release, an add-remove release without its noisy total (a file from before it was
+    kept), or ``pool_factor``/``penalty`` out of range (TypeError: not a number). Warns (`CalibrationWarning`) where a class's tilt did not converge or its
     effective pool share is below `LOW_ESS`.
     """
     key = check_key(key)
     n = check_int(n, "n", minimum=1)
     pool_factor = check_int(pool_factor, "pool_factor", minimum=1)
     penalty = check_positive(penalty, "penalty")
-    t, v = released_code(result)  # refuses a network without a code, add-remove and uniform
+    t, v = released_code(result)  # refuses a network without a code, and uniform mode
     variances = penalty * np.maximum(v, VAR_FLOOR)
     if not (np.isfinite(variances).all() and (variances > 0).all()):
         raise ValueError("penalty is too small or too large: penalty x noise variance must be "

@@ -32,6 +32,7 @@ from privkernels.dp_ntk.release import (
     counts_release,
     embedding_release,
     mean_embedding,
+    noisy_total,
     normalise_sums,
     proportions_release,
     validate_xy,
@@ -229,13 +230,14 @@ def _fit_fresh(
     if ntk_params is None:
         ntk_params = _init_ntk(p.keys.ntk, network, cfg.data_shape)
     gparams = _init_generator(p.keys.gen, generator, cfg, network, ntk_params)  # refuses first
-    noisy_emb, proportions, report = _release(p, x, y_np, network, ntk_params, inferred, opts.mesh)
+    noisy_emb, proportions, total, report = _release(p, x, y_np, network, ntk_params, inferred,
+                                                     opts.mesh)  # fmt: skip
     report = with_notes(report, seeded)
     del x, y, y_np  # everything below is post-processing
     state = TrainState(gparams, optax.adam(cfg.learning_rate).init(gparams), p.keys.train,
                        jnp.int32(0))  # fmt: skip
     result = DPNTKResult(generator, gparams, network, ntk_params, noisy_emb, proportions, report,
-                         np.zeros((0,), np.float32), cfg, groups, 0)  # fmt: skip
+                         np.zeros((0,), np.float32), cfg, groups, 0, total)  # fmt: skip
     return _train(result, state, s, opts)
 
 
@@ -308,28 +310,31 @@ def _init_ntk(key: jax.Array, network: nn.Module, data_shape: tuple[int, ...]) -
     return features.init_params(key, network, data_shape)  # looked up at call time (spies)
 
 
-_Released = tuple[jax.Array, np.ndarray | None, PrivacyReport, tuple[str, ...], tuple[str, ...]]
+#: ``(embedding, proportions, noisy total n_hat or None, report, public notes, n notes)``.
+_Released = tuple[
+    jax.Array, np.ndarray | None, float | None, PrivacyReport, tuple[str, ...], tuple[str, ...]
+]
 
 
 def _release(
     p: Plan, x: Any, y: np.ndarray, network: nn.Module, ntk_params: Any, inferred: bool,
     mesh: Any,
-) -> tuple[jax.Array, np.ndarray | None, PrivacyReport]:  # fmt: skip
+) -> tuple[jax.Array, np.ndarray | None, float | None, PrivacyReport]:  # fmt: skip
     """The only reads of private data, as ``p.releases`` says: the embedding, and the
     proportions (``"released"`` labels) or, under add-remove (private), the class sums
     and the class counts or their total, the sums divided by the counts' total
-    (`privkernels.dp_ntk.release.normalise_sums`)."""
+    (`privkernels.dp_ntk.release.normalise_sums`; that total is returned, else None)."""
     emb_release = functools.partial(
         embedding_release, p.keys.emb, x, y, n_classes=p.config.n_classes, network=network,
         params=ntk_params, chunk_size=p.config.chunk_size, method=p.config.method, mesh=mesh,
     )  # fmt: skip
     if p.releases.sums:
-        emb, props, report, public, n_note = _release_sums(p, y, emb_release)
+        emb, props, total, report, public, n_note = _release_sums(p, y, emb_release)
     elif p.releases.labels_kind == "proportions":
-        emb, props, report, public, n_note = _release_with_proportions(p, y, emb_release)
+        emb, props, total, report, public, n_note = _release_with_proportions(p, y, emb_release)
     else:
         emb, report = emb_release(budget=p.releases.embedding)
-        props, public, n_note = None, (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
+        props, total, public, n_note = None, None, (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE), ()
     if report.private:
         notes = n_note + ((N_CLASSES_INFERRED_NOTE,) if inferred else ())
         report = dataclasses.replace(
@@ -337,7 +342,7 @@ def _release(
             data_independent=tuple(dict.fromkeys((*report.data_independent, *public))),
             notes=report.notes + notes,
         )
-    return emb, props, report
+    return emb, props, total, report
 
 
 def _release_sums(
@@ -353,7 +358,8 @@ def _release_sums(
                                    budget=rel.labels, per_class=per_class)  # fmt: skip
     emb, props_ar = normalise_sums(sums, counts)
     props = props_ar if per_class else None
-    return emb, props, compose(rep_e, rep_c), (NTK_PARAMS_NOTE, GEN_NOTE), (N_PRIVATE_NOTE,)
+    total = noisy_total(counts)
+    return emb, props, total, compose(rep_e, rep_c), (NTK_PARAMS_NOTE, GEN_NOTE), (N_PRIVATE_NOTE,)
 
 
 def _release_with_proportions(
@@ -365,7 +371,7 @@ def _release_with_proportions(
     props, rep_l = proportions_release(p.keys.labels, y, n_classes=p.config.n_classes,
                                        budget=p.releases.labels)  # fmt: skip
     public = (NTK_PARAMS_NOTE, N_PUBLIC_NOTE, GEN_NOTE)
-    return emb, props, compose(rep_e, rep_l), public, ()
+    return emb, props, None, compose(rep_e, rep_l), public, ()
 
 
 def _train(result: DPNTKResult, state: TrainState, s: Settings, opts: RunOptions) -> DPNTKResult:

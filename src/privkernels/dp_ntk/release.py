@@ -62,6 +62,7 @@ __all__ = [
     "private_class_proportions",
     "private_class_counts",
     "normalise_sums",
+    "noisy_total",
     "mean_embedding",
     "NTK_PARAMS_NOTE",
     "N_PUBLIC_NOTE",
@@ -388,14 +389,21 @@ def counts_release(
 def normalise_sums(sums: jax.Array, noisy_counts: np.ndarray) -> tuple[jax.Array, np.ndarray]:
     """``(sums / n_hat, proportions)`` from noisy counts (post-processing; add-remove).
 
-    ``n_hat = max(sum(max(counts, 0)), 1)``; proportions are the clipped counts
-    renormalised (uniform if every count was clipped; meaningful for per-class
-    counts). ``sums`` is ``(p, C)``; ``noisy_counts`` ``(C,)`` or ``(1,)``.
+    ``n_hat = noisy_total(counts) = max(sum(max(counts, 0)), 1)``; proportions are the
+    clipped counts renormalised (uniform if every count was clipped; meaningful for
+    per-class counts). ``sums`` is ``(p, C)``; ``noisy_counts`` ``(C,)`` or ``(1,)``.
     """
     clipped = np.clip(np.asarray(noisy_counts, np.float64), 0.0, None)
     total = float(clipped.sum())
     props = clipped / total if total > 0 else np.full(clipped.shape, 1.0 / clipped.size)
-    return jnp.asarray(sums, jnp.float32) / jnp.float32(max(total, 1.0)), props
+    return jnp.asarray(sums, jnp.float32) / jnp.float32(noisy_total(noisy_counts)), props
+
+
+def noisy_total(noisy_counts: np.ndarray) -> float:
+    """``n_hat = max(sum(max(counts, 0)), 1)`` (float): the divisor of `normalise_sums`,
+    from the noisy counts ``(C,)`` or ``(1,)`` (post-processing; add-remove)."""
+    clipped = np.clip(np.asarray(noisy_counts, np.float64), 0.0, None)
+    return max(float(clipped.sum()), 1.0)
 
 
 def _counts(y_np: Any, n_classes: int) -> np.ndarray:

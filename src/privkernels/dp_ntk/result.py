@@ -25,6 +25,7 @@ from privkernels._validation import check_int, check_key, check_labels
 from privkernels.dp_ntk.release import check_release_records, mean_embedding
 from privkernels.dp_ntk.train import DPNTKConfig
 from privkernels.generators import ColumnGroup, discretize, make_code
+from privkernels.privacy.relations import ADD_REMOVE
 from privkernels.privacy.report import PrivacyReport
 
 __all__ = [
@@ -57,6 +58,10 @@ class DPNTKResult:
       config: the typed `DPNTKConfig`.
       groups: tabular output column groups (for discretising categorical heads).
       iteration: number of completed training iterations.
+      noisy_total: under add-remove with a budget, the released total ``n_hat`` (float,
+        >= 1) that divides the class sums (`privkernels.dp_ntk.release.noisy_total`:
+        post-processing of the noisy counts); None otherwise (replace-one: n is public),
+        and in files written before it was kept.
     """
 
     generator: nn.Module
@@ -70,6 +75,7 @@ class DPNTKResult:
     config: DPNTKConfig
     groups: tuple[ColumnGroup, ...] = ()
     iteration: int = 0
+    noisy_total: float | None = None
 
     @property
     def n_classes(self) -> int:
@@ -99,6 +105,8 @@ def release_arrays(result: DPNTKResult) -> dict[str, Any]:
     }
     if result.noisy_proportions is not None:
         arrays["noisy_proportions"] = np.asarray(result.noisy_proportions)
+    if result.noisy_total is not None:
+        arrays["noisy_total"] = np.asarray([result.noisy_total], np.float64)
     arrays.update(checkpoint.flatten_tree("generator_params", result.generator_params))
     arrays.update(checkpoint.flatten_tree("ntk_params", result.ntk_params))
     return arrays
@@ -174,9 +182,20 @@ def result_from(
         ntk_params=ntk_params, noisy_embedding=noisy_embedding,
         noisy_proportions=arrays.get("noisy_proportions"), report=report,
         loss_history=loss_history, config=config, groups=groups, iteration=iteration,
+        noisy_total=_saved_total(arrays.get("noisy_total")),
     )  # fmt: skip
     check_fields(result, saved_generator=saved_generator)
     return result
+
+
+def _saved_total(raw: np.ndarray | None) -> float | None:
+    """The file's ``noisy_total``: absent (None), else a float ``(1,)`` array (a wrong kind
+    is a ``ValueError`` naming the field; its range is `_check_arrays`')."""
+    if raw is None:
+        return None
+    if np.shape(raw) != (1,) or np.asarray(raw).dtype.kind != "f":
+        raise ValueError("the file's noisy_total is not a float (1,) array")
+    return float(np.asarray(raw)[0])
 
 
 def check_fields(result: DPNTKResult, *, saved_generator: bool = True) -> None:
@@ -200,6 +219,11 @@ def _check_arrays(result: DPNTKResult) -> None:
                          "for its config's n_classes")  # fmt: skip
     if props is not None and (np.shape(props) != (c,) or np.asarray(props).dtype.kind != "f"):
         raise ValueError("the file's noisy_proportions is not a float (n_classes,) array")
+    total = result.noisy_total
+    sums = result.report.private and result.report.neighbouring == ADD_REMOVE
+    if total is not None and not (sums and np.isfinite(total) and total >= 1.0):
+        raise ValueError("the file's noisy_total is not a released total (a finite number "
+                         ">= 1, kept only for a private add-remove release)")  # fmt: skip
     if np.ndim(result.loss_history) != 1 or result.iteration < 0:
         raise ValueError("the file's loss_history / iteration do not describe a run")
     width = shape[-1] if len(shape) == 1 else 0
