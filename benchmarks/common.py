@@ -243,7 +243,7 @@ def write_results(
     if rerun is not None:
         payload["rerun"] = rerun
     jpath = out / f"{name}.json"
-    jpath.write_text(json.dumps(payload, indent=2, default=_json_default))
+    jpath.write_text(results_json(payload))
     mpath = out / f"{name}.md"
     m = payload["machine"]
     header = (
@@ -259,6 +259,19 @@ def write_results(
         header += "".join(f"- {k}: {_fmt(v)}\n" for k, v in meta.items()) + "\n"
     mpath.write_text(header + markdown_table(rows, columns))
     return jpath, mpath
+
+
+def results_json(payload: dict[str, Any]) -> str:
+    """``payload`` as indented JSON with each of its ``rows`` on one line (a results file
+    holds hundreds of rows: one line each keeps the tree small and a diff per row)."""
+    rows = payload.get("rows")
+    if not isinstance(rows, list):
+        return json.dumps(payload, indent=2, default=_json_default) + "\n"
+    marks = [f"@@row-{i}@@" for i in range(len(rows))]
+    text = json.dumps({**payload, "rows": marks}, indent=2, default=_json_default)
+    for mark, row in zip(marks, rows, strict=True):
+        text = text.replace(f'"{mark}"', json.dumps(row, default=_json_default), 1)
+    return text + "\n"
 
 
 def _json_default(o: Any) -> Any:
