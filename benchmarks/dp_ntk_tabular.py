@@ -155,10 +155,12 @@ COMMAND_TUNING = "set by the command's net / batch_size / calibrate options (no 
 
 #: e-NTK networks the ``net`` option names (``dp_ntk`` method): the table default
 #: (`default_table_network`: ``fc_1l(800)`` with the 16-bin marginal code), the same code at
-#: 64 bins, and the two plain networks of adult's diagnostic fits.
+#: 64 bins, the 16-bin code with its bin indicators (``marginal_indicators``), and the two
+#: plain networks of adult's diagnostic fits.
 NETS: dict[str, tuple[Any, ...]] = {
     "table_default": ("table_default",),
     "table_code64": ("table_code", 64),
+    "table_indicators": ("table_code", 16, True),
     "fc_1l_800": ("fc_1l", 800, 0),
     "cnn_2l_30_200": ("cnn_2l", 30, 200),
 }
@@ -285,12 +287,14 @@ TABLE = "dp-ntk-tabular"
 
 def _recipe_network(spec: tuple[Any, ...], train: Any) -> Any:
     """The e-NTK network of a recipe: ``("table_default",)`` is `default_table_network` of
-    the public schema, ``("table_code", bins)`` the same network with a ``bins``-bin code,
-    any other spec `benchmarks.dp_ntk_tables._network`."""
+    the public schema, ``("table_code", bins[, indicators])`` the same network with a
+    ``bins``-bin code (and its bin indicators), any other spec
+    `benchmarks.dp_ntk_tables._network`."""
     if spec == ("table_default",):
         return default_table_network(train.schema, train.n_classes)
     if spec[0] == "table_code":
-        return default_table_network(train.schema, train.n_classes, marginal_bins=spec[1])
+        return default_table_network(train.schema, train.n_classes, marginal_bins=spec[1],
+                                     marginal_indicators=bool(spec[2:] and spec[2]))  # fmt: skip
     return _network(spec, train.n_classes)
 
 

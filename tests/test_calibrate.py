@@ -228,3 +228,16 @@ def test_the_estimator_samples_calibrated_rows_and_refuses_arrays():
     arrays.fit(rng.uniform(size=(200, 6)), rng.integers(0, 2, 200))
     with pytest.raises(ValueError, match="table network"):
         arrays.sample(10, random_state=1, calibrate=True)
+
+
+def test_a_code_with_bin_indicators_is_calibrated_on_them_too():
+    """``marginal_indicators=True``: the code block holds the bins' indicators as well, and
+    calibrated sampling fits them (the tilt reads the whole skip block)."""
+    net = default_table_network(_schema(), 2, marginal_indicators=True)
+    m = fit_table(jax.random.key(0), _frame(300), _schema(), epsilon=1.0, iterations=2,
+                  progress=False, network=net)  # fmt: skip
+    k = m.result.network.base.out_features
+    d, numeric = _schema().n_features, len(net.numeric)
+    assert code_block(m.result.network, m.result.ntk_params).size == k * (d + numeric * 33)
+    x, _, cal = sample_calibrated(jax.random.key(1), m.result, 60)
+    assert x.shape == (60, d) and (cal.misfit_after <= cal.misfit_before + 1e-9).all()

@@ -178,6 +178,7 @@ def test_net_and_batch_size_set_the_privkernels_recipe_only():
         if name.startswith("table_"):
             bins = 64 if name == "table_code64" else 16
             assert net.bins == bins and len(net.numeric) == n_numeric, name
+            assert net.indicators is (name == "table_indicators"), name
 
 
 def test_classifiers_none_measures_the_marginals_alone(tiny, tmp_path, monkeypatch):

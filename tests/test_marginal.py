@@ -46,28 +46,57 @@ def test_reference_rows_are_public_shapes_only():
     np.testing.assert_array_equal(x, _rows(200))  # a function of its arguments
 
 
-def _net(weight: float = 0.5) -> MarginalSkip:
+def _net(weight: float = 0.5, indicators: bool = False) -> MarginalSkip:
     base = features.fc_1l(32, out_features=2, layer_norm=True)
-    return with_marginals(base, NUMERIC, _rows(), weight=weight, bins=4)
+    return with_marginals(base, NUMERIC, _rows(), weight=weight, bins=4, indicators=indicators)
 
 
-def test_skip_block_is_the_scaled_code_and_carries_the_asked_share():
-    net = _net(0.3)
+def test_indicators_are_the_metrics_bins_and_carry_no_gradient():
+    """``indicators=True`` appends each numeric column's bin indicators, the cells of
+    `privkernels.evaluation.marginals` (the last bin closed); a generated value's gradient
+    reaches the hats only."""
+    v = np.array([[0.0], [0.2], [0.25], [0.999], [1.0], [1.7], [-0.3]], np.float32)
+    code = np.asarray(marginal_code(jnp.asarray(v), (0,), 4, indicators=True))
+    assert code.shape == (7, 1 + 5 + 4)
+    np.testing.assert_array_equal(code[:, :6], np.asarray(marginal_code(jnp.asarray(v), (0,), 4)))
+    np.testing.assert_array_equal(code[:, 6:].argmax(1), [0, 0, 1, 3, 3, 3, 0])
+    np.testing.assert_array_equal(code[:, 6:].sum(1), 1.0)
+    grad = jax.grad(lambda a: marginal_code(a, (0,), 4, indicators=True)[:, 6:].sum())(
+        jnp.asarray(v)
+    )
+    assert not np.asarray(grad).any()
+
+
+def test_hat_moments_leave_bin_masses_open_and_indicators_close_them():
+    """Why the indicators: mass split between two knots and mass midway between them have
+    the same hats, and bins half a unit of total variation apart."""
+    a = jnp.asarray([[1 / 4], [2 / 4]], jnp.float32)  # two knots, half each
+    b = jnp.asarray([[3 / 8], [3 / 8]], jnp.float32)  # midway
+    hats = [np.asarray(marginal_code(z, (0,), 4)).mean(0) for z in (a, b)]
+    np.testing.assert_allclose(hats[0], hats[1], atol=1e-6)
+    cells = [np.asarray(marginal_code(z, (0,), 4, indicators=True))[:, 6:].mean(0) for z in (a, b)]
+    assert 0.5 * np.abs(cells[0] - cells[1]).sum() == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("indicators", [False, True])
+def test_skip_block_is_the_scaled_code_and_carries_the_asked_share(indicators):
+    net = _net(0.3, indicators)
     params = features.init_params(jax.random.key(2), net, (D,))
     x = jnp.asarray(_rows(16, seed=5))
     g = np.asarray(entk_features(net.apply, params, x, normalize=False))
     skip = np.asarray(params["params"]["skip"]["kernel"])
     start = g.shape[1] - skip.size  # "skip" sorts after "base": the last leaf
     block = g[:, start:].reshape(16, *skip.shape)
-    code = np.asarray(marginal_code(x, NUMERIC, 4)) * net.scale
+    code = np.asarray(marginal_code(x, NUMERIC, 4, indicators)) * net.scale
     np.testing.assert_allclose(block, np.repeat(code[:, :, None], 2, axis=2), rtol=1e-5)
     share = (block**2).sum((1, 2)) / (g**2).sum(1)
     assert abs(np.median(share) - 0.3) < 0.1  # the median share on public rows
     assert np.median(share) != pytest.approx(0.5, abs=0.05)
 
 
-def test_features_stay_unit_norm_and_structured_path_matches_generic():
-    net = _net()
+@pytest.mark.parametrize("indicators", [False, True])
+def test_features_stay_unit_norm_and_structured_path_matches_generic(indicators):
+    net = _net(indicators=indicators)
     params = features.init_params(jax.random.key(3), net, (D,))
     assert is_dense_mlp(net.apply, params, (D,))
     x = jnp.asarray(_rows(40, seed=7))
@@ -79,8 +108,9 @@ def test_features_stay_unit_norm_and_structured_path_matches_generic():
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
-def test_replace_one_moves_the_embedding_by_at_most_two_over_n():
-    net = _net()
+@pytest.mark.parametrize("indicators", [False, True])
+def test_replace_one_moves_the_embedding_by_at_most_two_over_n(indicators):
+    net = _net(indicators=indicators)
     params = features.init_params(jax.random.key(4), net, (D,))
     x = _rows(50, seed=8)
     y = np.arange(50) % 2
@@ -100,10 +130,12 @@ def test_scale_refuses_a_weight_outside_the_open_interval():
             marginal_scale(base, params, _rows(), NUMERIC, 4, w)
 
 
-def test_module_spec_round_trips_the_nested_base():
-    net = _net()
+@pytest.mark.parametrize("indicators", [False, True])
+def test_module_spec_round_trips_the_nested_base(indicators):
+    net = _net(indicators=indicators)
     again = module_from_spec(module_spec(net), "network")
     assert again == net and isinstance(again.base, type(net.base))
+    assert again.indicators is indicators
 
 
 def _bound_excess(xs: np.ndarray, x: np.ndarray, cols: list[int]) -> float:

@@ -125,12 +125,14 @@ def default_table_generator(schema: TabularSchema, n_classes: int) -> nn.Module:
 
 
 def default_table_network(
-    schema: TabularSchema, n_classes: int, *, marginal_bins: int = 16
-) -> MarginalSkip:
+    schema: TabularSchema, n_classes: int, *, marginal_bins: int = 16,
+    marginal_indicators: bool = False,
+) -> MarginalSkip:  # fmt: skip
     """`privkernels.dp_ntk.default_network` with the schema's marginal code beside it.
 
     The code (every column, and ``marginal_bins + 1``, by default 17, hats per numeric
-    column) carries `MARGINAL_WEIGHT`
+    column; ``marginal_indicators``: and its ``marginal_bins`` bin indicators) carries
+    `MARGINAL_WEIGHT`
     of the feature's squared norm, measured on `reference_rows` of the schema's shapes:
     public rows, no data read. Without it the e-NTK barely sees a numeric column's shape,
     and the generator piles numeric columns at their bounds. `fit_table` builds this
@@ -138,7 +140,8 @@ def default_table_network(
     them).
     """
     groups = column_groups_from_schema(schema, schema.n_features)
-    network = dp_ntk.default_network(n_classes, groups=groups, marginal_bins=marginal_bins)
+    network = dp_ntk.default_network(n_classes, groups=groups, marginal_bins=marginal_bins,
+                                     marginal_indicators=marginal_indicators)  # fmt: skip
     assert isinstance(network, MarginalSkip)  # a schema always has column groups
     return network
 

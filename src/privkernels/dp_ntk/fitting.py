@@ -19,6 +19,7 @@ import optax
 from privkernels import checkpoint, features
 from privkernels._validation import (
     N_CLASSES_INFERRED_NOTE,
+    check_bool,
     check_fit_rows,
     check_in_range,
     check_int,
@@ -88,6 +89,7 @@ def default_network(
     centered: bool = False,
     groups: Sequence[ColumnGroup] = (),
     marginal_bins: int = 16,
+    marginal_indicators: bool = False,
 ) -> nn.Module:
     """``fc_1l(800, out_features=n_classes, layer_norm=True)``: the e-NTK network of the
     paper's image experiments (Table 5), also the benchmarks' choice; ``centered``: on
@@ -98,7 +100,8 @@ def default_network(
     (`privkernels.features.marginal.with_marginals`): every column, and the hats of each
     numeric one, carrying `MARGINAL_WEIGHT` of the feature's squared norm, measured on
     `reference_rows` of the groups' shapes (public rows, no data read); ``marginal_bins``
-    sets the code's resolution (``marginal_bins + 1`` hats per numeric column). Without it the
+    sets the code's resolution (``marginal_bins + 1`` hats per numeric column;
+    ``marginal_indicators``: and its ``marginal_bins`` bin indicators). Without it the
     e-NTK barely sees a numeric column's shape, and a generator matched to it piles
     numeric columns at their bounds. The normalised feature keeps ``||phi|| <= 1``, so
     the release's sensitivity is unchanged.
@@ -109,7 +112,8 @@ def default_network(
     numeric = [j for g in groups if g.kind == "numeric" for j in range(g.start, g.stop)]
     blocks = [(g.start, g.stop) for g in groups if g.kind == "categorical"]
     rows = reference_rows(max(g.stop for g in groups), numeric, blocks)
-    return with_marginals(base, numeric, rows, weight=MARGINAL_WEIGHT, bins=marginal_bins)
+    return with_marginals(base, numeric, rows, weight=MARGINAL_WEIGHT, bins=marginal_bins,
+                          indicators=check_bool(marginal_indicators, "marginal_indicators"))  # fmt: skip
 
 
 def default_generator(data_shape: tuple[int, ...], n_classes: int) -> nn.Module:

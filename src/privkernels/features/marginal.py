@@ -21,6 +21,15 @@ mechanism and its sensitivity (Prop. 3.1: ``||phi(x)|| <= 1``, hence ``2/n``
 replace-one) are unchanged; only the kernel is different. ``s`` sets the share of
 the feature's squared norm carried by the code (`marginal_scale`), from public
 reference rows only.
+
+With ``indicators=True`` the code also holds, per numeric column, the indicators of its
+``bins`` equal-width bins (``floor(bins v)``, the last bin closed): the class-conditional
+histogram itself, the statistic a marginal method (MST) releases. Hat moments do not pin
+down bin masses: the knots sit on the bin edges, so half a unit of mass at each of two
+knots and a whole unit midway between them give the same hats and bins differing by a
+half in total variation. The indicators carry no gradient to a generated value (they are
+piecewise constant), so they serve the release and calibrated sampling
+(`privkernels.dp_ntk.calibrate`), not the generator's steps.
 """
 
 from __future__ import annotations
@@ -45,12 +54,17 @@ __all__ = ["MarginalSkip", "marginal_code", "marginal_scale", "reference_rows", 
 MAX_BINS = 4096
 
 
-def marginal_code(x: jax.Array, numeric: Sequence[int], bins: int) -> jax.Array:
-    """``(b, d) -> (b, d + len(numeric) * (bins + 1))``: the row, then the hats.
+def marginal_code(
+    x: jax.Array, numeric: Sequence[int], bins: int, indicators: bool = False
+) -> jax.Array:
+    """``(b, d) -> (b, d + len(numeric) * (bins + 1))``: the row, then the hats; with
+    ``indicators``, then each numeric column's ``bins`` bin indicators
+    (``(b, d + len(numeric) * (2 bins + 1))``).
 
     Hat ``k`` of a numeric value ``v`` (clipped to ``[0, 1]``) is
     ``max(0, 1 - bins |v - k / bins|)``: a partition of unity, piecewise linear, so a
-    generated value's gradient reaches the two hats around it.
+    generated value's gradient reaches the two hats around it. Indicator ``k`` is 1 where
+    ``min(floor(bins v), bins - 1) == k`` (the bins of `privkernels.evaluation.marginals`).
     """
     x = x.reshape(x.shape[0], -1)
     if not numeric:
@@ -58,7 +72,11 @@ def marginal_code(x: jax.Array, numeric: Sequence[int], bins: int) -> jax.Array:
     v = jnp.clip(x[:, jnp.asarray(tuple(numeric))], 0.0, 1.0)  # (b, m)
     knots = jnp.arange(bins + 1, dtype=x.dtype) / bins
     hats = jnp.maximum(0.0, 1.0 - bins * jnp.abs(v[:, :, None] - knots))  # (b, m, bins + 1)
-    return jnp.concatenate([x, hats.reshape(x.shape[0], -1)], axis=1)
+    parts = [x, hats.reshape(x.shape[0], -1)]
+    if indicators:
+        cell = jnp.minimum(jnp.floor(jax.lax.stop_gradient(v) * bins), bins - 1).astype(jnp.int32)
+        parts.append(jax.nn.one_hot(cell, bins, dtype=x.dtype).reshape(x.shape[0], -1))
+    return jnp.concatenate(parts, axis=1)
 
 
 class MarginalSkip(nn.Module):
@@ -69,16 +87,18 @@ class MarginalSkip(nn.Module):
       numeric: indices of the numeric columns of the encoded row (public schema).
       bins: hats per numeric column, minus one.
       scale: the code's factor ``s`` (see `marginal_scale`).
+      indicators: the bins' indicators in the code too (`marginal_code`).
     """
 
     base: nn.Module
     numeric: tuple[int, ...]
     bins: int = 16
     scale: float = 1.0
+    indicators: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        code = marginal_code(x, self.numeric, self.bins)
+        code = marginal_code(x, self.numeric, self.bins, self.indicators)
         out = self.base.out_features  # type: ignore[attr-defined]
         skip = nn.Dense(out, use_bias=False, kernel_init=nn.initializers.zeros, name="skip")
         return self.base(x) + skip(self.scale * code)
@@ -98,7 +118,13 @@ def reference_rows(
 
 
 def marginal_scale(
-    base: nn.Module, base_params: Any, x_ref: Any, numeric: Sequence[int], bins: int, weight: float
+    base: nn.Module,
+    base_params: Any,
+    x_ref: Any,
+    numeric: Sequence[int],
+    bins: int,
+    weight: float,
+    indicators: bool = False,
 ) -> float:
     """``s`` such that the code carries ``weight`` of the e-NTK's squared norm, in the median.
 
@@ -112,7 +138,7 @@ def marginal_scale(
     x_ref = jnp.asarray(x_ref, jnp.float32)
     g = entk_features(cast(ApplyFn, base.apply), base_params, x_ref, normalize=False)
     g2 = float(np.median(np.asarray(jnp.sum(g * g, axis=1))))
-    c = marginal_code(x_ref, tuple(numeric), bins)
+    c = marginal_code(x_ref, tuple(numeric), bins, indicators)
     c2 = float(np.median(np.asarray(jnp.sum(c * c, axis=1))))
     k = int(base.out_features)  # type: ignore[attr-defined]
     return float(np.sqrt(weight / (1.0 - weight) * g2 / (k * c2)))
@@ -126,6 +152,7 @@ def with_marginals(
     weight: float = 0.5,
     bins: int = 16,
     key: jax.Array | None = None,
+    indicators: bool = False,
 ) -> MarginalSkip:
     """`MarginalSkip` around ``base`` with the scale from `marginal_scale`.
 
@@ -139,5 +166,5 @@ def with_marginals(
         raise ValueError(f"bins must be at most {MAX_BINS}, got {bins}")
     x_ref = np.asarray(x_ref, np.float32)
     params = init_params(jax.random.key(0) if key is None else key, base, x_ref.shape[1:])
-    s = marginal_scale(base, params, x_ref, numeric, bins, weight)
-    return MarginalSkip(base=base, numeric=numeric, bins=bins, scale=s)
+    s = marginal_scale(base, params, x_ref, numeric, bins, weight, indicators)
+    return MarginalSkip(base=base, numeric=numeric, bins=bins, scale=s, indicators=indicators)
