@@ -146,6 +146,10 @@ RULES = {
     "adult-calibrate": "public data (intrusion's training marginals, a 32,561-row subset: the "
     "release's recipe by rule dp-ntk-tabular-adult-transfer-rule.md, the calibration penalty "
     "by rule dp-ntk-tabular-adult-calibrate-rule.md)",
+    "adult-indicators": "public data (intrusion's training marginals, a 32,561-row subset: "
+    "the release's recipe by rule dp-ntk-tabular-adult-transfer-rule.md, the calibration "
+    "penalty by rule dp-ntk-tabular-adult-calibrate-rule.md, the bin indicators by rule "
+    "dp-ntk-tabular-adult-indicators-rule.md)",
     "cervical-epileptic-calibrate": "public data (the release's recipe: the library's table "
     "default, set on adult's and intrusion's rows; the calibration penalty: intrusion's, a "
     "32,561-row subset, by rule dp-ntk-tabular-adult-calibrate-rule.md; rule "
