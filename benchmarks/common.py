@@ -8,6 +8,7 @@ import json
 import math
 import os
 import platform
+import secrets
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -267,7 +268,8 @@ def results_json(payload: dict[str, Any]) -> str:
     rows = payload.get("rows")
     if not isinstance(rows, list):
         return json.dumps(payload, indent=2, default=_json_default) + "\n"
-    marks = [f"@@row-{i}@@" for i in range(len(rows))]
+    nonce = secrets.token_hex(8)  # no row can hold the placeholder by chance
+    marks = [f"@@row-{nonce}-{i}@@" for i in range(len(rows))]
     text = json.dumps({**payload, "rows": marks}, indent=2, default=_json_default)
     for mark, row in zip(marks, rows, strict=True):
         text = text.replace(f'"{mark}"', json.dumps(row, default=_json_default), 1)

@@ -208,7 +208,11 @@ def test_the_saved_total_round_trips_and_a_bad_one_is_refused(model, tmp_path):
     assert table.result.noisy_total == m.result.noisy_total
     assert table.sample_df(jax.random.key(2), 20, calibrate=True).shape[0] == 20
     assert dp_ntk.load(model.result.save(tmp_path / "ro.npz")).noisy_total is None
-    for bad, where in ((float("nan"), m.result), (0.5, m.result), (300.0, model.result)):
+    uniform = fit_table(jax.random.key(0), _frame(300), _schema(), epsilon=1.0, iterations=2,
+                        progress=False, neighbouring="add-remove", label_mode="uniform")  # fmt: skip
+    assert uniform.result.noisy_total is None  # the noisy n alone stays inside the embedding
+    for bad, where in ((float("nan"), m.result), (0.5, m.result), (300.0, model.result),
+                       (1e300, m.result), (300.0, uniform.result)):  # fmt: skip
         tampered = dataclasses.replace(where, noisy_total=bad).save(tmp_path / "bad.npz")
         with pytest.raises(ValueError, match="noisy_total") as err:
             dp_ntk.load(tampered)

@@ -65,6 +65,11 @@ def test_indicators_are_the_metrics_bins_and_carry_no_gradient():
         jnp.asarray(v)
     )
     assert not np.asarray(grad).any()
+    for bad in ("no", 1, None):
+        with pytest.raises(TypeError, match="indicators"):
+            marginal_code(jnp.asarray(v), (0,), 4, indicators=bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="indicators"):
+            _net(indicators=bad)  # type: ignore[arg-type]
 
 
 def test_hat_moments_leave_bin_masses_open_and_indicators_close_them():

@@ -219,8 +219,8 @@ def _add_synth(sub: Any) -> None:
                    "--epsilon (default: none, fit)")  # fmt: skip
     c.add_argument("--calibrate", action="store_true",
                    help="draw the rows from generated pools tilted towards the released "
-                   "marginal code (post-processing, no privacy cost; replace-one releases "
-                   "only) (default: off, the generator's rows as drawn)")  # fmt: skip
+                   "marginal code (post-processing, no privacy cost; models with released "
+                   "class proportions) (default: off, the generator's rows as drawn)")  # fmt: skip
 
 
 def _add_distill(sub: Any) -> None:

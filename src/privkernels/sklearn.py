@@ -1546,8 +1546,8 @@ class DPNTKGenerator(_DPEstimator):
         y ``(n,)`` label values (arrays: values of ``classes_``, not their codes).
 
         ``calibrate``: tabular only, rows drawn from generated pools tilted towards the
-        released marginal code (`privkernels.dp_ntk.calibrate`; post-processing; replace-one
-        releases with released class proportions, the default ``label_mode``)."""
+        released marginal code (`privkernels.dp_ntk.calibrate`; post-processing; releases
+        with released class proportions, the default ``label_mode``)."""
         check_is_fitted(self, "synth_")
         cols = self.synth_.sample(self._sample_key(random_state), n, calibrate=calibrate)
         if isinstance(self.synth_, _ArraySynth):

@@ -93,7 +93,7 @@ class TableSynth:
 
         ``calibrate``: draw them from generated pools tilted towards the released marginal
         code (`privkernels.dp_ntk.calibrate.sample_calibrated`, its default penalty;
-        post-processing, no privacy cost; replace-one releases with released proportions)."""
+        post-processing, no privacy cost; releases with released proportions)."""
         x, y = sample_rows(check_key(key), self.result, check_int(n, "n", minimum=1),
                            calibrate=calibrate)  # fmt: skip
         return decoded_table(self.schema.project(x), y, self.schema)

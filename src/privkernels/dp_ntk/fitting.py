@@ -362,7 +362,7 @@ def _release_sums(
                                    budget=rel.labels, per_class=per_class)  # fmt: skip
     emb, props_ar = normalise_sums(sums, counts)
     props = props_ar if per_class else None
-    total = noisy_total(counts)
+    total = noisy_total(counts) if per_class else None  # uniform labels: n_hat stays inside
     return emb, props, total, compose(rep_e, rep_c), (NTK_PARAMS_NOTE, GEN_NOTE), (N_PRIVATE_NOTE,)
 
 

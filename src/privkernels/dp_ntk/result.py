@@ -38,6 +38,9 @@ __all__ = [
     "module_from_spec",
 ]
 
+#: The largest finite float32: a released total beyond it was never a count.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 #: File format name and version of `DPNTKResult.save`.
 FORMAT = "privkernels.dp_ntk.result/1"
 
@@ -58,10 +61,12 @@ class DPNTKResult:
       config: the typed `DPNTKConfig`.
       groups: tabular output column groups (for discretising categorical heads).
       iteration: number of completed training iterations.
-      noisy_total: under add-remove with a budget, the released total ``n_hat`` (float,
-        >= 1) that divides the class sums (`privkernels.dp_ntk.release.noisy_total`:
-        post-processing of the noisy counts); None otherwise (replace-one: n is public),
-        and in files written before it was kept.
+      noisy_total: under add-remove with a budget and released labels, the total ``n_hat``
+        (float, >= 1) of the released class counts that divides the class sums
+        (`privkernels.dp_ntk.release.noisy_total`; post-processing: ``n_hat *
+        noisy_proportions`` are those counts); None otherwise (replace-one: n is public;
+        uniform labels: the noisy n alone, kept inside the embedding) and in files
+        written before it was kept.
     """
 
     generator: nn.Module
@@ -220,10 +225,11 @@ def _check_arrays(result: DPNTKResult) -> None:
     if props is not None and (np.shape(props) != (c,) or np.asarray(props).dtype.kind != "f"):
         raise ValueError("the file's noisy_proportions is not a float (n_classes,) array")
     total = result.noisy_total
-    sums = result.report.private and result.report.neighbouring == ADD_REMOVE
-    if total is not None and not (sums and np.isfinite(total) and total >= 1.0):
-        raise ValueError("the file's noisy_total is not a released total (a finite number "
-                         ">= 1, kept only for a private add-remove release)")  # fmt: skip
+    sums = result.report.private and result.report.neighbouring == ADD_REMOVE and props is not None
+    if total is not None and not (sums and 1.0 <= total <= _FLOAT32_MAX):
+        raise ValueError("the file's noisy_total is not a released total (a float32-finite "
+                         "number >= 1, kept only for a private add-remove release with "
+                         "released labels)")  # fmt: skip
     if np.ndim(result.loss_history) != 1 or result.iteration < 0:
         raise ValueError("the file's loss_history / iteration do not describe a run")
     width = shape[-1] if len(shape) == 1 else 0

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privkernels._validation import check_int
+from privkernels._validation import check_bool, check_int
 from privkernels.features.entk import ApplyFn, entk_features
 from privkernels.features.networks import init_params
 
@@ -64,8 +64,12 @@ def marginal_code(
     Hat ``k`` of a numeric value ``v`` (clipped to ``[0, 1]``) is
     ``max(0, 1 - bins |v - k / bins|)``: a partition of unity, piecewise linear, so a
     generated value's gradient reaches the two hats around it. Indicator ``k`` is 1 where
-    ``min(floor(bins v), bins - 1) == k`` (the bins of `privkernels.evaluation.marginals`).
+    ``min(floor(bins v), bins - 1) == k``: the bins of `privkernels.evaluation.marginals`
+    for a present value. A nullable column's missing value (encoded 0) falls in bin 0 here,
+    where the evaluation counts it apart; its missing flag, a numeric index too, has hats
+    and indicators of its own, so the code still holds the present values' bin 0.
     """
+    indicators = check_bool(indicators, "indicators")
     x = x.reshape(x.shape[0], -1)
     if not numeric:
         return x
@@ -162,6 +166,7 @@ def with_marginals(
     """
     numeric = tuple(int(j) for j in numeric)
     bins = check_int(bins, "bins")
+    indicators = check_bool(indicators, "indicators")
     if bins > MAX_BINS:
         raise ValueError(f"bins must be at most {MAX_BINS}, got {bins}")
     x_ref = np.asarray(x_ref, np.float32)
