@@ -288,8 +288,9 @@ def sample_calibrated(
 
     Raises ValueError (before any draw) for a network without a marginal code, a uniform-mode
     release, an add-remove release without its noisy total (a file from before it was
-    kept), or ``pool_factor``/``penalty`` out of range (TypeError: not a number). Warns (`CalibrationWarning`) where a class's tilt did not converge or its
-    effective pool share is below `LOW_ESS`.
+    kept), or ``pool_factor``/``penalty`` out of range (TypeError: not a number). Warns
+    (`CalibrationWarning`) where a class's tilt did not converge or its effective pool share
+    is below `LOW_ESS`.
     """
     key = check_key(key)
     n = check_int(n, "n", minimum=1)
