@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from privkernels import features
+from privkernels import dp_ntk, features
 from privkernels.dp_ntk.calibrate import (
     Calibration,
     CalibrationWarning,
@@ -198,8 +198,6 @@ def test_an_add_remove_release_keeps_its_total_and_is_calibrated():
 
 
 def test_the_saved_total_round_trips_and_a_bad_one_is_refused(model, tmp_path):
-    from privkernels import dp_ntk
-
     m = fit_table(jax.random.key(0), _frame(300), _schema(), epsilon=1.0, iterations=2,
                   progress=False, neighbouring="add-remove")  # fmt: skip
     path = m.result.save(tmp_path / "ar.npz")

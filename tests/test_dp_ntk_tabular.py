@@ -12,6 +12,7 @@ import pytest
 from benchmarks import dp_ntk_tabular as T
 from benchmarks.__main__ import main
 from benchmarks.registry import RunContext
+from privkernels import dp_ntk
 from privkernels.data.synthetic import synthetic_tabular
 
 
@@ -217,8 +218,6 @@ def test_plain_measures_the_same_release_sampled_both_ways(tiny, tmp_path, monke
     """``plain=1`` (with ``calibrate``): one release, two samples; the ``dp_ntk_plain`` rows
     are `dp_ntk.sample` of that release with the same key, their settings say no
     calibration, and both methods share the release's seconds."""
-    from privkernels import dp_ntk
-
     fits = []
     real_fit = dp_ntk.fit
     monkeypatch.setattr(dp_ntk, "fit", lambda *a, **k: fits.append(1) or real_fit(*a, **k))
