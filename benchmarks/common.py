@@ -266,14 +266,12 @@ def results_json(payload: dict[str, Any]) -> str:
     """``payload`` as indented JSON with each of its ``rows`` on one line (a results file
     holds hundreds of rows: one line each keeps the tree small and a diff per row)."""
     rows = payload.get("rows")
-    if not isinstance(rows, list):
+    if not isinstance(rows, list) or not rows:
         return json.dumps(payload, indent=2, default=_json_default) + "\n"
-    nonce = secrets.token_hex(8)  # no row can hold the placeholder by chance
-    marks = [f"@@row-{nonce}-{i}@@" for i in range(len(rows))]
-    text = json.dumps({**payload, "rows": marks}, indent=2, default=_json_default)
-    for mark, row in zip(marks, rows, strict=True):
-        text = text.replace(f'"{mark}"', json.dumps(row, default=_json_default), 1)
-    return text + "\n"
+    mark = f"@@rows-{secrets.token_hex(8)}@@"  # no row can hold the placeholder by chance
+    text = json.dumps({**payload, "rows": [mark]}, indent=2, default=_json_default)
+    lines = ",\n    ".join(json.dumps(row, default=_json_default) for row in rows)
+    return text.replace(f'"{mark}"', lines, 1) + "\n"
 
 
 def _json_default(o: Any) -> Any:
