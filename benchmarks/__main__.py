@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shlex
 import sys
@@ -321,6 +322,11 @@ def _merge(args: argparse.Namespace) -> int:
                                  started=joined["provenance"], machine=joined["machine"],
                                  created=joined["created"])  # fmt: skip
     print(f"wrote {jpath} and {mpath}")
+    hook = getattr(
+        importlib.import_module(load_all()[joined["spec"]["table"]].module), "after_merge", None
+    )
+    if hook is not None:  # a table whose run writes more than rows (a summary) writes it here too
+        print(f"wrote {hook(out, joined['rows'], joined['spec'])}")
     return 0
 
 

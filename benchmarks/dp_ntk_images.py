@@ -453,8 +453,22 @@ def run(ctx: RunContext) -> list[dict[str, Any]]:
                     shown = ("dataset", "epsilon", "seed", "metric", "value", "seconds")
                     print({k: row[k] for k in shown}, flush=True)
                 rows += new
-    Path(ctx.out).mkdir(parents=True, exist_ok=True)
-    (Path(ctx.out) / f"{TABLE}-{ctx.profile}-summary.md").write_text(
-        summary_markdown(rows, s["epsilons"])
-    )
+    write_summary(Path(ctx.out), ctx.profile, rows, s["epsilons"])
     return rows
+
+
+def write_summary(
+    out: Path, profile: str, rows: list[dict[str, Any]], epsilons: list[float]
+) -> Path:
+    """Write ``<TABLE>-<profile>-summary.md`` (`summary_markdown`) in ``out``; its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{TABLE}-{profile}-summary.md"
+    path.write_text(summary_markdown(rows, epsilons))
+    return path
+
+
+def after_merge(out: Path, rows: list[dict[str, Any]], spec: dict[str, Any]) -> Path:
+    """The summary of a file joined by ``python -m benchmarks merge`` from per-seed runs:
+    the one the one-process run over all the seeds writes (its epsilons in row order)."""
+    epsilons = list(dict.fromkeys(r["epsilon"] for r in rows if r["epsilon"] is not None))
+    return write_summary(Path(out), spec["profile"], rows, epsilons)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,24 @@ def test_merge_joins_per_seed_runs_into_the_one_process_file(fake_table, tmp_pat
     assert "assembled_by" in md and "--seeds 1 --set shift=0.25" in md
     path = tmp_path / "joined" / f"{fake_table}-quick.json"
     assert main(["rerun", str(path), "--seeds", "1", "--out", str(tmp_path / "again")]) == 0
+
+
+def test_merge_calls_the_tables_after_merge_hook_with_the_joined_rows(
+    fake_table, tmp_path, monkeypatch
+):
+    """A table module's ``after_merge(out, rows, spec)`` (a summary its run also writes) is
+    called once, on the joined file's rows and rerun block; a table without one gets nothing."""
+    parts = [_part(fake_table, tmp_path / f"s{s}", [s], "slope=0") for s in ("1", "0")]
+    calls = []
+
+    def hook(out, rows, spec):
+        calls.append((Path(out), [r["seed"] for r in rows], spec["seeds"]))
+        return Path(out) / "summary.md"
+
+    assert main(["merge", str(tmp_path / "plain"), *map(str, parts)]) == 0 and not calls
+    monkeypatch.setattr(sys.modules[__name__], "after_merge", hook, raising=False)
+    assert main(["merge", str(tmp_path / "hooked"), *map(str, parts)]) == 0
+    assert calls == [(tmp_path / "hooked", [0, 1], [0, 1])]
 
 
 def test_merge_refuses_parts_of_different_runs(fake_table, tmp_path):

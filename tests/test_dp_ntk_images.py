@@ -98,6 +98,15 @@ def test_summary_is_a_t_interval_beside_the_quoted_numbers():
     assert "| mnist | dp-ntk | 1.0 | - | - | - | 3.0 (1.0) | - |" in text  # wall (CPU)
 
 
+def test_a_merged_files_summary_is_the_one_process_summary(tmp_path):
+    """`after_merge` (called by ``python -m benchmarks merge``) writes the summary a run over
+    all the seeds writes, its epsilons in the rows' order."""
+    rows = _rows({None: [99.0, 98.0], 1.0: [90.0, 92.0], 10.0: [93.0, 95.0]})
+    path = T.after_merge(tmp_path, rows, {"profile": "quick", "seeds": [0, 1]})
+    assert path == tmp_path / "dp-ntk-images-quick-summary.md"
+    assert path.read_text() == T.summary_markdown(rows, [1.0, 10.0])
+
+
 #: Every field of a DP-NTK row (the real-data row has the shared ones and cnn_seconds).
 _SHARED = {"dataset", "seed", "n_train", "n_test", "cnn", "cnn_steps", "cnn_batch", "cnn_lr",
            "cnn_augment", "device", "epsilon", "delta", "source", "metric", "value",
