@@ -22,15 +22,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 LEGACY = set(
     """
 audit-quick defaults-dp-kip-coarse-bounds defaults-dp-kip-grid defaults-regression
-dp-kip-table2-scatternet-mnist-eps1-round11 dp-kip-table3-quick-dp-ntk-augment-fmnist
-dp-kip-table3-quick-dp-ntk-augment dp-kip-table3-quick-dp-ntk-code20-fmnist
-dp-kip-table3-quick-dp-ntk-f0.2 dp-kip-table3-quick-dp-ntk-f0.3-fmnist
-dp-kip-table3-quick-dp-ntk-fmnist dp-kip-table3-quick-dp-ntk-it1000
-dp-kip-table3-quick-dp-ntk-teacher-fmnist dp-kip-table3-quick-dp-ntk-teacher600-fmnist
-dp-kip-table3-quick-dp-ntk dp-kip-table3-quick-lowpass dp-kip-table3-quick
-dp-ntk-regression-fig1-quick dp-ntk-table2-2000iter dp-ntk-table2-fmnist-2000iter
-gpu-h100-perf-quick gpu-h200-perf-quick peers-adult-aim peers-mnist-regression-full
-peers-quick
+dp-kip-table2-scatternet-mnist-eps1-round11 dp-ntk-regression-fig1-quick
+dp-ntk-table2-2000iter dp-ntk-table2-fmnist-2000iter gpu-h100-perf-quick
+gpu-h200-perf-quick peers-adult-aim peers-mnist-regression-full peers-quick
 """.split()
 )
 #: Run on a lent GPU from uncommitted code; the Markdown names the three files that differed.

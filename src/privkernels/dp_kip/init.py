@@ -12,8 +12,8 @@ here can (an initialiser sees only ``(key, m, input_shape)``).
   high frequencies of an ``N(0, I)`` start, so they survive training and the
   distilled images do not transfer to other learners (issue 16). Measured on
   MNIST (ScatterNet, eps 10, quick settings): it does not fix that by itself,
-  training adds the texture back (ConvNet 20.7% vs 25.3% from N(0, I),
-  ``benchmarks/results/dp-kip-table3-quick-lowpass.md``).
+  training adds the texture back (ConvNet 20.7% vs 25.3% from N(0, I); history
+  cell ``benchmarks/results/history/dp-kip-t3-convnet-mnist-eps10.jsonl``).
 
 `resolve_init` also accepts a callable ``init(key, m, input_shape) ->
 (m, *input_shape)``: it must not read private data; the report records it as
