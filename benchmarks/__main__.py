@@ -306,7 +306,11 @@ def _rerun(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    """``python -m benchmarks merge OUT PART ...``: the joined file (`benchmarks.merge`)."""
+    """``python -m benchmarks merge OUT PART ...``: the joined file (`benchmarks.merge`).
+
+    Nothing is written unless the table is registered and its ``after_merge`` hook (what
+    its run writes besides the rows, e.g. a summary; written first) succeeds.
+    """
     cmd = shlex.join(["python", "-m", "benchmarks", "merge", args.out, *args.parts])
     joined = merge_parts([Path(p) for p in args.parts], cmd)
     out = Path(args.out)
@@ -315,6 +319,17 @@ def _merge(args: argparse.Namespace) -> int:
     target = out / f"{joined['name']}.json"
     if target.exists() and not args.force:
         raise SystemExit(f"{target} exists: pass --force to replace it")
+    table = load_all().get(joined["spec"]["table"])
+    if table is None:
+        raise SystemExit(f"the parts name an unknown table {joined['spec']['table']!r}")
+    hook = getattr(importlib.import_module(table.module), "after_merge", None)
+    if hook is not None:
+        try:
+            print(f"wrote {hook(out, joined['rows'], joined['spec'])}")
+        except (KeyError, TypeError, ValueError) as err:
+            raise SystemExit(
+                f"the parts' rows do not fit {table.name}'s summary ({err!r})"
+            ) from None
     meta = {**joined["meta"], "assembled_by": cmd,
             "parts": "; ".join(p["command"] for p in joined["provenance"]["assembled_from"])}  # fmt: skip
     jpath, mpath = write_results(Path(args.out), joined["name"], joined["rows"], meta=meta,
@@ -322,11 +337,6 @@ def _merge(args: argparse.Namespace) -> int:
                                  started=joined["provenance"], machine=joined["machine"],
                                  created=joined["created"])  # fmt: skip
     print(f"wrote {jpath} and {mpath}")
-    hook = getattr(
-        importlib.import_module(load_all()[joined["spec"]["table"]].module), "after_merge", None
-    )
-    if hook is not None:  # a table whose run writes more than rows (a summary) writes it here too
-        print(f"wrote {hook(out, joined['rows'], joined['spec'])}")
     return 0
 
 

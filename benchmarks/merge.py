@@ -34,6 +34,8 @@ __all__ = ["merge_parts"]
 
 #: A seed as ``--seeds`` takes it.
 SEED = re.compile(r"-?[0-9]+")
+#: A table or profile name: it becomes part of the joined file's name, so no path parts.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
 
 
 def _part(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], list[int]]]]:
@@ -46,6 +48,11 @@ def _part(path: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], list[i
     if not isinstance(payload, dict) or not payload.get("rerun") or not payload.get("provenance"):
         raise SystemExit(f"{path}: not a table run's results file (no rerun block or provenance)")
     spec = payload["rerun"]
+    names = (spec.get("table"), spec.get("profile"))
+    if not all(isinstance(n, str) and NAME.fullmatch(n) for n in names) or payload.get(
+        "table"
+    ) != "-".join(names):
+        raise SystemExit(f"{path}: its table and profile are not one run's names")
     if not isinstance(spec.get("seeds"), list) or payload["provenance"].get(
         "command"
     ) != command_of(spec):

@@ -243,6 +243,47 @@ def test_merge_refuses_inconsistent_averaged_or_merged_parts(fake_table, tmp_pat
     assert main(["merge", j, str(a), str(b), "--force"]) == 0
 
 
+def _rename(payload: dict[str, Any], table: str, profile: str) -> None:
+    """Give a part another table and profile, its command following (as a crafted file would)."""
+    payload["rerun"].update(table=table, profile=profile)
+    payload["table"] = f"{table}-{profile}"
+    payload["provenance"]["command"] = command_of(payload["rerun"])
+
+
+def test_merge_refuses_crafted_names_and_writes_nothing_it_cannot_finish(
+    fake_table, tmp_path, monkeypatch
+):
+    """Table and profile names with path parts, a file name that is not the run's, an
+    unregistered table, and rows the table's ``after_merge`` cannot read: each ends in one
+    line (SystemExit) and leaves the output folder unwritten."""
+    a = _part(fake_table, tmp_path / "a", ["0"])
+    b = _part(fake_table, tmp_path / "b", ["1"])
+    j = tmp_path / "j"
+    crafted = {
+        "not one run's names": [
+            lambda p: _rename(p, fake_table, "q/../../escaped"),
+            lambda p: _rename(p, "../escaped", "quick"),
+            lambda p: p.update(table="../escaped-json"),
+        ],
+        "unknown table": [lambda p: _rename(p, "no-such-table", "quick")],
+    }
+    for message, changes in crafted.items():
+        for change in changes:
+            parts = [_edit(Path(str(x)), change) for x in (a, b)]
+            with pytest.raises(SystemExit, match=message):
+                main(["merge", str(j), *map(str, parts)])
+            for x in (a, b):  # back to the runs' own files
+                _edit(x, lambda p: _rename(p, fake_table, "quick"))
+
+    def broken(out, rows, spec):
+        return rows[0]["no such field"]
+
+    monkeypatch.setattr(sys.modules[__name__], "after_merge", broken, raising=False)
+    with pytest.raises(SystemExit, match="do not fit"):
+        main(["merge", str(j), str(a), str(b)])
+    assert not j.exists() or not any(j.iterdir())
+
+
 def test_a_merged_file_gains_seeds_as_the_runs_it_was_made_of(fake_table, tmp_path):
     """A merged file (seeds 0 and 2) merged with a new part (seed 1) gives the file the three
     parts give at once: its runs interleave with the new one by seed, each listed once."""
