@@ -235,17 +235,23 @@ def _modules(recipe: dict[str, Any], c: int, shape: tuple[int, ...]) -> tuple[An
 
 
 def release_and_train(
-    seed: int, dataset: str, eps: float, d: dict[str, Any], recipe: dict[str, Any]
+    seed: int,
+    dataset: str,
+    eps: float,
+    d: dict[str, Any],
+    recipe: dict[str, Any],
+    table: str = TABLE,
 ) -> tuple[Any, Clock, Clock]:
     """DP-NTK (Yang et al., Alg. 1) in two timed parts: the fit to iteration 1 (the release,
-    checkpointed), then its resume to ``recipe["iterations"]`` (post-processing).
+    checkpointed), then its resume to ``recipe["iterations"]`` (post-processing). ``table``
+    tags the keys (`release_key`, `public_key`).
 
     Returns ``(result, release clock, generator clock)``.
     """
     from privkernels import dp_ntk
 
     network, gen = _modules(recipe, d["c"], tuple(d["x"].shape[1:]))
-    key = release_key(seed, eps, TABLE, dataset)
+    key = release_key(seed, eps, table, dataset)
     common = dict(epsilon=eps, delta=DELTA, network=network, generator=gen, progress=False,
                   batch_size=recipe["batch_size"], learning_rate=recipe["learning_rate"],
                   d_code=recipe["d_code"], label_mode=recipe["label_mode"],
@@ -254,7 +260,7 @@ def release_and_train(
         path = Path(tmp) / "release.npz"
         with Clock() as t_rel:
             dp_ntk.fit(key, d["x"], d["y"], n_classes=d["c"], iterations=1,
-                       checkpoint_path=path, public_key=public_key(seed, TABLE, dataset, "dp-ntk"),
+                       checkpoint_path=path, public_key=public_key(seed, table, dataset, "dp-ntk"),
                        **common)  # fmt: skip
         with Clock() as t_gen:
             res = dp_ntk.fit(key, None, None, iterations=recipe["iterations"],
@@ -262,14 +268,16 @@ def release_and_train(
     return res, t_rel, t_gen
 
 
-def draw_samples(seed: int, dataset: str, res: Any, n: int) -> tuple[Any, Any, str]:
+def draw_samples(
+    seed: int, dataset: str, res: Any, n: int, table: str = TABLE
+) -> tuple[Any, Any, str]:
     """``n`` samples: balanced labels (``i % C``) unless the release holds label proportions.
 
     Returns ``(x (n, 28, 28) float32, y (n,) int32, how the labels were chosen)``.
     """
     from privkernels import dp_ntk
 
-    key = public_key(seed, TABLE, dataset, "sample")
+    key = public_key(seed, table, dataset, "sample")
     if res.label_mode == "released" and res.noisy_proportions is not None:
         xs, ys = dp_ntk.sample(key, res, n)
         return xs, ys, "released proportions"
@@ -277,13 +285,15 @@ def draw_samples(seed: int, dataset: str, res: Any, n: int) -> tuple[Any, Any, s
     return xs, ys, "balanced"
 
 
-def cnn_accuracy(seed: int, dataset: str, x: Any, y: Any, d: dict[str, Any], steps: int) -> float:
-    """Test accuracy (percent) of the fixed `CNN` trained on ``(x, y)`` with ``steps`` steps,
-    from the same key for every training set of ``(seed, dataset)``."""
+def cnn_accuracy(
+    seed: int, dataset: str, x: Any, y: Any, d: dict[str, Any], steps: int, table: str = TABLE
+) -> float:
+    """Accuracy (percent) on ``d["xt"], d["yt"]`` of the fixed `CNN` trained on ``(x, y)``
+    with ``steps`` steps, from the same key for every training set of ``(seed, dataset)``."""
     from privkernels.evaluation import convnet_accuracy, train_convnet
 
     module, params = train_convnet(
-        public_key(seed, TABLE, dataset, "cnn"), x, y, d["c"], steps=steps,
+        public_key(seed, table, dataset, "cnn"), x, y, d["c"], steps=steps,
         learning_rate=CNN["learning_rate"], batch_size=CNN["batch_size"], width=CNN["width"],
         depth=CNN["depth"], augment=None,
     )  # fmt: skip

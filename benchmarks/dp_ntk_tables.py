@@ -269,6 +269,8 @@ def _network(spec: tuple[Any, ...], n_classes: int) -> Any:
         return features.fc_2l(a, b, out_features=n_classes, layer_norm=True)
     if kind == "fc_1l":
         return features.fc_1l(a, out_features=n_classes, layer_norm=True)
+    if kind == "lenet":
+        return features.lenet(out_features=n_classes)
     raise ValueError(f"unknown network kind {kind!r}")
 
 

@@ -60,6 +60,7 @@ TABLES: dict[str, Table] = {}
 _TABLE_MODULES = (
     "benchmarks.dp_ntk_tables",
     "benchmarks.dp_ntk_images",
+    "benchmarks.dp_ntk_images_levers",
     "benchmarks.dp_kip_tables",
     "benchmarks.dp_ntk_regression_tables",
     "benchmarks.dp_ntk_regression_solver",
