@@ -130,8 +130,10 @@ DPIMAGEBENCH: dict[str, dict[str, tuple[float, float]]] = {
 
 
 # ------------------------------------------------------------------ settings
-def _int_option(ctx: RunContext, name: str, default: int | None, minimum: int) -> int | None:
-    """``--set name=N`` as an int ``>= minimum`` (SystemExit, naming the key, otherwise)."""
+def _int_option(
+    ctx: RunContext, name: str, default: int | None, minimum: int, table: str = TABLE
+) -> int | None:
+    """``--set name=N`` as an int ``>= minimum`` (SystemExit, naming table and key, otherwise)."""
     raw = ctx.options.get(name)
     if raw is None:
         return default
@@ -140,34 +142,35 @@ def _int_option(ctx: RunContext, name: str, default: int | None, minimum: int) -
     except ValueError:
         value = minimum - 1
     if value < minimum:
-        raise SystemExit(f"{TABLE}: --set {name}= takes an integer >= {minimum}")
+        raise SystemExit(f"{table}: --set {name}= takes an integer >= {minimum}")
     return value
 
 
-def settings(ctx: RunContext) -> dict[str, Any]:
+def settings(ctx: RunContext, table: str = TABLE) -> dict[str, Any]:
     """The run's settings: the table's constants, less any smoke-run ``--set`` overrides.
 
-    Refuses (SystemExit) a malformed option before anything is loaded or drawn.
+    Refuses (SystemExit, naming ``table``) a malformed option before anything is loaded or
+    drawn.
     """
     datasets = [d for d in ctx.options.get("datasets", ",".join(DATASETS)).split(",") if d]
     unknown = sorted(set(datasets) - set(DATASETS))
     if unknown or not datasets:
-        raise SystemExit(f"{TABLE}: datasets are {', '.join(DATASETS)}; got {unknown or 'none'}")
+        raise SystemExit(f"{table}: datasets are {', '.join(DATASETS)}; got {unknown or 'none'}")
     try:
         epsilons = [float(e) for e in ctx.options.get("epsilons", "1,10").split(",") if e]
     except ValueError:
         epsilons = []
     if not epsilons or not all(math.isfinite(e) and e > 0 for e in epsilons):
-        raise SystemExit(f"{TABLE}: --set epsilons= takes finite numbers > 0")
+        raise SystemExit(f"{table}: --set epsilons= takes finite numbers > 0")
     return {
         "datasets": datasets,
         "epsilons": epsilons,
-        "samples": _int_option(ctx, "samples", SAMPLES, 10),
-        "cnn_steps": _int_option(ctx, "cnn_steps", CNN["steps"], 1),
-        "iterations": _int_option(ctx, "iterations", None, 2),
-        "batch_size": _int_option(ctx, "batch_size", None, 1),
-        "max_train": _int_option(ctx, "max_train", None, 20),
-        "max_test": _int_option(ctx, "max_test", None, 10),
+        "samples": _int_option(ctx, "samples", SAMPLES, 10, table),
+        "cnn_steps": _int_option(ctx, "cnn_steps", CNN["steps"], 1, table),
+        "iterations": _int_option(ctx, "iterations", None, 2, table),
+        "batch_size": _int_option(ctx, "batch_size", None, 1, table),
+        "max_train": _int_option(ctx, "max_train", None, 20, table),
+        "max_test": _int_option(ctx, "max_test", None, 10, table),
     }
 
 

@@ -23,7 +23,7 @@ def test_settings_take_every_candidate_and_refuse_unknown_ones(tmp_path):
     assert s["candidates"] == list(L.LEVERS) and s["epsilons"] == [1.0, 10.0]
     assert L.settings(_ctx(tmp_path, candidates="lenet"))["candidates"] == ["lenet"]
     for bad in ({"candidates": "lenet,resnet"}, {"candidates": ","}, {"epsilons": "0"}):
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit, match=f"^{L.TABLE}:"):
             L.settings(_ctx(tmp_path, **bad))
 
 
@@ -77,10 +77,43 @@ def test_choose_needs_a_gain_at_every_epsilon_and_the_margin_on_the_mean(lenet, 
 
 
 def test_choose_keeps_the_default_without_a_full_comparison():
+    """Missing cells, one epsilon only, a NaN score or a name outside `LEVERS` decide nothing."""
     assert L.choose(_rows({("lenet", 1.0): 99.0, ("lenet", 10.0): 99.0}), "mnist") == "default"
     half = _rows({("default", 1.0): 80.0, ("default", 10.0): 80.0, ("lenet", 10.0): 99.0})
     assert L.choose(half, "mnist") == "default"
     assert L.choose(_rows({("default", 1.0): 80.0}), "fashion_mnist") == "default"
+    one_eps = _rows({("default", 10.0): 80.0, ("lenet", 10.0): 99.0})
+    assert L.choose(one_eps, "mnist") == "default"
+    nan = _rows({("default", 1.0): 80.0, ("default", 10.0): 80.0,
+                 ("lenet", 1.0): float("nan"), ("lenet", 10.0): 99.0})  # fmt: skip
+    assert L.choose(nan, "mnist") == "default"
+    alien = _rows({("default", 1.0): 80.0, ("default", 10.0): 80.0,
+                   ("resnet", 1.0): 99.0, ("resnet", 10.0): 99.0})  # fmt: skip
+    assert L.choose(alien, "mnist") == "default"
+
+
+def test_a_gain_of_exactly_the_margin_passes_despite_float_rounding():
+    """(86.16 - 84.37 + 86.06 - 85.85) / 2 is 1.00 but 0.99999999999999 in floats (helper-71)."""
+    rows = _rows({("default", 1.0): 84.37, ("default", 10.0): 85.85,
+                  ("lenet", 1.0): 86.16, ("lenet", 10.0): 86.06})  # fmt: skip
+    assert L.choose(rows, "mnist") == "lenet"
+
+
+def test_the_levers_feature_maps_have_distinct_shapes():
+    """Candidates at one epsilon share a noise key; the mechanism folds the embedding's
+    shape into the noise, so two levers with one shape would carry the same noise."""
+    import jax
+
+    from benchmarks.dp_ntk_tables import _network
+    from privkernels import features
+
+    sizes = {}
+    for name, over in L.LEVERS.items():
+        spec = {**images.IMAGES_RECIPE["mnist"], **over}["network"]
+        params = features.init_params(jax.random.key(0), _network(spec, 10), (28, 28))
+        sizes[name] = sum(p.size for p in jax.tree_util.tree_leaves(params))
+    assert sizes == {"default": 636_010, "lenet": 61_706}
+    assert len(set(sizes.values())) == len(L.LEVERS)
 
 
 def test_candidates_key_with_this_tables_name_and_override_the_targets_recipe(monkeypatch):
