@@ -83,7 +83,10 @@ def test_choose_keeps_the_default_without_a_full_comparison():
     assert L.choose(half, "mnist") == "default"
     assert L.choose(_rows({("default", 1.0): 80.0}), "fashion_mnist") == "default"
     one_eps = _rows({("default", 10.0): 80.0, ("lenet", 10.0): 99.0})
-    assert L.choose(one_eps, "mnist") == "default"
+    assert L.choose(one_eps, "mnist") == "default" and not L.decides(one_eps, "mnist")
+    assert "No choice for fashion_mnist" in L.summary_markdown(one_eps)
+    extra = _rows({("default", 1.0): 80.0, ("default", 10.0): 80.0, ("default", 1e4): 80.0})
+    assert not L.decides(extra, "mnist") and "Choice for" not in L.summary_markdown(extra)
     nan = _rows({("default", 1.0): 80.0, ("default", 10.0): 80.0,
                  ("lenet", 1.0): float("nan"), ("lenet", 10.0): 99.0})  # fmt: skip
     assert L.choose(nan, "mnist") == "default"
