@@ -158,16 +158,14 @@ def choose(rows: list[dict[str, Any]], dataset: str) -> str:
     (1 and 10) and nothing else; a gain of exactly `MARGIN` passes (a tolerance of 1e-9
     for the float sum of percentages); a NaN score never wins.
     """
-    m = _means(rows, dataset)
-    epsilons = sorted({e for _, e in m})
-    names = list(dict.fromkeys(c for c, _ in m))
     if not decides(rows, dataset):
         return "default"
+    m = _means(rows, dataset)
     best, best_gain = "default", -math.inf
-    for name in names:
-        if name == "default" or any((name, e) not in m for e in epsilons):
+    for name in dict.fromkeys(c for c, _ in m):
+        if name == "default" or any((name, e) not in m for e in images.EPSILONS):
             continue
-        gains = [m[name, e] - m["default", e] for e in epsilons]
+        gains = [m[name, e] - m["default", e] for e in images.EPSILONS]
         gain = float(np.mean(gains))
         if min(gains) > 0 and gain >= MARGIN - 1e-9 and gain > best_gain:
             best, best_gain = name, gain
