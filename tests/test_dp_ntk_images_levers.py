@@ -18,11 +18,16 @@ def _ctx(tmp_path: Path, **options: str) -> RunContext:
     return RunContext(profile="quick", seeds=(0,), data_dir=None, out=tmp_path, options=options)
 
 
-def test_settings_take_every_candidate_and_refuse_unknown_ones(tmp_path):
+def test_settings_take_every_candidate_of_the_round_and_refuse_unknown_ones(tmp_path):
     s = L.settings(_ctx(tmp_path))
-    assert s["candidates"] == list(L.LEVERS) and s["epsilons"] == [1.0, 10.0]
+    assert s["round"] == 1 and s["candidates"] == list(L.ROUNDS[1])
+    assert s["epsilons"] == [1.0, 10.0]
     assert L.settings(_ctx(tmp_path, candidates="lenet"))["candidates"] == ["lenet"]
-    for bad in ({"candidates": "lenet,resnet"}, {"candidates": ","}, {"epsilons": "0"}):
+    two = L.settings(_ctx(tmp_path, round="2"))
+    assert (two["round"], two["candidates"]) == (2, ["default", "capacity", "long"])
+    for bad in ({"candidates": "lenet,resnet"}, {"candidates": ","}, {"epsilons": "0"},
+                {"round": "3"}, {"round": "0"}, {"round": "two"},
+                {"round": "2", "candidates": "lenet"}):  # fmt: skip
         with pytest.raises(SystemExit, match=f"^{L.TABLE}:"):
             L.settings(_ctx(tmp_path, **bad))
 
@@ -35,6 +40,29 @@ def test_the_split_is_disjoint_seeded_and_holds_out_at_most_a_sixth():
     assert np.array_equal(fit, again[0]) and np.array_equal(val, again[1])
     small_fit, small_val = L.split(600)
     assert (len(small_fit), len(small_val)) == (500, 100)
+
+
+def test_round_one_keeps_its_rows_and_later_rounds_score_on_fresh_ones():
+    """Round 1's split is the one its results were made with (the first block of the
+    seed-54 permutation); round 2 holds out the next block, disjoint from round 1's."""
+    perm = np.random.default_rng(54).permutation(60_000)
+    _, val1 = L.split(60_000, 1)
+    fit2, val2 = L.split(60_000, 2)
+    assert np.array_equal(val1, np.sort(perm[:10_000]))
+    assert np.array_equal(val2, np.sort(perm[10_000:20_000]))
+    assert not set(val1) & set(val2) and set(val1) <= set(fit2)
+    assert len(fit2) == 50_000 and len(set(fit2) | set(val2)) == 60_000
+    with pytest.raises(ValueError):
+        L.split(600, 7)
+
+
+def test_each_round_has_a_committed_rule_and_its_own_key_tag():
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    assert set(L.RULES) == set(L.ROUNDS)
+    for name in L.RULES.values():
+        assert "before" in (results / name).read_text().splitlines()[0]
+    assert L.key_tag(1) == L.TABLE and len({L.key_tag(r) for r in L.ROUNDS}) == len(L.ROUNDS)
+    assert all(images.TABLE != L.key_tag(r) for r in L.ROUNDS)
 
 
 def test_only_the_public_training_split_is_loaded(tmp_path, monkeypatch):
@@ -55,9 +83,12 @@ def test_only_the_public_training_split_is_loaded(tmp_path, monkeypatch):
     assert (len(d["y"]), len(d["yt"])) == (100, 20)
 
 
-def _rows(scores: dict[tuple[str, float], float], dataset: str = "mnist") -> list[dict]:
+def _rows(
+    scores: dict[tuple[str, float], float], dataset: str = "mnist", rnd: int | None = None
+) -> list[dict]:
+    extra = {} if rnd is None else {"round": rnd}
     return [{"dataset": dataset, "candidate": c, "epsilon": e, "seed": 0, "value": v,
-             "seconds": 60.0} for (c, e), v in scores.items()]  # fmt: skip
+             "seconds": 60.0, **extra} for (c, e), v in scores.items()]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -93,6 +124,23 @@ def test_choose_keeps_the_default_without_a_full_comparison():
     alien = _rows({("default", 1.0): 80.0, ("default", 10.0): 80.0,
                    ("resnet", 1.0): 99.0, ("resnet", 10.0): 99.0})  # fmt: skip
     assert L.choose(alien, "mnist") == "default"
+    lenet_in_round2 = _rows({("default", 1.0): 80.0, ("default", 10.0): 80.0,
+                             ("lenet", 1.0): 99.0, ("lenet", 10.0): 99.0}, rnd=2)  # fmt: skip
+    assert not L.decides(lenet_in_round2, "mnist")
+
+
+def test_round_two_chooses_the_larger_gain_and_never_across_rounds():
+    scores = {("default", 1.0): 80.0, ("default", 10.0): 80.0, ("capacity", 1.0): 81.5,
+              ("capacity", 10.0): 81.5, ("long", 1.0): 82.0, ("long", 10.0): 83.0}  # fmt: skip
+    rows = _rows(scores, rnd=2)
+    assert L.decides(rows, "mnist") and L.choose(rows, "mnist") == "long"
+    summary = L.summary_markdown(rows)
+    assert "round 2;" in summary and "Choice for fashion_mnist: **long**" in summary
+    # round 2's levers against round 1's default (other rows, other keys) decide nothing
+    mixed = _rows({("default", 1.0): 80.0, ("default", 10.0): 80.0}, rnd=1) + [
+        r for r in rows if r["candidate"] != "default"
+    ]
+    assert not L.decides(mixed, "mnist") and L.choose(mixed, "mnist") == "default"
 
 
 def test_a_gain_of_exactly_the_margin_passes_despite_float_rounding():
@@ -103,20 +151,40 @@ def test_a_gain_of_exactly_the_margin_passes_despite_float_rounding():
 
 
 def test_the_levers_feature_maps_have_distinct_shapes():
-    """Candidates at one epsilon share a noise key; the mechanism folds the embedding's
-    shape into the noise, so two levers with one shape would carry the same noise."""
+    """Candidates of a round at one epsilon share a noise key; the mechanism folds the
+    embedding's shape into the noise, so two feature maps with one shape in one round would
+    carry the same noise. Within a round, one network means one shape (one release)."""
     import jax
 
     from benchmarks.dp_ntk_tables import _network
     from privkernels import features
 
-    sizes = {}
-    for name, over in L.LEVERS.items():
-        spec = {**images.IMAGES_RECIPE["mnist"], **over}["network"]
-        params = features.init_params(jax.random.key(0), _network(spec, 10), (28, 28))
-        sizes[name] = sum(p.size for p in jax.tree_util.tree_leaves(params))
-    assert sizes == {"default": 636_010, "lenet": 61_706}
-    assert len(set(sizes.values())) == len(L.LEVERS)
+    for rnd, levers in L.ROUNDS.items():
+        sizes, specs = {}, {}
+        for name, over in levers.items():
+            specs[name] = {**images.IMAGES_RECIPE["mnist"], **over}["network"]
+            params = features.init_params(jax.random.key(0), _network(specs[name], 10), (28, 28))
+            sizes[name] = sum(p.size for p in jax.tree_util.tree_leaves(params))
+        assert sizes["default"] == 636_010
+        assert len(set(sizes.values())) == len(set(specs.values())), rnd
+    assert L.ROUNDS[1]["lenet"]["network"] == ("lenet", None, None)
+    assert {
+        L.lever_recipe("mnist", n, {"round": 2, "iterations": None, "batch_size": None})["network"]
+        for n in L.ROUNDS[2]
+    } == {images.IMAGES_RECIPE["mnist"]["network"]}
+
+
+def test_round_two_levers_override_the_generator_side_only_and_smoke_options_win():
+    s = {"round": 2, "iterations": None, "batch_size": None}
+    base = images.IMAGES_RECIPE["mnist"]
+    cap, long_ = L.lever_recipe("mnist", "capacity", s), L.lever_recipe("mnist", "long", s)
+    assert {k for k in base if cap[k] != base[k]} == {"d_code", "generator"}
+    assert (cap["d_code"], cap["generator"]["hidden"]) == (32, (800,))
+    assert {k for k in base if long_[k] != base[k]} == {"iterations"} and long_[
+        "iterations"
+    ] == 1000
+    smoke = L.lever_recipe("mnist", "long", {**s, "iterations": 2, "batch_size": 50})
+    assert (smoke["iterations"], smoke["batch_size"]) == (2, 50)
 
 
 def test_candidates_key_with_this_tables_name_and_override_the_targets_recipe(monkeypatch):
@@ -137,6 +205,7 @@ def test_candidates_key_with_this_tables_name_and_override_the_targets_recipe(mo
     d = {"y": np.zeros(50), "yt": np.zeros(10)}
     (row,) = L.candidate_rows("fashion_mnist", "lenet", 1.0, 0, d, s)
     assert calls["table"] == L.TABLE != images.TABLE and calls["dataset"] == "fashion_mnist"
+    assert row["round"] == 1
     assert calls["recipe"] == {**images.IMAGES_RECIPE["mnist"], "network": ("lenet", None, None)}
     assert (row["for_dataset"], row["network"], row["value"], row["n_val"]) == (
         "mnist", "lenet", 77.0, 10,
@@ -162,3 +231,19 @@ def test_a_tiny_run_writes_rows_and_a_summary_with_the_choice(tmp_path, shared_d
         assert 0.0 <= r["value"] <= 100.0 and r["report_epsilon"] == r["epsilon"]
     summary = (tmp_path / f"{L.TABLE}-quick-summary.md").read_text()
     assert f"Choice for fashion_mnist: **{L.choose(rows, 'mnist')}**" in summary
+
+
+def test_round_two_candidates_share_one_release_and_differ_in_the_generator_only():
+    """All of round 2's levers are on the fc_1l map: at one (seed, epsilon) they release the
+    same noisy embedding, byte for byte, so the round costs one release per epsilon."""
+    rng = np.random.default_rng(3)
+    d = {"x": rng.random((60, 28, 28), dtype=np.float32), "y": np.arange(60) % 10, "c": 10}
+    s = {"round": 2, "iterations": 2, "batch_size": 20}
+    tag = L.key_tag(2)
+    out = {n: images.release_and_train(0, "mnist", 1.0, d, L.lever_recipe("fashion_mnist", n, s),
+                                       table=tag)[0] for n in ("default", "capacity")}  # fmt: skip
+    a, b = (np.asarray(out[n].noisy_embedding) for n in ("default", "capacity"))
+    assert a.shape == (636_010, 10) and np.array_equal(a, b)
+    other = images.release_and_train(0, "mnist", 1.0, d, L.lever_recipe("fashion_mnist", "default", s),
+                                     table=L.key_tag(1))[0]  # fmt: skip
+    assert not np.allclose(np.asarray(other.noisy_embedding), a)
