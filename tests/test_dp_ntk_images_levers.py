@@ -65,6 +65,23 @@ def test_each_round_has_a_committed_rule_and_its_own_key_tag():
     assert all(images.TABLE != L.key_tag(r) for r in L.ROUNDS)
 
 
+def test_two_caps_that_leave_as_many_rows_never_share_a_noise_key():
+    """helper-72: max_train 59 and 60 both leave 50 rows to release from (different rows),
+    so the cap is in the key's tags; a full run (no cap) keeps round 1's keys."""
+    fits = {m: len(L.split(m)[0]) for m in (59, 60, 59_999, 60_000)}
+    assert fits[59] == fits[60] and fits[59_999] == fits[60_000]
+    tags = {L.key_tag(1, m) for m in (None, 59, 60, 59_999)}
+    assert len(tags) == 4 and L.key_tag(1, None) == L.TABLE
+    keys = {str(images.release_key(0, 1.0, t, "mnist")) for t in tags}
+    assert len(keys) == 4
+
+
+def test_smoke_options_are_recorded_and_a_full_run_records_none(tmp_path):
+    assert L.settings(_ctx(tmp_path))["overrides"] == {}
+    smoke = L.settings(_ctx(tmp_path, iterations="300", samples="100"))
+    assert smoke["overrides"] == {"iterations": 300, "samples": 100}
+
+
 def test_only_the_public_training_split_is_loaded(tmp_path, monkeypatch):
     """The lever table reads the public dataset's training images; no test set is loaded."""
     from privkernels import data
@@ -141,6 +158,24 @@ def test_round_two_chooses_the_larger_gain_and_never_across_rounds():
         r for r in rows if r["candidate"] != "default"
     ]
     assert not L.decides(mixed, "mnist") and L.choose(mixed, "mnist") == "default"
+    summary = L.summary_markdown(mixed)
+    assert "round 1;" in summary and "round 2;" in summary and "**" not in summary
+
+
+def test_partial_unbalanced_or_smoke_rows_decide_nothing():
+    """helper-72: a run of some candidates, unequal seeds or smoke settings is no choice."""
+    full = {("default", 1.0): 80.0, ("default", 10.0): 80.0, ("capacity", 1.0): 85.0,
+            ("capacity", 10.0): 85.0, ("long", 1.0): 79.0, ("long", 10.0): 79.0}  # fmt: skip
+    assert L.choose(_rows(full, rnd=2), "mnist") == "capacity"
+    partial = {k: v for k, v in full.items() if k[0] != "long"}
+    assert not L.decides(_rows(partial, rnd=2), "mnist")
+    unbalanced = _rows(full, rnd=2) + [
+        {**r, "seed": 1} for r in _rows(full, rnd=2) if r["candidate"] == "capacity"
+    ]
+    assert not L.decides(unbalanced, "mnist")
+    smoke = [{**r, "overrides": {"samples": 10}} for r in _rows(full, rnd=2)]
+    assert not L.decides(smoke, "mnist") and L.choose(smoke, "mnist") == "default"
+    assert "No choice for fashion_mnist" in L.summary_markdown(smoke)
 
 
 def test_a_gain_of_exactly_the_margin_passes_despite_float_rounding():
@@ -205,11 +240,14 @@ def test_candidates_key_with_this_tables_name_and_override_the_targets_recipe(mo
     d = {"y": np.zeros(50), "yt": np.zeros(10)}
     (row,) = L.candidate_rows("fashion_mnist", "lenet", 1.0, 0, d, s)
     assert calls["table"] == L.TABLE != images.TABLE and calls["dataset"] == "fashion_mnist"
-    assert row["round"] == 1
+    assert "round" not in row and "overrides" not in row  # round 1's rows as first run
     assert calls["recipe"] == {**images.IMAGES_RECIPE["mnist"], "network": ("lenet", None, None)}
     assert (row["for_dataset"], row["network"], row["value"], row["n_val"]) == (
         "mnist", "lenet", 77.0, 10,
     )  # fmt: skip
+    (row2,) = L.candidate_rows("fashion_mnist", "long", 1.0, 0, d, {**s, "round": 2})
+    assert calls["table"] == L.key_tag(2) and calls["recipe"]["iterations"] == 1000
+    assert row2["round"] == 2 and row2["iterations"] == 1000
 
 
 @pytest.mark.slow  # about 40 s: two candidates at two epsilons on 600 MNIST rows
@@ -229,8 +267,10 @@ def test_a_tiny_run_writes_rows_and_a_summary_with_the_choice(tmp_path, shared_d
     for r in rows:
         assert (r["n_fit"], r["n_val"], r["for_dataset"]) == (500, 100, "fashion_mnist")
         assert 0.0 <= r["value"] <= 100.0 and r["report_epsilon"] == r["epsilon"]
+    assert all(r["overrides"] == {"max_train": 600, "iterations": 2, "batch_size": 100,
+                                  "samples": 200, "cnn_steps": 3} for r in rows)  # fmt: skip
     summary = (tmp_path / f"{L.TABLE}-quick-summary.md").read_text()
-    assert f"Choice for fashion_mnist: **{L.choose(rows, 'mnist')}**" in summary
+    assert "No choice for fashion_mnist" in summary and not L.decides(rows, "mnist")
 
 
 def test_round_two_candidates_share_one_release_and_differ_in_the_generator_only():
@@ -247,3 +287,21 @@ def test_round_two_candidates_share_one_release_and_differ_in_the_generator_only
     other = images.release_and_train(0, "mnist", 1.0, d, L.lever_recipe("fashion_mnist", "default", s),
                                      table=L.key_tag(1))[0]  # fmt: skip
     assert not np.allclose(np.asarray(other.noisy_embedding), a)
+
+
+def test_round_one_rows_keep_the_fields_of_the_committed_files(monkeypatch):
+    """helper-72: `benchmarks.rerun` keys rows on their non-float fields, so a round-1 row
+    made now must carry exactly the fields of the committed round-1 files."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks/results"
+    (rec, *_) = json.loads((path / f"{L.TABLE}-mnist-quick.json").read_text())["rows"]
+    res = SimpleNamespace(loss_history=[0.1],
+                          report=SimpleNamespace(epsilon=1.0, neighbouring="replace-one"))  # fmt: skip
+    monkeypatch.setattr(
+        images, "release_and_train", lambda *a, **k: (res, images.Clock(), images.Clock())
+    )
+    monkeypatch.setattr(images, "draw_samples", lambda *a, table: (None, None, "balanced"))
+    monkeypatch.setattr(images, "cnn_accuracy", lambda *a, table: 80.0)
+    s = L.settings(_ctx(Path(".")))
+    d = {"y": np.zeros(50), "yt": np.zeros(10)}
+    (row,) = L.candidate_rows("mnist", "default", 1.0, 0, d, s)
+    assert set(row) == set(rec)
