@@ -46,7 +46,9 @@ the differences, the choice for the target dataset).
 
 Cost (measured in round 1, 2-core CPU shared with other runs): a `default` cell (one
 epsilon) 7-8 minutes of wall time, its generator about 285 CPU-seconds; a `lenet` cell
-18-36 minutes, its generator about 890 CPU-seconds (3.1 times). Run:
+18-36 minutes, its generator about 890 CPU-seconds (3.1 times). Round 2 (two runs sharing
+the 2 cores): `default` and `capacity` about 9 minutes a cell, `long` 18 (its generator
+about 960 CPU-seconds). Run:
 ``python -m benchmarks run dp-ntk-images-levers --seeds 0`` (round 1) or with
 ``--set round=2``; ``--set datasets=mnist`` runs the public MNIST only (the choice for
 Fashion-MNIST). ``--set candidates=default,lenet`` selects candidates of the round;
