@@ -177,9 +177,10 @@ def settings(ctx: RunContext, table: str = TABLE) -> dict[str, Any]:
     }
 
 
-def _recipe(dataset: str, s: dict[str, Any]) -> dict[str, Any]:
-    """`IMAGES_RECIPE` of ``dataset`` with the smoke-run overrides of ``s``."""
-    recipe = dict(IMAGES_RECIPE[dataset])
+def _recipe(dataset: str, s: dict[str, Any], lever: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`IMAGES_RECIPE` of ``dataset``, ``lever``'s fields over it (a lever of
+    `benchmarks.dp_ntk_images_levers`), and the smoke-run overrides of ``s`` over both."""
+    recipe = {**IMAGES_RECIPE[dataset], **(lever or {})}
     for k in ("iterations", "batch_size"):
         if s[k] is not None:
             recipe[k] = s[k]

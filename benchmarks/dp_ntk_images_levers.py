@@ -160,8 +160,7 @@ def load_public(ctx: RunContext, dataset: str, s: dict[str, Any]) -> dict[str, A
 def lever_recipe(target: str, name: str, s: dict[str, Any]) -> dict[str, Any]:
     """The target's `IMAGES_RECIPE` with lever ``name`` of round ``s["round"]`` over it, and
     the smoke-run ``iterations`` / ``batch_size`` of ``s`` over both."""
-    recipe = {**images.IMAGES_RECIPE[target], **ROUNDS[s["round"]][name]}
-    return {**recipe, **{k: s[k] for k in ("iterations", "batch_size") if s[k] is not None}}
+    return images._recipe(target, s, ROUNDS[s["round"]][name])
 
 
 def candidate_rows(
