@@ -197,7 +197,7 @@ def test_the_levers_feature_maps_have_distinct_shapes():
     for rnd, levers in L.ROUNDS.items():
         sizes, specs = {}, {}
         for name, over in levers.items():
-            specs[name] = {**images.IMAGES_RECIPE["mnist"], **over}["network"]
+            specs[name] = {**L.BASES[rnd], **over}["network"]
             params = features.init_params(jax.random.key(0), _network(specs[name], 10), (28, 28))
             sizes[name] = sum(p.size for p in jax.tree_util.tree_leaves(params))
         assert sizes["default"] == 636_010
@@ -206,12 +206,12 @@ def test_the_levers_feature_maps_have_distinct_shapes():
     assert {
         L.lever_recipe("mnist", n, {"round": 2, "iterations": None, "batch_size": None})["network"]
         for n in L.ROUNDS[2]
-    } == {images.IMAGES_RECIPE["mnist"]["network"]}
+    } == {L.BASES[2]["network"]}
 
 
 def test_round_two_levers_override_the_generator_side_only_and_smoke_options_win():
     s = {"round": 2, "iterations": None, "batch_size": None}
-    base = images.IMAGES_RECIPE["mnist"]
+    base = L.BASES[2]
     cap, long_ = L.lever_recipe("mnist", "capacity", s), L.lever_recipe("mnist", "long", s)
     assert {k for k in base if cap[k] != base[k]} == {"d_code", "generator"}
     assert (cap["d_code"], cap["generator"]["hidden"]) == (32, (800,))
@@ -222,9 +222,9 @@ def test_round_two_levers_override_the_generator_side_only_and_smoke_options_win
     assert (smoke["iterations"], smoke["batch_size"]) == (2, 50)
 
 
-def test_candidates_key_with_this_tables_name_and_override_the_targets_recipe(monkeypatch):
-    """Keys carry ``dp-ntk-images-levers`` (never the table's own cells' keys); the target's
-    recipe is the base, the lever its override."""
+def test_candidates_key_with_this_tables_name_and_override_the_rounds_base(monkeypatch):
+    """Keys carry ``dp-ntk-images-levers`` (never the table's own cells' keys); the round's
+    base recipe (`BASES`) is the base, the lever its override."""
     calls: dict[str, object] = {}
 
     def fake_train(seed, dataset, eps, d, recipe, table):
@@ -241,7 +241,7 @@ def test_candidates_key_with_this_tables_name_and_override_the_targets_recipe(mo
     (row,) = L.candidate_rows("fashion_mnist", "lenet", 1.0, 0, d, s)
     assert calls["table"] == L.TABLE != images.TABLE and calls["dataset"] == "fashion_mnist"
     assert "round" not in row and "overrides" not in row  # round 1's rows as first run
-    assert calls["recipe"] == {**images.IMAGES_RECIPE["mnist"], "network": ("lenet", None, None)}
+    assert calls["recipe"] == {**L.BASES[1], "network": ("lenet", None, None)}
     assert (row["for_dataset"], row["network"], row["value"], row["n_val"]) == (
         "mnist", "lenet", 77.0, 10,
     )  # fmt: skip
@@ -305,3 +305,24 @@ def test_round_one_rows_keep_the_fields_of_the_committed_files(monkeypatch):
     d = {"y": np.zeros(50), "yt": np.zeros(10)}
     (row,) = L.candidate_rows("mnist", "default", 1.0, 0, d, s)
     assert set(row) == set(rec)
+
+
+def test_the_images_recipe_is_the_committed_rounds_choices_over_the_start():
+    """`IMAGES_RECIPE` is what the committed, deciding runs of every round chose (each on
+    the other dataset's public rows), applied in round order over the starting recipe; and
+    every round's base is the starting recipe the committed rows were made with."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks/results"
+    short = {"mnist": "mnist", "fashion_mnist": "fmnist"}
+    assert all(L.BASES[r] == images.START_RECIPE for r in L.ROUNDS)
+    assert images.START_RECIPE["iterations"] == 300
+    for public, target in L.PUBLIC_FOR.items():
+        recipe = dict(images.START_RECIPE)
+        for rnd in sorted(L.ROUNDS):
+            tag = "" if rnd == 1 else f"-round{rnd}"
+            rows = json.loads((path / f"{L.TABLE}{tag}-{short[public]}-quick.json").read_text())
+            assert L.decides(rows["rows"], public), (public, rnd)
+            recipe.update(L.ROUNDS[rnd][L.choose(rows["rows"], public)])
+        strip = {k: v for k, v in images.IMAGES_RECIPE[target].items() if k != "tuning"}
+        assert {k: v for k, v in recipe.items() if k != "tuning"} == strip, target
+    assert images.IMAGES_RECIPE["fashion_mnist"]["iterations"] == 1000
+    assert images.IMAGES_RECIPE["mnist"]["iterations"] == 300
